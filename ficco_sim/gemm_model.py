@@ -1,0 +1,131 @@
+"""GEMM cost model: how a GEMM becomes thread blocks, and what one block costs.
+
+C[m, n] = A[m, k] @ B[k, n] is cut into output tiles of ``tile.m x tile.n``; one tile
+is one thread block. A block's duration when ``o`` blocks share an SM is
+
+    t_block = o * 2 * tile.m * tile.n * (k + k_overhead) / (peak_per_sm * efficiency)
+
+(the SM's tensor throughput is shared by its resident blocks; ``k_overhead`` is the
+per-block prologue/epilogue). The kernel's HBM traffic, ``(m*k + k*n + m*n) * bytes``
+(L2 reuse assumed ideal), is spread evenly over its blocks; a wave that asks more HBM
+bandwidth than the GPU has is stretched to the bandwidth bound. Wave quantization
+comes from ``ceil(blocks / (SMs * o))``. The library picks the tile with the smallest
+isolated time, as cuBLAS heuristics try to.
+
+>>> from ficco_sim.hardware import load_gpu
+>>> gpu = load_gpu("h100")
+>>> plan = plan_gemm(gpu, 8192, 8192, 8192)
+>>> plan.grid, plan.occupancy
+(2048, 1)
+>>> round(isolated_time(gpu, plan) * 1e3, 3) > 0
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from .errors import InputError
+from .hardware import DTYPE_BYTES, BlockShape, GemmTile, GpuProfile, SmLimits
+
+
+def blocks_per_sm(limits: SmLimits, block: BlockShape) -> int:
+    """Resident blocks of one kernel on an empty SM, limited by blocks, threads,
+    registers and shared memory (including the driver's per-block reservation)."""
+    by_smem = limits.smem // (block.smem + limits.reserved_smem_per_block)
+    by_regs = limits.registers // max(1, block.threads * block.registers)
+    by_threads = limits.max_threads // block.threads
+    return int(min(limits.max_blocks, by_threads, by_regs, by_smem))
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """A GEMM lowered to blocks: grid, per-block footprint and cost (SI units)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    tile: GemmTile
+    block: BlockShape
+    grid: int
+    occupancy: int
+    block_time: float
+    block_hbm_bytes: float
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.block_hbm_bytes * self.grid
+
+
+def check_shape(m: int, n: int, k: int, dtype: str, where: str = "gemm") -> None:
+    for name, v in (("m", m), ("n", n), ("k", k)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise InputError(where, name, f"must be a positive integer, got {v!r}")
+    if dtype not in DTYPE_BYTES:
+        raise InputError(where, "dtype", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
+
+
+def _plan_with_tile(gpu: GpuProfile, m: int, n: int, k: int, dtype: str, tile: GemmTile,
+                    extra_smem: int, accumulate: bool) -> GemmPlan:
+    block = replace(tile.block, smem=tile.block.smem + extra_smem)
+    occ = blocks_per_sm(gpu.sm, block)
+    if occ < 1 or block.smem > gpu.sm.max_smem_per_block:
+        raise InputError("schedule", "smem", f"{extra_smem} extra bytes of shared memory per block leave no room "
+                         f"for a {tile.m}x{tile.n} GEMM block on {gpu.name}")
+    eff = gpu.gemm.efficiency.get(dtype)
+    if eff is None:
+        raise InputError(gpu.path or gpu.name, "gemm.efficiency", f"no efficiency for dtype {dtype!r}")
+    grid = math.ceil(m / tile.m) * math.ceil(n / tile.n)
+    block_time = occ * 2.0 * tile.m * tile.n * (k + gpu.gemm.k_overhead) / (gpu.flops_per_sm(dtype) * eff)
+    size = DTYPE_BYTES[dtype]
+    hbm = (m * k + k * n) * size + m * n * size * (2 if accumulate else 1)
+    return GemmPlan(m, n, k, dtype, tile, block, grid, occ, block_time, hbm / grid)
+
+
+def plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16", *,
+              extra_smem: int = 0, accumulate: bool = False) -> GemmPlan:
+    """Pick the tile a library would (fastest in isolation, chosen without shaping),
+    then apply ``extra_smem`` bytes of occupancy shaping to every block.
+
+    ``accumulate`` means C += A @ B (beta = 1): the output is read as well as written.
+    """
+    check_shape(m, n, k, dtype)
+    best = min(
+        (_plan_with_tile(gpu, m, n, k, dtype, t, 0, accumulate) for t in gpu.gemm.tiles),
+        key=lambda p: isolated_time(gpu, p),
+    )
+    if extra_smem:
+        best = _plan_with_tile(gpu, m, n, k, dtype, best.tile, extra_smem, accumulate)
+    return best
+
+
+def wave_time(gpu: GpuProfile, plan: GemmPlan, blocks: int) -> float:
+    """Duration of one wave of ``blocks`` concurrent blocks: compute-bound block time,
+    or the HBM bound when the wave's traffic outruns the GPU's effective bandwidth."""
+    return max(plan.block_time, blocks * plan.block_hbm_bytes / gpu.hbm_effective)
+
+
+def isolated_time(gpu: GpuProfile, plan: GemmPlan, *, sms: int | None = None,
+                  launch: bool = True) -> float:
+    """Closed-form time (s) of the GEMM alone on ``sms`` SMs (default: all), launch included."""
+    slots = (sms or gpu.num_sms) * plan.occupancy
+    full, rest = divmod(plan.grid, slots)
+    t = full * wave_time(gpu, plan, slots) + (wave_time(gpu, plan, rest) if rest else 0.0)
+    return t + (gpu.launch_overhead if launch else 0.0)
+
+
+def gemm_time(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") -> float:
+    """Isolated time (s) of one GEMM on one GPU, launch overhead included.
+
+    >>> from ficco_sim.hardware import load_gpu
+    >>> t = gemm_time(load_gpu("h100"), 16384, 8192, 8192)
+    >>> 2.0e-3 < t < 3.5e-3
+    True
+    """
+    return isolated_time(gpu, plan_gemm(gpu, m, n, k, dtype))

@@ -1,0 +1,375 @@
+"""GPU hardware profiles: what one GPU can hold, compute and move.
+
+A profile is a YAML file in ``hw_profiles/`` (or any path). Every number in it
+is a mapping ``{value, kind, source}`` where ``kind`` is one of
+``datasheet``, ``measured``, ``fitted``, ``derived`` or ``assumption`` and
+``source`` says where it came from (a URL, a measurement file and date, or a
+fit with its data and error). Field names carry their unit in the file
+(``clock_mhz``, ``bandwidth_gbps``); :func:`load_gpu` converts everything to
+SI (seconds, bytes, FLOP/s, bytes/s) and checks it.
+
+>>> gpu = load_gpu("h100")
+>>> gpu.num_sms, gpu.sm.max_threads
+(132, 2048)
+>>> round(gpu.hbm_bandwidth / 1e12, 2)
+3.35
+>>> gpu.provenance("num_sms").kind
+'datasheet'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .errors import InputError
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "hw_profiles"
+KINDS = ("datasheet", "measured", "fitted", "derived", "assumption")
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8": 1}
+
+KIB = 1024
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where one profile number came from."""
+
+    kind: str
+    source: str
+
+
+@dataclass(frozen=True)
+class SmLimits:
+    """Per-SM (per-CU) residency limits; shared memory in bytes."""
+
+    max_blocks: int
+    max_threads: int
+    registers: int
+    smem: int
+    max_smem_per_block: int
+    reserved_smem_per_block: int
+    warp_size: int
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """What one thread block asks of an SM: threads, registers per thread, smem bytes."""
+
+    threads: int
+    registers: int
+    smem: int
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """One GEMM kernel configuration: output tile per block and the block's footprint."""
+
+    m: int
+    n: int
+    block: BlockShape
+
+
+@dataclass(frozen=True)
+class GemmModel:
+    """Calibrated GEMM cost model (see :mod:`ficco_sim.gemm_model`).
+
+    ``efficiency[dtype]`` is the fraction of the per-SM peak a full block sustains;
+    ``k_overhead`` is the per-block prologue/epilogue cost expressed in K elements,
+    which is what makes short-K pieces inefficient.
+    """
+
+    tiles: tuple[GemmTile, ...]
+    efficiency: Mapping[str, float]
+    k_overhead: float
+
+
+@dataclass(frozen=True)
+class DmaSpec:
+    """Copy (DMA) engines: count, bandwidth per engine (B/s), fixed cost per command (s)."""
+
+    engines: int
+    bandwidth: float
+    command_overhead: float
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """Scale-up links: ports, per-port per-direction bandwidth (B/s), GPU-to-GPU latency (s),
+    and the realized fraction of peak that data transfers reach."""
+
+    ports: int
+    port_bandwidth: float
+    latency: float
+    efficiency: float
+
+    @property
+    def aggregate(self) -> float:
+        """Realized per-direction injection bandwidth of one GPU (B/s)."""
+        return self.ports * self.port_bandwidth * self.efficiency
+
+
+@dataclass(frozen=True)
+class CommKernelSpec:
+    """SM-based collective kernel (NCCL/RCCL-like): per-block footprint, default channel
+    (block) count, and the bandwidth one resident channel can drive (B/s)."""
+
+    block: BlockShape
+    channels: int
+    channel_bandwidth: float
+
+
+@dataclass(frozen=True)
+class Contention:
+    """Calibrated interference beyond fair bandwidth sharing.
+
+    A compute kernel runs ``1 + compute_per_hbm_util * u`` times slower, where ``u`` is
+    the fraction of HBM peak used by other (communication) activity on the GPU; a
+    transfer is slowed by ``1 + comm_per_hbm_util * u`` with ``u`` the compute's share.
+    """
+
+    compute_per_hbm_util: float
+    comm_per_hbm_util: float
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """One GPU, in SI units. Build with :func:`load_gpu`; tweak with :func:`dataclasses.replace`."""
+
+    name: str
+    description: str
+    num_sms: int
+    clock_hz: float
+    sm: SmLimits
+    peak_flops: Mapping[str, float]
+    hbm_bandwidth: float
+    hbm_efficiency: float
+    dma: DmaSpec
+    launch_overhead: float
+    priority_levels: int
+    link: LinkSpec
+    comm_kernel: CommKernelSpec
+    gemm: GemmModel
+    contention: Contention
+    sources: Mapping[str, Provenance] = field(default_factory=dict, compare=False, repr=False)
+    path: str = field(default="", compare=False)
+
+    @property
+    def hbm_effective(self) -> float:
+        """Bandwidth (B/s) that all HBM traffic on this GPU shares."""
+        return self.hbm_bandwidth * self.hbm_efficiency
+
+    def provenance(self, path: str) -> Provenance:
+        """Provenance of the number at ``path`` (e.g. ``"dma.engines"``)."""
+        return self.sources[path]
+
+    def flops_per_sm(self, dtype: str) -> float:
+        if dtype not in self.peak_flops:
+            raise InputError(self.path or self.name, "peak_tflops", f"no peak given for dtype {dtype!r}")
+        return self.peak_flops[dtype] / self.num_sms
+
+
+# ----------------------------------------------------------------------------------------
+# Loading
+
+def available_profiles() -> list[str]:
+    """Names of the built-in profiles (files in ``hw_profiles/``)."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def resolve_profile_path(name_or_path: str | Path) -> Path:
+    text = str(name_or_path)
+    p = Path(text)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise InputError(text, None, "no such profile file")
+        return p
+    builtin = PROFILE_DIR / f"{text.lower()}.yaml"
+    if not builtin.exists():
+        raise InputError(
+            "--gpu", None, f"unknown GPU {text!r}; built-in profiles: {', '.join(available_profiles())}"
+        )
+    return builtin
+
+
+_PROFILE_CACHE: dict[tuple[str, float], GpuProfile] = {}
+
+
+def load_gpu(name_or_path: str | Path | GpuProfile) -> GpuProfile:
+    """Load a profile by built-in name (``"h100"``) or YAML path; a profile passes through."""
+    if isinstance(name_or_path, GpuProfile):
+        return name_or_path
+    path = resolve_profile_path(name_or_path)
+    key = (str(path.resolve()), path.stat().st_mtime)
+    if key not in _PROFILE_CACHE:
+        _PROFILE_CACHE[key] = parse_profile(read_yaml(path), str(path))
+    return _PROFILE_CACHE[key]
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(str(path), None, f"cannot read: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise InputError(str(path), None, f"malformed YAML{where}") from None
+
+
+class _Reader:
+    """Reads ``{value, kind, source}`` leaves from a parsed profile, remembering provenance."""
+
+    def __init__(self, data: Any, where: str):
+        if not isinstance(data, dict):
+            raise InputError(where, None, "a profile must be a YAML mapping")
+        self.data = data
+        self.where = where
+        self.sources: dict[str, Provenance] = {}
+
+    def node(self, path: str) -> Any:
+        cur: Any = self.data
+        for part in path.split("."):
+            if isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+                cur = cur[int(part)]
+            elif isinstance(cur, dict) and part in cur:
+                cur = cur[part]
+            else:
+                raise InputError(self.where, path, "missing")
+        return cur
+
+    def leaf(self, path: str) -> Any:
+        node = self.node(path)
+        if not isinstance(node, dict) or "value" not in node:
+            raise InputError(self.where, path, "must be a mapping with value, kind and source")
+        kind, source = node.get("kind"), node.get("source")
+        if kind not in KINDS:
+            raise InputError(self.where, f"{path}.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+        if not isinstance(source, str) or not source.strip():
+            raise InputError(self.where, f"{path}.source", "every number must name its source")
+        self.sources[path] = Provenance(kind, source.strip())
+        return node["value"]
+
+    def number(self, path: str, *, scale: float = 1.0, positive: bool = True, integer: bool = False,
+               at_most: float | None = None) -> float:
+        value = self.leaf(path)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(self.where, path, f"must be a number, got {value!r}")
+        if integer and int(value) != value:
+            raise InputError(self.where, path, f"must be an integer, got {value!r}")
+        if positive and not value > 0:
+            raise InputError(self.where, path, f"must be positive, got {value!r}")
+        if not positive and value < 0:
+            raise InputError(self.where, path, f"must not be negative, got {value!r}")
+        if at_most is not None and value > at_most:
+            raise InputError(self.where, path, f"must be at most {at_most}, got {value!r}")
+        return int(value) if integer else float(value) * scale
+
+    def block(self, path: str, limits: SmLimits | None = None) -> BlockShape:
+        b = BlockShape(
+            threads=self.number(f"{path}.threads", integer=True),
+            registers=self.number(f"{path}.registers", integer=True),
+            smem=int(self.number(f"{path}.smem_kib", scale=KIB, positive=False)),
+        )
+        if limits is not None:
+            check_block_fits(b, limits, self.where, path)
+        return b
+
+
+def check_block_fits(b: BlockShape, limits: SmLimits, where: str, path: str) -> None:
+    """A block that cannot fit on an empty SM would hang the dispatcher: reject it."""
+    if b.threads > limits.max_threads:
+        raise InputError(where, f"{path}.threads", f"{b.threads} exceeds the SM's {limits.max_threads} threads")
+    if b.threads * b.registers > limits.registers:
+        raise InputError(where, f"{path}.registers", "threads x registers exceed the SM's register file")
+    if b.smem > limits.max_smem_per_block:
+        raise InputError(where, f"{path}.smem_kib",
+                         f"{b.smem / KIB:g} KiB exceeds the {limits.max_smem_per_block / KIB:g} KiB per-block limit")
+
+
+def parse_profile(data: Any, where: str) -> GpuProfile:
+    """Validate a parsed profile mapping and build a :class:`GpuProfile` (SI units)."""
+    r = _Reader(data, where)
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError(where, "name", "must be a non-empty string")
+    sm = SmLimits(
+        max_blocks=r.number("sm.max_blocks", integer=True),
+        max_threads=r.number("sm.max_threads", integer=True),
+        registers=r.number("sm.registers", integer=True),
+        smem=int(r.number("sm.smem_kib", scale=KIB)),
+        max_smem_per_block=int(r.number("sm.max_smem_per_block_kib", scale=KIB)),
+        reserved_smem_per_block=int(r.number("sm.reserved_smem_per_block_kib", scale=KIB, positive=False)),
+        warp_size=r.number("sm.warp_size", integer=True),
+    )
+    if sm.max_smem_per_block > sm.smem:
+        raise InputError(where, "sm.max_smem_per_block_kib", "exceeds sm.smem_kib")
+    peaks = r.node("peak_tflops")
+    if not isinstance(peaks, dict) or not peaks:
+        raise InputError(where, "peak_tflops", "must map dtypes to peak TFLOP/s")
+    peak_flops = {}
+    for dtype in peaks:
+        if dtype not in DTYPE_BYTES:
+            raise InputError(where, f"peak_tflops.{dtype}", f"unknown dtype; known: {', '.join(DTYPE_BYTES)}")
+        peak_flops[dtype] = r.number(f"peak_tflops.{dtype}", scale=1e12)
+    eff_node = r.node("gemm.efficiency")
+    if not isinstance(eff_node, dict) or not eff_node:
+        raise InputError(where, "gemm.efficiency", "must map dtypes to efficiencies")
+    efficiency = {d: r.number(f"gemm.efficiency.{d}", at_most=1.0) for d in eff_node}
+    tiles_node = r.node("gemm.tiles")
+    if not isinstance(tiles_node, list) or not tiles_node:
+        raise InputError(where, "gemm.tiles", "must be a non-empty list of tile configurations")
+    tiles = []
+    for i in range(len(tiles_node)):
+        p = f"gemm.tiles.{i}"
+        tiles.append(GemmTile(m=r.number(f"{p}.m", integer=True), n=r.number(f"{p}.n", integer=True),
+                              block=r.block(p, sm)))
+    profile = GpuProfile(
+        name=name,
+        description=str(data.get("description", "")),
+        num_sms=r.number("num_sms", integer=True),
+        clock_hz=r.number("clock_mhz", scale=1e6),
+        sm=sm,
+        peak_flops=peak_flops,
+        hbm_bandwidth=r.number("hbm.bandwidth_gbps", scale=GB),
+        hbm_efficiency=r.number("hbm.efficiency", at_most=1.0),
+        dma=DmaSpec(
+            engines=r.number("dma.engines", integer=True),
+            bandwidth=r.number("dma.bandwidth_gbps", scale=GB),
+            command_overhead=r.number("dma.command_overhead_us", scale=1e-6, positive=False),
+        ),
+        launch_overhead=r.number("launch_overhead_us", scale=1e-6, positive=False),
+        priority_levels=r.number("priority_levels", integer=True),
+        link=LinkSpec(
+            ports=r.number("link.ports", integer=True),
+            port_bandwidth=r.number("link.port_bandwidth_gbps", scale=GB),
+            latency=r.number("link.latency_us", scale=1e-6, positive=False),
+            efficiency=r.number("link.efficiency", at_most=1.0),
+        ),
+        comm_kernel=CommKernelSpec(
+            block=r.block("comm_kernel", sm),
+            channels=r.number("comm_kernel.channels", integer=True),
+            channel_bandwidth=r.number("comm_kernel.channel_bandwidth_gbps", scale=GB),
+        ),
+        gemm=GemmModel(tiles=tuple(tiles), efficiency=efficiency,
+                       k_overhead=r.number("gemm.k_overhead", positive=False)),
+        contention=Contention(
+            compute_per_hbm_util=r.number("contention.compute_per_hbm_util", positive=False),
+            comm_per_hbm_util=r.number("contention.comm_per_hbm_util", positive=False),
+        ),
+        sources=r.sources,
+        path=where,
+    )
+    return profile
+
+
+def with_overrides(gpu: GpuProfile, **changes: Any) -> GpuProfile:
+    """A copy of ``gpu`` with top-level fields replaced (handy in tests and what-ifs)."""
+    return dataclasses.replace(gpu, **changes)

@@ -1,0 +1,191 @@
+"""The task graph: the one format the simulator, the analytical model and the
+PyTorch executor all consume.
+
+A :class:`TaskGraph` holds, for ``num_gpus`` GPUs:
+
+* **streams** (:class:`Stream`): per GPU, a name and a priority. Larger numbers are
+  *more urgent* (CUDA's sign is the opposite; the executor maps it). Tasks on one stream
+  start in the order they appear in ``tasks``.
+* **kernels** (:class:`Kernel`): a grid of identical thread blocks on one stream. Each
+  block asks ``threads``, ``registers`` (per thread) and ``smem`` (bytes) of an SM and,
+  for compute kernels, runs ``block_time`` seconds at full speed while moving
+  ``block_hbm_bytes`` through HBM. Communication kernels (``kind="comm"``) hold their
+  blocks (channels) until every transfer they drive is done.
+* **transfers** (:class:`Transfer`): ``nbytes`` from GPU ``src`` to GPU ``dst``, either
+  driven by SM communication kernels (``engine="sm"``, ``drivers`` = the kernel ids at
+  both ends, no stream of its own) or issued as a copy command on a DMA engine
+  (``engine="dma"``, on a stream of GPU ``gpu``, queued on copy engine ``dma_engine``).
+* **dependencies**: each task's ``deps`` (ids that must finish first; the executor
+  records an event after each and waits on it), on top of stream order.
+
+``io`` on a task names the data it touches for the executor (buffer name and row
+range, see :class:`Slice`); the engines ignore it. ``role`` (``"compute"`` or
+``"comm"``) and ``label`` are for metrics and traces.
+
+>>> g = TaskGraph.build(1, [Stream(0, "compute", 0)], [
+...     Kernel("k0", gpu=0, stream="compute", kind="gemm", grid=4, block=BlockShape(128, 32, 0),
+...            block_time=1e-6)])
+>>> g.kernel("k0").grid
+4
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Union
+
+from .hardware import BlockShape
+
+KERNEL_KINDS = ("gemm", "comm", "memory", "opaque")
+ROLES = ("compute", "comm")
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A stream (queue) on one GPU. ``priority``: larger = more urgent; 0 is normal."""
+
+    gpu: int
+    name: str
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Rows ``[start, stop)`` of a named 2-D buffer (all columns)."""
+
+    buffer: str
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A grid of ``grid`` identical blocks on ``stream`` of GPU ``gpu``."""
+
+    id: str
+    gpu: int
+    stream: str
+    kind: str
+    grid: int
+    block: BlockShape
+    block_time: float = 0.0
+    block_hbm_bytes: float = 0.0
+    deps: tuple[str, ...] = ()
+    role: str = "compute"
+    label: str = ""
+    io: Mapping[str, object] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """``nbytes`` from ``src`` to ``dst`` on SM kernels (``drivers``) or a DMA engine."""
+
+    id: str
+    src: int
+    dst: int
+    nbytes: float
+    engine: str
+    gpu: int
+    stream: str | None = None
+    drivers: tuple[str, ...] = ()
+    dma_engine: int = 0
+    deps: tuple[str, ...] = ()
+    role: str = "comm"
+    label: str = ""
+    io: Mapping[str, object] = field(default_factory=dict, compare=False)
+
+
+Task = Union[Kernel, Transfer]
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A 2-D buffer every GPU holds one of (rows x cols of ``dtype``)."""
+
+    rows: int
+    cols: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    """Streams, tasks in issue order, and graph-level metadata (see module docstring)."""
+
+    num_gpus: int
+    streams: tuple[Stream, ...]
+    tasks: tuple[Task, ...]
+    buffers: Mapping[str, Buffer] = field(default_factory=dict, compare=False)
+    meta: Mapping[str, object] = field(default_factory=dict, compare=False)
+    _index: Mapping[str, Task] = field(default_factory=dict, compare=False, repr=False)
+
+    @staticmethod
+    def build(num_gpus: int, streams: Iterable[Stream], tasks: Iterable[Task], *,
+              buffers: Mapping[str, Buffer] | None = None, meta: Mapping[str, object] | None = None) -> "TaskGraph":
+        """Assemble and check a graph: unique ids, known streams, deps that exist and come first."""
+        streams = tuple(streams)
+        tasks = tuple(tasks)
+        index: dict[str, Task] = {}
+        known_streams = {(s.gpu, s.name) for s in streams}
+        if len(known_streams) != len(streams):
+            raise ValueError("duplicate stream")
+        for t in tasks:
+            if t.id in index:
+                raise ValueError(f"duplicate task id {t.id!r}")
+            for d in t.deps:
+                if d not in index:
+                    raise ValueError(f"task {t.id!r} depends on {d!r}, which is unknown or comes later")
+            if isinstance(t, Kernel):
+                if t.kind not in KERNEL_KINDS:
+                    raise ValueError(f"kernel {t.id!r}: unknown kind {t.kind!r}")
+                if (t.gpu, t.stream) not in known_streams:
+                    raise ValueError(f"kernel {t.id!r}: unknown stream {t.stream!r} on GPU {t.gpu}")
+                if t.grid < 1:
+                    raise ValueError(f"kernel {t.id!r}: empty grid")
+            else:
+                if t.engine == "dma":
+                    if (t.gpu, t.stream) not in known_streams:
+                        raise ValueError(f"transfer {t.id!r}: unknown stream {t.stream!r} on GPU {t.gpu}")
+                elif t.engine == "sm":
+                    if not t.drivers or any(d not in index for d in t.drivers):
+                        raise ValueError(f"transfer {t.id!r}: its driver kernels must come before it")
+                else:
+                    raise ValueError(f"transfer {t.id!r}: unknown engine {t.engine!r}")
+                if t.nbytes < 0:
+                    raise ValueError(f"transfer {t.id!r}: negative size")
+            index[t.id] = t
+        return TaskGraph(num_gpus, streams, tasks, dict(buffers or {}), dict(meta or {}), index)
+
+    def task(self, task_id: str) -> Task:
+        return self._index[task_id]
+
+    def kernel(self, task_id: str) -> Kernel:
+        t = self._index[task_id]
+        assert isinstance(t, Kernel)
+        return t
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [t for t in self.tasks if isinstance(t, Kernel)]
+
+    @property
+    def transfers(self) -> list[Transfer]:
+        return [t for t in self.tasks if isinstance(t, Transfer)]
+
+    def stream(self, gpu: int, name: str) -> Stream:
+        for s in self.streams:
+            if s.gpu == gpu and s.name == name:
+                return s
+        raise KeyError((gpu, name))
+
+    def stream_of(self, task: Task) -> tuple[int, str] | None:
+        """(gpu, stream) a task is queued on; None for SM transfers (they ride on kernels)."""
+        if isinstance(task, Kernel):
+            return task.gpu, task.stream
+        return (task.gpu, task.stream) if task.engine == "dma" else None
+
+    def driven_by(self, kernel_id: str) -> list[Transfer]:
+        """The SM transfers a communication kernel drives."""
+        return [t for t in self.transfers if kernel_id in t.drivers]
+
+    def total_bytes(self) -> float:
+        return sum(t.nbytes for t in self.transfers)

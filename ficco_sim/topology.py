@@ -1,0 +1,237 @@
+"""Interconnect topologies: GPUs, switches and directed links as a networkx graph.
+
+Nodes are ``"gpu0" .. "gpu{N-1}"`` and ``"sw0" ...``; every directed edge carries
+``bandwidth`` (B/s, per direction) and ``latency`` (s). Routing is a pure function of
+the graph (fewest hops, then lowest latency). Built-ins come as parametric names whose
+link parameters follow a GPU profile's link spec:
+
+* ``ring:N``: each GPU links to its two neighbours; per direction it gets half its
+  ports.
+* ``fc:N`` (fully connected): a direct link to every peer with ``1/(N-1)`` of the ports
+  (one xGMI link per peer on 8 x MI300X).
+* ``switch:N``: every GPU has all its ports into one non-blocking switch; the GPU-to-GPU
+  latency is split over the two hops.
+
+Any other graph comes from YAML (see ``topologies/``).
+
+>>> t = ring(4, bandwidth=100e9, latency=1e-6)
+>>> t.route(0, 2)
+['gpu0', 'gpu1', 'gpu2']
+>>> t.path_bandwidth(0, 1) / 1e9
+100.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from .errors import InputError
+
+TOPOLOGY_DIR = Path(__file__).resolve().parent.parent / "topologies"
+KINDS = ("ring", "fc", "switch", "custom")
+
+
+def gpu_node(i: int) -> str:
+    return f"gpu{i}"
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """A directed graph of GPUs and switches. Build with the functions below or :func:`load_topology`."""
+
+    name: str
+    kind: str
+    num_gpus: int
+    graph: nx.DiGraph
+    _routes: dict = field(default_factory=dict, repr=False)
+
+    def route(self, src: int, dst: int) -> list[str]:
+        """Node path from GPU ``src`` to GPU ``dst`` (fewest hops, then least latency)."""
+        key = (src, dst)
+        if key not in self._routes:
+            self._routes[key] = _shortest(self.graph, gpu_node(src), gpu_node(dst))
+        return self._routes[key]
+
+    def path_links(self, src: int, dst: int) -> list[tuple[str, str]]:
+        nodes = self.route(src, dst)
+        return list(zip(nodes, nodes[1:]))
+
+    def path_latency(self, src: int, dst: int) -> float:
+        return sum(self.graph.edges[e]["latency"] for e in self.path_links(src, dst))
+
+    def path_bandwidth(self, src: int, dst: int) -> float:
+        return min(self.graph.edges[e]["bandwidth"] for e in self.path_links(src, dst))
+
+    def injection_bandwidth(self, gpu: int) -> float:
+        """Sum of a GPU's outgoing link bandwidths (B/s)."""
+        return sum(d["bandwidth"] for _, _, d in self.graph.out_edges(gpu_node(gpu), data=True))
+
+    @property
+    def links(self) -> list[tuple[str, str]]:
+        return list(self.graph.edges)
+
+    def describe(self) -> str:
+        bws = sorted({d["bandwidth"] for _, _, d in self.graph.edges(data=True)})
+        return f"{self.name}: {self.num_gpus} GPUs, {self.graph.number_of_edges()} links, " \
+               f"{'/'.join(f'{b / 1e9:g}' for b in bws)} GB/s per link"
+
+
+def _shortest(graph: nx.DiGraph, a: str, b: str) -> list[str]:
+    if a == b:
+        return [a]
+    try:
+        # Hops first, latency as tie-break: weight = 1 + tiny * latency.
+        return nx.shortest_path(graph, a, b, weight=lambda u, v, d: 1.0 + d["latency"] * 1e-3)
+    except nx.NetworkXNoPath:
+        raise InputError("topology", None, f"no path from {a} to {b}") from None
+
+
+def _checked(name: str, kind: str, n: int, graph: nx.DiGraph, where: str) -> Topology:
+    gpus = [v for v in graph.nodes if str(v).startswith("gpu")]
+    expected = {gpu_node(i) for i in range(n)}
+    if set(gpus) != expected:
+        raise InputError(where, "gpus", f"GPUs must be named gpu0..gpu{n - 1}; got {sorted(gpus)}")
+    for u, v, d in graph.edges(data=True):
+        if not d.get("bandwidth", 0) > 0:
+            raise InputError(where, f"links.{u}->{v}.bandwidth", f"must be positive, got {d.get('bandwidth')!r}")
+        if d.get("latency", -1) < 0:
+            raise InputError(where, f"links.{u}->{v}.latency", f"must not be negative, got {d.get('latency')!r}")
+    for i in range(n):
+        for j in range(n):
+            if i != j and not nx.has_path(graph, gpu_node(i), gpu_node(j)):
+                raise InputError(where, "links", f"disconnected: no path from gpu{i} to gpu{j}")
+    return Topology(name, kind, n, graph)
+
+
+def _check_n(n: Any, where: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise InputError(where, "gpus", f"need an integer number of GPUs >= 2, got {n!r}")
+    return n
+
+
+def ring(n: int, bandwidth: float, latency: float) -> Topology:
+    """Bidirectional ring: ``bandwidth`` per direction per neighbour link."""
+    n = _check_n(n, "ring")
+    g = nx.DiGraph()
+    g.add_nodes_from(gpu_node(i) for i in range(n))
+    for i in range(n):
+        j = (i + 1) % n
+        g.add_edge(gpu_node(i), gpu_node(j), bandwidth=bandwidth, latency=latency)
+        g.add_edge(gpu_node(j), gpu_node(i), bandwidth=bandwidth, latency=latency)
+    return _checked(f"ring:{n}", "ring", n, g, "ring")
+
+
+def fully_connected(n: int, bandwidth: float, latency: float) -> Topology:
+    """A dedicated link (``bandwidth`` per direction) between every pair of GPUs."""
+    n = _check_n(n, "fc")
+    g = nx.DiGraph()
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                g.add_edge(gpu_node(i), gpu_node(j), bandwidth=bandwidth, latency=latency)
+    return _checked(f"fc:{n}", "fc", n, g, "fc")
+
+
+def switch(n: int, bandwidth: float, latency: float) -> Topology:
+    """Every GPU on one non-blocking switch: up- and down-link of ``bandwidth``; ``latency``
+    is GPU-to-GPU (half per hop)."""
+    n = _check_n(n, "switch")
+    g = nx.DiGraph()
+    for i in range(n):
+        g.add_edge(gpu_node(i), "sw0", bandwidth=bandwidth, latency=latency / 2)
+        g.add_edge("sw0", gpu_node(i), bandwidth=bandwidth, latency=latency / 2)
+    return _checked(f"switch:{n}", "switch", n, g, "switch")
+
+
+BUILDERS = {"ring": ring, "fc": fully_connected, "switch": switch}
+
+
+def builtin_link(kind: str, n: int, link: Any) -> tuple[float, float]:
+    """(bandwidth per link, latency) for a parametric topology from a GPU's link spec."""
+    per_port = link.port_bandwidth * link.efficiency
+    if kind == "ring":
+        return max(1.0, link.ports / 2) * per_port, link.latency
+    if kind == "fc":
+        return link.ports / (n - 1) * per_port, link.latency
+    return link.ports * per_port, link.latency
+
+
+def available_topologies() -> list[str]:
+    return ["ring:N", "fc:N", "switch:N"] + sorted(p.stem for p in TOPOLOGY_DIR.glob("*.yaml"))
+
+
+def load_topology(spec: str | Path | Topology, gpu: Any = None) -> Topology:
+    """A topology from a parametric name (``"switch:8"``, link parameters from ``gpu``'s
+    profile, default h100), a built-in YAML name, or a YAML path.
+
+    >>> load_topology("fc:8", "mi300x").path_bandwidth(0, 5) / 1e9
+    48.0
+    """
+    if isinstance(spec, Topology):
+        return spec
+    text = str(spec)
+    if ":" in text and text.split(":", 1)[0] in BUILDERS:
+        kind, _, count = text.partition(":")
+        try:
+            n = int(count)
+        except ValueError:
+            raise InputError("--topology", None, f"{text!r}: expected {kind}:N with an integer N") from None
+        if n < 2:
+            raise InputError("--topology", None, f"{text!r}: need at least 2 GPUs")
+        from .hardware import load_gpu
+        profile = load_gpu(gpu if gpu is not None else "h100")
+        bw, lat = builtin_link(kind, n, profile.link)
+        return BUILDERS[kind](n, bw, lat)
+    path = Path(text)
+    if not path.suffix and not path.exists():
+        path = TOPOLOGY_DIR / f"{text}.yaml"
+        if not path.exists():
+            raise InputError("--topology", None, f"unknown topology {text!r}; try one of: "
+                             f"{', '.join(available_topologies())}")
+    return _load_yaml_topology(path)
+
+
+def _load_yaml_topology(path: Path) -> Topology:
+    from .hardware import read_yaml
+    where = str(path)
+    if not path.exists():
+        raise InputError(where, None, "no such topology file")
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(where, None, "a topology must be a YAML mapping")
+    n = _check_n(data.get("gpus"), where)
+    defaults = data.get("defaults") or {}
+    links = data.get("links")
+    if not isinstance(links, list) or not links:
+        raise InputError(where, "links", "must be a non-empty list")
+    g = nx.DiGraph()
+    g.add_nodes_from(gpu_node(i) for i in range(n))
+    for i, item in enumerate(links):
+        f = f"links.{i}"
+        if not isinstance(item, dict):
+            raise InputError(where, f, "must be a mapping with from, to, bandwidth_gbps, latency_us")
+        a, b = item.get("from"), item.get("to")
+        for key, node in (("from", a), ("to", b)):
+            if not isinstance(node, str) or not (node.startswith("gpu") or node.startswith("sw")):
+                raise InputError(where, f"{f}.{key}", f"must name a node gpuI or swJ, got {node!r}")
+        bw = item.get("bandwidth_gbps", defaults.get("bandwidth_gbps"))
+        lat = item.get("latency_us", defaults.get("latency_us", 0.0))
+        for key, v in (("bandwidth_gbps", bw), ("latency_us", lat)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise InputError(where, f"{f}.{key}", f"must be a number, got {v!r}")
+        if not bw > 0:
+            raise InputError(where, f"{f}.bandwidth_gbps", f"must be positive, got {bw!r}")
+        if lat < 0:
+            raise InputError(where, f"{f}.latency_us", f"must not be negative, got {lat!r}")
+        pairs = [(a, b)] + ([(b, a)] if item.get("bidirectional", True) else [])
+        for u, v in pairs:
+            g.add_edge(u, v, bandwidth=float(bw) * 1e9, latency=float(lat) * 1e-6)
+    kind = data.get("kind", "custom")
+    if kind not in KINDS:
+        raise InputError(where, "kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    return _checked(str(data.get("name", path.stem)), kind, n, g, where)
