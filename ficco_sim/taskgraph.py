@@ -15,6 +15,8 @@ A :class:`TaskGraph` holds, for ``num_gpus`` GPUs:
   driven by SM communication kernels (``engine="sm"``, ``drivers`` = the kernel ids at
   both ends, no stream of its own) or issued as a copy command on a DMA engine
   (``engine="dma"``, on a stream of GPU ``gpu``, queued on copy engine ``dma_engine``).
+  ``reduce=True`` (SM only) means the destination adds the data into its own rows, as a
+  reduce-scatter step inside an NCCL kernel does; it costs extra HBM traffic there.
 * **dependencies**: each task's ``deps`` (ids that must finish first; the executor
   records an event after each and waits on it), on top of stream order.
 
@@ -89,6 +91,7 @@ class Transfer:
     stream: str | None = None
     drivers: tuple[str, ...] = ()
     dma_engine: int = 0
+    reduce: bool = False
     deps: tuple[str, ...] = ()
     role: str = "comm"
     label: str = ""
@@ -142,6 +145,8 @@ class TaskGraph:
                 if t.grid < 1:
                     raise ValueError(f"kernel {t.id!r}: empty grid")
             else:
+                if t.engine == "dma" and t.reduce:
+                    raise ValueError(f"transfer {t.id!r}: copy engines cannot reduce")
                 if t.engine == "dma":
                     if (t.gpu, t.stream) not in known_streams:
                         raise ValueError(f"transfer {t.id!r}: unknown stream {t.stream!r} on GPU {t.gpu}")

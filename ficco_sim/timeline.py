@@ -71,9 +71,9 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     """Total length covered by a set of [start, end) intervals.
 
     >>> union_length([(0, 2), (1, 3), (5, 6)])
-    4
+    4.0
     """
-    total, cur_s, cur_e = 0.0, None, None
+    total, cur_s, cur_e = 0.0, 0.0, None
     for s, e in sorted(intervals):
         if cur_e is None or s > cur_e:
             if cur_e is not None:

@@ -1,0 +1,6 @@
+"""The overlap design space: schedules, and their lowering into task graphs."""
+
+from .lowering import invalid_reason, lower
+from .schedule import Schedule, basic_schedules, parse_schedule
+
+__all__ = ["Schedule", "basic_schedules", "invalid_reason", "lower", "parse_schedule"]

@@ -1,0 +1,360 @@
+"""The discrete-event simulator: task graph -> :class:`~ficco_sim.timeline.Timeline`.
+
+Built on simpy. Every stream is a simpy process that walks its tasks in order, waiting
+for their dependencies; kernels then pay the launch overhead and join their GPU's
+:class:`~ficco_sim.engine.dispatcher.SmPool`; copy commands queue on their DMA engine
+(a ``simpy.Resource`` of capacity one: FIFO), pay the per-command cost and the path
+latency, then move bytes. SM transfers start once their dependencies are done and both
+driver kernels have a resident block, after the path latency.
+
+Whatever moves (waves of compute blocks, transfers) is a fluid
+:class:`~ficco_sim.engine.fluid.Activity` sharing links, HBM, copy engines and the
+channels of resident communication kernels by max-min fairness; on top of that, the
+profile's calibrated interference coefficients slow compute by the HBM traffic of
+communication and vice versa. Rates are recomputed once per instant at which anything
+changed ("settle"), so symmetric GPUs finishing together cost one recomputation.
+
+>>> from ficco_sim.schedules import lower
+>>> from ficco_sim.workload import Scenario
+>>> g = lower(Scenario("ag-gemm", 2, 1024, 1024, 1024), "none", "h100", "switch:2")
+>>> tl = simulate_graph(g, "h100", "switch:2")
+>>> tl.makespan > 0
+True
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import simpy
+
+from ..errors import InputError
+from ..hardware import GpuProfile, load_gpu
+from ..taskgraph import Kernel, TaskGraph, Transfer
+from ..timeline import TaskRecord, Timeline
+from ..topology import Topology, load_topology
+from .dispatcher import SmPool, Waiting
+from .fluid import Activity, max_min_rates
+
+SETTLE_PRIORITY = 2   # after every ordinary simpy event of the same instant (NORMAL = 1)
+NAN = float("nan")
+
+
+class Simulation:
+    """One run of one task graph. Use :func:`simulate_graph`."""
+
+    def __init__(self, graph: TaskGraph, gpu: GpuProfile, topology: Topology, *, policy: str = "backfill",
+                 record: bool = True):
+        if topology.num_gpus < graph.num_gpus:
+            raise InputError("topology", None, f"{topology.name} has {topology.num_gpus} GPUs, "
+                             f"the task graph needs {graph.num_gpus}")
+        self.g, self.gpu, self.topo, self.record = graph, gpu, topology, record
+        self.env = simpy.Environment()
+        env = self.env
+        self.done = {t.id: env.event() for t in graph.tasks}
+        self.started = {k.id: env.event() for k in graph.kernels}
+        self.pools = [SmPool(gpu.num_sms, gpu.sm, policy) for _ in range(graph.num_gpus)]
+        self.waiting: list[list[Waiting]] = [[] for _ in range(graph.num_gpus)]
+        self.engines = [[simpy.Resource(env, 1) for _ in range(gpu.dma.engines)] for _ in range(graph.num_gpus)]
+        self.capacity: dict[str, float] = {f"hbm{i}": gpu.hbm_effective for i in range(graph.num_gpus)}
+        for u, v, d in topology.graph.edges(data=True):
+            self.capacity[f"link:{u}->{v}"] = d["bandwidth"]
+        self.activities: dict[str, Activity] = {}
+        self.records: dict[str, TaskRecord] = {}
+        self.dirty: set[int] = set()
+        self.settle_pending = False
+        self.version = 0
+        self.last = 0.0
+        self.seq = 0
+        self.events = 0
+        self.blocks_done: dict[str, int] = {}
+        self.resident: dict[str, int] = {}
+        self.cohorts: dict[str, list[np.ndarray]] = {}
+        self.open_transfers: dict[str, set[str]] = {}
+        self.finished_comm: set[str] = set()
+        self.counters: dict[str, list[tuple[float, float]]] = {}
+        self._setup()
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _setup(self) -> None:
+        per_stream: dict[tuple[int, str], list] = {}
+        for t in self.g.tasks:
+            key = self.g.stream_of(t)
+            stream = key[1] if key else "sm-transfers"
+            gpu = t.gpu
+            if isinstance(t, Kernel):
+                self.records[t.id] = TaskRecord(t.id, gpu, stream, t.kind, t.role, t.label, NAN, NAN, NAN,
+                                                grid=t.grid)
+                self.blocks_done[t.id] = 0
+                self.resident[t.id] = 0
+                self.cohorts[t.id] = []
+                if t.kind == "comm":
+                    self.open_transfers[t.id] = set()
+            else:
+                self.records[t.id] = TaskRecord(t.id, gpu, stream, "transfer", t.role, t.label, NAN, NAN, NAN,
+                                                engine=t.engine, src=t.src, dst=t.dst, nbytes=t.nbytes)
+                for k in t.drivers:
+                    self.open_transfers[k].add(t.id)
+            if key:
+                per_stream.setdefault(key, []).append(t)
+            else:
+                self.env.process(self._sm_transfer(t))
+        for key, tasks in per_stream.items():
+            self.env.process(self._stream(self.g.stream(*key).priority, tasks))
+
+    # -- processes ------------------------------------------------------------------------
+    def _stream(self, priority: int, tasks: list):
+        env = self.env
+        for t in tasks:
+            if t.deps:
+                yield simpy.AllOf(env, [self.done[d] for d in t.deps])
+            rec = self.records[t.id]
+            rec.ready = env.now
+            if isinstance(t, Kernel):
+                if self.gpu.launch_overhead:
+                    yield env.timeout(self.gpu.launch_overhead)
+                self.waiting[t.gpu].append(Waiting(t.id, t.block, t.grid, priority, self.seq))
+                self.seq += 1
+                self._dirty(t.gpu)
+                yield self.done[t.id]
+            else:
+                engine = self.engines[t.gpu][t.dma_engine % len(self.engines[t.gpu])]
+                with engine.request() as req:
+                    yield req
+                    self._count(f"gpu{t.gpu}.dma_busy", +1)
+                    wait = self.gpu.dma.command_overhead + self.topo.path_latency(t.src, t.dst)
+                    if wait:
+                        yield env.timeout(wait)
+                    self._start_transfer(t)
+                    yield self.done[t.id]
+                    self._count(f"gpu{t.gpu}.dma_busy", -1)
+
+    def _sm_transfer(self, t: Transfer):
+        env = self.env
+        waits = [self.done[d] for d in t.deps] + [self.started[k] for k in t.drivers]
+        yield simpy.AllOf(env, waits)
+        self.records[t.id].ready = env.now
+        latency = self.topo.path_latency(t.src, t.dst)
+        if latency:
+            yield env.timeout(latency)
+        self._start_transfer(t)
+
+    # -- fluid activities ------------------------------------------------------------------
+    def _start_transfer(self, t: Transfer) -> None:
+        rec = self.records[t.id]
+        rec.start = self.env.now
+        if t.nbytes <= 0:
+            self._finish_transfer(t)
+            return
+        usage: dict[str, float] = {}
+        for u, v in self.topo.path_links(t.src, t.dst):
+            usage[f"link:{u}->{v}"] = 1.0
+        usage[f"hbm{t.src}"] = usage.get(f"hbm{t.src}", 0.0) + 1.0
+        usage[f"hbm{t.dst}"] = usage.get(f"hbm{t.dst}", 0.0) + (3.0 if t.reduce else 1.0)
+        cap = math.inf
+        if t.engine == "dma":
+            cap = self.gpu.dma.bandwidth
+        else:
+            usage[f"send:{t.drivers[0]}"] = 1.0
+            usage[f"recv:{t.drivers[-1]}"] = 1.0
+        act = Activity(t.id, t.nbytes, usage, cap=cap, gpu=t.dst, kind="transfer",
+                       on_done=lambda t=t: self._finish_transfer(t))
+        act.src, act.dst = t.src, t.dst  # type: ignore[attr-defined]
+        self._add_activity(act)
+
+    def _finish_transfer(self, t: Transfer) -> None:
+        self.records[t.id].end = self.env.now
+        self.done[t.id].succeed()
+        for k in t.drivers:
+            self.open_transfers[k].discard(t.id)
+            if not self.open_transfers[k] and self.resident[k]:
+                self._finish_comm(k)
+
+    def _add_activity(self, act: Activity) -> None:
+        self._advance()
+        self.activities[act.id] = act
+        self._request_settle()
+
+    def _advance(self) -> None:
+        dt = self.env.now - self.last
+        if dt > 0:
+            for a in self.activities.values():
+                a.remaining -= a.rate * dt
+        self.last = self.env.now
+
+    # -- kernels ---------------------------------------------------------------------------
+    def _placed(self, gpu: int, w: Waiting, counts: np.ndarray) -> None:
+        k = self.g.kernel(w.id)
+        rec = self.records[k.id]
+        n = int(counts.sum())
+        if self.resident[k.id] == 0 and self.blocks_done[k.id] == 0 and math.isnan(rec.start):
+            rec.start = self.env.now
+            self.started[k.id].succeed()
+        self.resident[k.id] += n
+        rec.peak_resident = max(rec.peak_resident, self.resident[k.id])
+        self._count(f"gpu{gpu}.blocks.{'comm' if k.role == 'comm' and k.kind == 'comm' else k.role}", n)
+        if k.kind == "comm":
+            self.cohorts[k.id].append(counts)
+            bw = self.resident[k.id] * self.gpu.comm_kernel.channel_bandwidth
+            self.capacity[f"send:{k.id}"] = self.capacity[f"recv:{k.id}"] = bw
+            if not self.open_transfers[k.id]:
+                self._finish_comm(k.id)
+            else:
+                self._request_settle()
+            return
+        if k.block_time <= 0:
+            self._cohort_done(k, counts)
+            return
+        hbm_rate = n * k.block_hbm_bytes / k.block_time   # bytes/s at full speed
+        usage = {f"hbm{gpu}": hbm_rate} if hbm_rate > 0 else {}
+        act = Activity(f"{k.id}@{self.seq}", k.block_time, usage, cap=1.0,
+                       weight=1.0 / hbm_rate if hbm_rate > 0 else 1.0, gpu=gpu, kind="compute",
+                       on_done=lambda k=k, c=counts: self._cohort_done(k, c))
+        self.seq += 1
+        self._add_activity(act)
+
+    def _cohort_done(self, k: Kernel, counts: np.ndarray) -> None:
+        n = int(counts.sum())
+        self.pools[k.gpu].release(k.block, counts)
+        self.resident[k.id] -= n
+        self.blocks_done[k.id] += n
+        self._count(f"gpu{k.gpu}.blocks.{k.role}", -n)
+        if self.blocks_done[k.id] == k.grid:
+            self.records[k.id].end = self.env.now
+            self.done[k.id].succeed()
+        self._dirty(k.gpu)
+
+    def _finish_comm(self, kid: str) -> None:
+        if kid in self.finished_comm:
+            return
+        self.finished_comm.add(kid)
+        k = self.g.kernel(kid)
+        for counts in self.cohorts[kid]:
+            self.pools[k.gpu].release(k.block, counts)
+        self._count(f"gpu{k.gpu}.blocks.comm", -self.resident[kid])
+        self.resident[kid] = 0
+        self.capacity[f"send:{kid}"] = self.capacity[f"recv:{kid}"] = 0.0
+        self.waiting[k.gpu] = [w for w in self.waiting[k.gpu] if w.id != kid]
+        self.records[kid].end = self.env.now
+        self.done[kid].succeed()
+        self._dirty(k.gpu)
+
+    # -- settling an instant -----------------------------------------------------------------
+    def _dirty(self, gpu: int) -> None:
+        self.dirty.add(gpu)
+        self._request_settle()
+
+    def _request_settle(self) -> None:
+        if not self.settle_pending:
+            self.settle_pending = True
+            ev = simpy.Event(self.env)
+            ev.callbacks.append(self._settle)
+            ev._ok, ev._value = True, None
+            self.env.schedule(ev, SETTLE_PRIORITY, 0)
+
+    def _settle(self, _event) -> None:
+        self.settle_pending = False
+        self.events += 1
+        self._advance()
+        while self.dirty:
+            gpu = self.dirty.pop()
+            for w, counts in self.pools[gpu].dispatch(self.waiting[gpu]):
+                self._placed(gpu, w, counts)
+            self.waiting[gpu] = [w for w in self.waiting[gpu] if w.unplaced > 0]
+        self._recompute()
+
+    def _recompute(self) -> None:
+        acts = list(self.activities.values())
+        for key in [k for k in self.capacity if k.startswith(("send:", "recv:"))]:
+            pass  # channel capacities are kept current by _placed/_finish_comm
+        caps = {r: self.capacity.get(r, 0.0) for a in acts for r in a.usage}
+        rates = max_min_rates(acts, caps)
+        self._interfere(acts, rates)
+        self.version += 1
+        if self.record:
+            self._record_links(acts)
+        nxt = math.inf
+        for a in acts:
+            if a.rate > 0:
+                nxt = min(nxt, a.remaining / a.rate)
+        if math.isfinite(nxt):
+            wake = self.env.timeout(max(nxt, 0.0))
+            ver = self.version
+            wake.callbacks.append(lambda _e, ver=ver: self._wake(ver))
+
+    def _interfere(self, acts: list[Activity], rates: dict[str, float]) -> None:
+        """Calibrated slowdown beyond fair sharing: compute by communication's HBM traffic, and back."""
+        n = self.g.num_gpus
+        comm_hbm, comp_hbm = [0.0] * n, [0.0] * n
+        for a in acts:
+            r = rates[a.id]
+            for res, u in a.usage.items():
+                if res.startswith("hbm"):
+                    (comm_hbm if a.kind == "transfer" else comp_hbm)[int(res[3:])] += r * u
+        peak = self.gpu.hbm_bandwidth
+        ct = self.gpu.contention
+        for a in acts:
+            r = rates[a.id]
+            if a.kind == "compute":
+                r /= 1.0 + ct.compute_per_hbm_util * comm_hbm[a.gpu] / peak
+            else:
+                u = max(comp_hbm[a.src], comp_hbm[a.dst]) / peak  # type: ignore[attr-defined]
+                r /= 1.0 + ct.comm_per_hbm_util * u
+            a.rate = r
+
+    def _wake(self, ver: int) -> None:
+        if ver != self.version:
+            return
+        self._advance()
+        finished = [a for a in self.activities.values() if a.remaining <= a.rate * 1e-10 + 1e-18]
+        for a in finished:
+            del self.activities[a.id]
+        for a in finished:
+            a.on_done()
+        self._request_settle()
+
+    # -- counters ----------------------------------------------------------------------------
+    def _count(self, name: str, delta: float) -> None:
+        if not self.record:
+            return
+        series = self.counters.setdefault(name, [(0.0, 0.0)])
+        t, v = series[-1]
+        if t == self.env.now:
+            series[-1] = (t, v + delta)
+        else:
+            series.append((self.env.now, v + delta))
+
+    def _record_links(self, acts: list[Activity]) -> None:
+        load: dict[str, float] = {}
+        for a in acts:
+            if a.kind == "transfer":
+                for res in a.usage:
+                    if res.startswith("link:"):
+                        load[res] = load.get(res, 0.0) + a.rate
+        for res in set(load) | {k for k in self.counters if k.startswith("link:")}:
+            series = self.counters.setdefault(res, [(0.0, 0.0)])
+            value = load.get(res, 0.0)
+            if series[-1][1] != value:
+                if series[-1][0] == self.env.now:
+                    series[-1] = (self.env.now, value)
+                else:
+                    series.append((self.env.now, value))
+
+    # -- run -------------------------------------------------------------------------------
+    def run(self) -> Timeline:
+        self.env.run()
+        stuck = [tid for tid, ev in self.done.items() if not ev.triggered]
+        if stuck:
+            where = self.g.meta.get("schedule", "task graph")
+            raise InputError("simulation", str(where), f"deadlock: {len(stuck)} tasks never finished "
+                             f"(first: {', '.join(stuck[:3])}); the dispatch policy or dependencies block progress")
+        return Timeline(list(self.records.values()), self.counters, self.events)
+
+
+def simulate_graph(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology | str, *,
+                   policy: str = "backfill", record: bool = True) -> Timeline:
+    """Run the discrete-event simulation of ``graph`` on ``gpu`` GPUs joined by ``topology``."""
+    gpu = load_gpu(gpu)
+    topology = load_topology(topology, gpu)
+    return Simulation(graph, gpu, topology, policy=policy, record=record).run()

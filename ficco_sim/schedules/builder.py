@@ -1,0 +1,108 @@
+"""A small helper that assembles task graphs: streams on demand, GEMM / reduce / comm
+kernels sized from the GPU profile, SM and DMA transfers. Lowerings use it so that
+every kernel gets its footprint and cost from one place.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+from ..gemm_model import blocks_per_sm, plan_gemm
+from ..hardware import DTYPE_BYTES, BlockShape, GpuProfile
+from ..taskgraph import Buffer, Kernel, Slice, Stream, TaskGraph, Transfer
+
+# An elementwise reduction kernel: 256 threads, few registers, no shared memory.
+REDUCE_BLOCK = BlockShape(threads=256, registers=32, smem=0)
+
+COMPUTE = "compute"
+COMM = "comm"
+
+
+class GraphBuilder:
+    """Accumulates streams and tasks for one task graph (ids are unique by construction)."""
+
+    def __init__(self, gpu: GpuProfile, num_gpus: int, *, comm_priority: int = 0, extra_smem: int = 0,
+                 channels: int | None = None):
+        self.gpu = gpu
+        self.num_gpus = num_gpus
+        self.comm_priority = comm_priority
+        self.extra_smem = extra_smem
+        self.channels = channels or gpu.comm_kernel.channels
+        self.streams: dict[tuple[int, str], Stream] = {}
+        self.tasks: list = []
+        self.buffers: dict[str, Buffer] = {}
+        self.meta: dict = {}
+        self._ids: set[str] = set()
+        for g in range(num_gpus):
+            self.stream(g, COMPUTE, 0)
+            self.stream(g, COMM, comm_priority)
+
+    def stream(self, gpu: int, name: str, priority: int = 0) -> str:
+        self.streams.setdefault((gpu, name), Stream(gpu, name, priority))
+        return name
+
+    def _add(self, task):
+        assert task.id not in self._ids, task.id
+        self._ids.add(task.id)
+        self.tasks.append(task)
+        return task
+
+    def elem(self, dtype: str) -> int:
+        return DTYPE_BYTES[dtype]
+
+    def buffer(self, name: str, rows: int, cols: int, dtype: str) -> None:
+        self.buffers[name] = Buffer(rows, cols, dtype)
+
+    # -- kernels -----------------------------------------------------------------------
+    def gemm(self, id: str, gpu: int, m: int, n: int, k: int, dtype: str, *, deps: Sequence[str] = (),
+             stream: str = COMPUTE, label: str = "", accumulate: bool = False, io: dict | None = None) -> Kernel:
+        plan = plan_gemm(self.gpu, m, n, k, dtype, extra_smem=self.extra_smem, accumulate=accumulate)
+        return self._add(Kernel(id, gpu, stream, "gemm", plan.grid, plan.block, plan.block_time,
+                                plan.block_hbm_bytes, tuple(deps), "compute", label or f"gemm {m}x{n}x{k}",
+                                dict(io or {}, m=m, n=n, k=k, dtype=dtype, accumulate=accumulate)))
+
+    def reduce(self, id: str, gpu: int, rows: int, cols: int, dtype: str, inputs: int, *,
+               deps: Sequence[str] = (), stream: str = COMM, label: str = "", io: dict | None = None) -> Kernel:
+        """Elementwise sum of ``inputs`` tensors of rows x cols into one: reads ``inputs``
+        tensors and writes one, HBM-bound. Sized as one wave over all SMs."""
+        elems = rows * cols
+        total_bytes = elems * DTYPE_BYTES[dtype] * (inputs + 1)
+        occ = blocks_per_sm(self.gpu.sm, REDUCE_BLOCK)
+        grid = max(1, min(self.gpu.num_sms * occ, math.ceil(elems / (REDUCE_BLOCK.threads * 8))))
+        per_block = total_bytes / grid
+        # One wave of `grid` blocks moving total_bytes at the full effective HBM rate.
+        block_time = total_bytes / self.gpu.hbm_effective
+        return self._add(Kernel(id, gpu, stream, "memory", grid, REDUCE_BLOCK, block_time, per_block,
+                                tuple(deps), "comm", label or f"reduce x{inputs}",
+                                dict(io or {}, rows=rows, cols=cols, dtype=dtype)))
+
+    def comm_kernel(self, id: str, gpu: int, *, deps: Sequence[str] = (), label: str = "") -> Kernel:
+        spec = self.gpu.comm_kernel
+        return self._add(Kernel(id, gpu, COMM, "comm", self.channels, spec.block, 0.0, 0.0, tuple(deps),
+                                "comm", label or "comm"))
+
+    # -- transfers ---------------------------------------------------------------------
+    def sm_transfer(self, id: str, src: int, dst: int, nbytes: float, drivers: Iterable[str], *,
+                    deps: Sequence[str] = (), reduce: bool = False, label: str = "",
+                    io: dict | None = None) -> Transfer:
+        return self._add(Transfer(id, src, dst, float(nbytes), "sm", src, None, tuple(drivers), 0, reduce,
+                                  tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {})))
+
+    def dma_transfer(self, id: str, issuer: int, src: int, dst: int, nbytes: float, *, deps: Sequence[str] = (),
+                     engine: int | None = None, label: str = "", io: dict | None = None) -> Transfer:
+        """A copy command on copy engine ``engine`` of GPU ``issuer`` (default: one engine per
+        peer, round robin), queued on that engine's own stream."""
+        peer = dst if issuer == src else src
+        e = (peer % self.gpu.dma.engines) if engine is None else engine % self.gpu.dma.engines
+        stream = self.stream(issuer, f"copy{e}", 0)
+        return self._add(Transfer(id, src, dst, float(nbytes), "dma", issuer, stream, (), e, False,
+                                  tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {})))
+
+    def build(self) -> TaskGraph:
+        streams = sorted(self.streams.values(), key=lambda s: (s.gpu, s.name))
+        return TaskGraph.build(self.num_gpus, streams, self.tasks, buffers=self.buffers, meta=self.meta)
+
+
+def row_slice(buffer: str, start: int, rows: int) -> Slice:
+    return Slice(buffer, start, start + rows)

@@ -1,0 +1,182 @@
+"""Collectives lowered to transfers: ring and direct (all-to-all) patterns, on SM
+communication kernels or on DMA engines.
+
+Sizes are per-rank, rows of a 2-D buffer of ``cols`` columns (so the executor can move
+real data): all-gather moves each rank's ``rows`` to every peer; reduce-scatter reduces
+``rows * gpus`` rows so that rank g ends with its ``rows``; all-reduce is reduce-scatter
+then all-gather; all-to-all moves ``counts[p][q]`` rows from p to q.
+
+Every function appends to a :class:`GraphBuilder` and returns, per GPU, the ids whose
+completion means "this GPU has its result".
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..errors import InputError
+from .builder import GraphBuilder, row_slice
+
+ALGORITHMS = ("auto", "ring", "direct")
+
+
+def pick_algorithm(algorithm: str, topology_kind: str) -> str:
+    if algorithm not in ALGORITHMS:
+        raise InputError("--algorithm", None, f"unknown {algorithm!r}; known: {', '.join(ALGORITHMS)}")
+    if algorithm != "auto":
+        return algorithm
+    return "ring" if topology_kind == "ring" else "direct"
+
+
+def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *, buffer: str, engine: str,
+               algorithm: str, deps: Sequence[Sequence[str]] | None = None) -> list[list[str]]:
+    """Rank g's rows ``[g*rows, (g+1)*rows)`` of ``buffer`` end up on every rank."""
+    n = b.num_gpus
+    e = rows * cols * b.elem(dtype)
+    deps = deps or [[] for _ in range(n)]
+    done: list[list[str]] = [[] for _ in range(n)]
+    sl = lambda owner: row_slice(buffer, owner * rows, rows)  # noqa: E731
+
+    if engine == "sm":
+        kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="all-gather").id for g in range(n)]
+        if algorithm == "ring":
+            prev: dict[int, str] = {}
+            for t in range(1, n):
+                cur = {}
+                for g in range(n):
+                    dst, owner = (g + 1) % n, (g - t + 1) % n
+                    d = [prev[g]] if t > 1 else []
+                    cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), deps=d,
+                                             label=f"AG ring step {t}",
+                                             io={"src": sl(owner), "dst": sl(owner)}).id
+                prev = cur
+        else:
+            for g in range(n):
+                for dst in range(n):
+                    if dst != g:
+                        b.sm_transfer(f"{prefix}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), label="AG direct",
+                                      io={"src": sl(g), "dst": sl(g)})
+        return [[k] for k in kern]
+
+    if algorithm == "ring":
+        prev = {}
+        for t in range(1, n):
+            cur = {}
+            for g in range(n):
+                dst, owner = (g + 1) % n, (g - t + 1) % n
+                d = ([prev[g]] if t > 1 else []) + list(deps[g]) + list(deps[dst])
+                cur[dst] = b.dma_transfer(f"{prefix}.s{t}.{g}-{dst}", dst, g, dst, e, deps=d, engine=0,
+                                          label=f"AG ring step {t}", io={"src": sl(owner), "dst": sl(owner)}).id
+                done[dst].append(cur[dst])
+            prev = cur
+        return done
+    for dst in range(n):
+        for src in range(n):
+            if src != dst:
+                tid = b.dma_transfer(f"{prefix}.{src}-{dst}", dst, src, dst, e, deps=list(deps[src]) + list(deps[dst]),
+                                     label="AG direct", io={"src": sl(src), "dst": sl(src)}).id
+                done[dst].append(tid)
+    return done
+
+
+def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *, buffer: str, staging: str,
+                   engine: str, algorithm: str, deps: Sequence[Sequence[str]] | None = None) -> list[list[str]]:
+    """Sum over ranks of ``buffer`` (``rows * gpus`` rows); rank g ends with the sum in its
+    rows ``[g*rows, (g+1)*rows)`` of ``buffer``. SM rings reduce inside the kernel; DMA
+    copies into ``staging`` and a reduce kernel adds."""
+    n = b.num_gpus
+    e = rows * cols * b.elem(dtype)
+    deps = deps or [[] for _ in range(n)]
+    sl = lambda buf, chunk: row_slice(buf, chunk * rows, rows)  # noqa: E731
+    if engine == "sm" and algorithm == "ring":
+        kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="reduce-scatter").id for g in range(n)]
+        prev: dict[int, str] = {}
+        for t in range(1, n):
+            cur = {}
+            for g in range(n):
+                dst, chunk = (g + 1) % n, (g - t) % n
+                d = [prev[g]] if t > 1 else []
+                cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), deps=d,
+                                         reduce=True, label=f"RS ring step {t}",
+                                         io={"src": sl(buffer, chunk), "dst": sl(buffer, chunk)}).id
+            prev = cur
+        return [[k] for k in kern]
+    if algorithm == "ring":
+        raise InputError("schedule", "engine", "a ring reduce-scatter on copy engines needs a reduce kernel per "
+                         "step; use the direct algorithm for DMA")
+    # Direct: every rank sends chunk d to rank d, which sums what it received with its own.
+    done: list[list[str]] = [[] for _ in range(n)]
+    incoming: list[list[str]] = [[] for _ in range(n)]
+    kern = None
+    if engine == "sm":
+        kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="reduce-scatter").id for g in range(n)]
+    for src in range(n):
+        for dst in range(n):
+            if src == dst:
+                continue
+            io = {"src": sl(buffer, dst), "dst": sl(staging, src)}
+            if engine == "sm":
+                tid = b.sm_transfer(f"{prefix}.{src}-{dst}", src, dst, e, (kern[src], kern[dst]),
+                                    label="RS direct", io=io).id
+                incoming[dst].append(kern[dst])
+            else:
+                tid = b.dma_transfer(f"{prefix}.{src}-{dst}", src, src, dst, e, deps=list(deps[src]),
+                                     label="RS direct", io=io).id
+                incoming[dst].append(tid)
+    for g in range(n):
+        inputs = [sl(staging, p) for p in range(n) if p != g] + [sl(buffer, g)]
+        red = b.reduce(f"{prefix}.sum{g}", g, rows, cols, dtype, n, deps=sorted(set(incoming[g])) + list(deps[g]),
+                       label="RS sum", io={"inputs": inputs, "out": sl(buffer, g)})
+        done[g].append(red.id)
+    return done
+
+
+def all_to_all(b: GraphBuilder, prefix: str, counts: Sequence[Sequence[int]], cols: int, dtype: str, *,
+               src_buffer: str, dst_buffer: str, engine: str,
+               deps: Sequence[Sequence[str]] | None = None) -> list[list[str]]:
+    """``counts[p][q]`` rows from p to q, direct. Source rows of p are grouped by
+    destination; destination rows of q are grouped by source (both in rank order)."""
+    n = b.num_gpus
+    deps = deps or [[] for _ in range(n)]
+    esize = cols * b.elem(dtype)
+    src_off = [[sum(counts[p][:q]) for q in range(n)] for p in range(n)]
+    dst_off = [[sum(counts[r][q] for r in range(p)) for q in range(n)] for p in range(n)]
+    kern = None
+    if engine == "sm":
+        kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="all-to-all").id for g in range(n)]
+    done: list[list[str]] = [[k] for k in kern] if kern else [[] for _ in range(n)]
+    for p in range(n):
+        for q in range(n):
+            rows = counts[p][q]
+            if p == q or rows == 0:
+                continue
+            io = {"src": row_slice(src_buffer, src_off[p][q], rows), "dst": row_slice(dst_buffer, dst_off[p][q], rows)}
+            if engine == "sm":
+                b.sm_transfer(f"{prefix}.{p}-{q}", p, q, rows * esize, (kern[p], kern[q]), label="A2A", io=io)
+            else:
+                done[q].append(b.dma_transfer(f"{prefix}.{p}-{q}", q, p, q, rows * esize,
+                                              deps=list(deps[p]) + list(deps[q]), label="A2A", io=io).id)
+    return done
+
+
+def all_reduce(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *, buffer: str, staging: str,
+               engine: str, algorithm: str) -> list[list[str]]:
+    """Reduce-scatter then all-gather (``rows`` per rank after the scatter)."""
+    rs = reduce_scatter(b, f"{prefix}.rs", rows, cols, dtype, buffer=buffer, staging=staging, engine=engine,
+                        algorithm=algorithm)
+    return all_gather(b, f"{prefix}.ag", rows, cols, dtype, buffer=buffer, engine=engine, algorithm=algorithm,
+                      deps=rs)
+
+
+def send_recv(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *, buffer: str,
+              engine: str) -> list[list[str]]:
+    """Rank 0 sends ``rows`` rows to rank 1."""
+    e = rows * cols * b.elem(dtype)
+    io = {"src": row_slice(buffer, 0, rows), "dst": row_slice(buffer, 0, rows)}
+    if engine == "sm":
+        k0 = b.comm_kernel(f"{prefix}.k0", 0, label="send").id
+        k1 = b.comm_kernel(f"{prefix}.k1", 1, label="recv").id
+        b.sm_transfer(f"{prefix}.0-1", 0, 1, e, (k0, k1), label="send/recv", io=io)
+        return [[k0], [k1]]
+    t = b.dma_transfer(f"{prefix}.0-1", 1, 0, 1, e, label="send/recv", io=io).id
+    return [[t], [t]]

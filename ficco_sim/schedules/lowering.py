@@ -1,0 +1,330 @@
+"""Lowering: (scenario, schedule, GPU, topology) -> task graph.
+
+Pieces and steps. Communication is cut into pieces ``(peer, sub)``: ``shard`` keeps one
+piece per peer, ``ficco`` cuts each peer's piece again into ``gpus`` sub-pieces. The
+pattern orders pieces into steps: ``p2p`` moves one piece per step (peers in ring
+order), ``a2a`` moves sub-piece ``j`` of every peer in step ``j``. SM communication
+runs one comm kernel per step per GPU (driving that step's sends and receives); DMA
+issues one copy command per piece on the copy engine of its peer. Compute follows the
+steps: the local part first (it needs no communication), then one GEMM per ``group``
+steps. Data layout for the executor is in each task's ``io`` (row slices of named
+buffers) and in ``graph.meta["reference"]``.
+
+>>> from ficco_sim.workload import Scenario
+>>> from ficco_sim.schedules.schedule import parse_schedule
+>>> g = lower(Scenario("ag-gemm", 4, 4096, 1024, 1024), parse_schedule("ficco-a2a-dma"), "h100", "fc:4")
+>>> sum(1 for t in g.transfers if t.dst == 0)
+12
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..errors import InputError
+from ..hardware import GpuProfile, load_gpu
+from ..taskgraph import Slice, TaskGraph
+from ..topology import Topology, load_topology
+from ..workload import Scenario
+from . import collectives
+from .builder import COMM, GraphBuilder, row_slice
+from .schedule import Schedule, parse_schedule
+
+
+def split_rows(rows: int, parts: int) -> list[int]:
+    """``rows`` split into ``parts`` near-equal counts (larger ones first).
+
+    >>> split_rows(10, 4)
+    [3, 3, 2, 2]
+    """
+    q, r = divmod(rows, parts)
+    return [q + (1 if i < r else 0) for i in range(parts)]
+
+
+def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topology: Topology) -> str | None:
+    """Why this schedule cannot run this scenario here, or None if it can."""
+    if topology.num_gpus != scenario.gpus:
+        return f"topology has {topology.num_gpus} GPUs but the scenario needs {scenario.gpus}"
+    if schedule.dim != "M":
+        return f"decomposition along {schedule.dim} is not lowered yet for {scenario.kind}"
+    if schedule.smem and not schedule.overlapped:
+        return "shared-memory shaping only matters when compute overlaps communication"
+    if schedule.priority == "high" and schedule.engine == "dma":
+        return "copy engines ignore stream priority"
+    if schedule.channels is not None and schedule.engine == "dma":
+        return "channels apply to SM communication only"
+    if schedule.group > 1 and not schedule.overlapped:
+        return "grouping applies to overlapped schedules only"
+    return None
+
+
+def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, topology: Topology | str, *,
+          algorithm: str = "auto") -> TaskGraph:
+    """The task graph of ``scenario`` under ``schedule`` (see module docstring)."""
+    gpu = load_gpu(gpu)
+    topology = load_topology(topology, gpu)
+    schedule = parse_schedule(schedule)
+    reason = invalid_reason(scenario, schedule, gpu, topology)
+    if reason:
+        raise InputError("schedule", schedule.name, reason)
+    b = GraphBuilder(gpu, scenario.gpus, comm_priority=1 if schedule.priority == "high" else 0,
+                     extra_smem=schedule.smem, channels=schedule.channels)
+    algo = collectives.pick_algorithm(algorithm, topology.kind)
+    b.meta.update(scenario=scenario.label(), schedule=schedule.name, gpu=gpu.name, topology=topology.name)
+    {"ag-gemm": _ag_gemm, "gemm-rs": _gemm_rs, "a2a-gemm": _a2a_gemm}[scenario.kind](
+        b, scenario, schedule, topology, algo)
+    return b.build()
+
+
+# ----------------------------------------------------------------------------------------
+# Steps
+
+def _steps(schedule: Schedule, n: int, g: int, subs: int) -> list[list[tuple[int, int]]]:
+    """Pieces (peer, sub) GPU ``g`` receives, step by step (peers at ring distance 1, 2, ...)."""
+    peers = [(g - t) % n for t in range(1, n)]
+    if schedule.pattern == "a2a":
+        return [[(p, j) for p in peers] for j in range(subs)]
+    return [[(p, j)] for p in peers for j in range(subs)]
+
+
+def _groups(items: Sequence, size: int) -> list[list]:
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def _comm_kernels(b: GraphBuilder, prefix: str, nsteps: int, deps=None) -> list[list[str]]:
+    """kern[g][s]: the comm kernel GPU g runs for step s (SM engine)."""
+    return [[b.comm_kernel(f"{prefix}.k{g}.s{s}", g, deps=(deps(g, s) if deps else ()), label=f"comm step {s}").id
+             for s in range(nsteps)] for g in range(b.num_gpus)]
+
+
+# ----------------------------------------------------------------------------------------
+# all-gather -> GEMM (gather A along M)
+
+def _ag_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str) -> None:
+    n, S, dt = sc.gpus, sc.shard_rows, sc.dtype
+    b.buffer("A", sc.m, sc.k, dt)
+    b.buffer("B", sc.k, sc.n, dt)
+    b.buffer("C", sc.m, sc.n, dt)
+    b.meta["reference"] = {"kind": "ag-gemm", "A": "A", "B": "B", "C": "C", "shard_rows": S}
+    if not sch.overlapped:
+        done = collectives.all_gather(b, "ag", S, sc.k, dt, buffer="A", engine=sch.engine, algorithm=algo)
+        for g in range(n):
+            b.gemm(f"gemm{g}", g, sc.m, sc.n, sc.k, dt, deps=done[g], label="GEMM",
+                   io={"a": [Slice("A", 0, sc.m)], "c": [Slice("C", 0, sc.m)]})
+        return
+
+    subs = n if sch.granularity == "ficco" else 1
+    sub_rows = split_rows(S, subs)
+    sub_off = [sum(sub_rows[:j]) for j in range(subs)]
+    piece = lambda owner, j: row_slice("A", owner * S + sub_off[j], sub_rows[j])  # noqa: E731
+    steps = [_steps(sch, n, g, subs) for g in range(n)]
+    nsteps = len(steps[0])
+    forward = sch.pattern == "p2p" and topo.kind == "ring"
+    arrived: dict[tuple[int, int, int], str] = {}  # (gpu, owner, sub) -> transfer id
+    kern = _comm_kernels(b, "ag", nsteps) if sch.engine == "sm" else None
+
+    for s in range(nsteps):
+        for g in range(n):
+            for owner, j in steps[g][s]:
+                src = (g - 1) % n if forward else owner
+                deps = [arrived[(src, owner, j)]] if forward and src != owner else []
+                tid = f"ag.s{s}.{owner}.{j}->{g}"
+                nbytes = sub_rows[j] * sc.k * sc.element_bytes
+                io = {"src": piece(owner, j), "dst": piece(owner, j)}
+                if sch.engine == "sm":
+                    b.sm_transfer(tid, src, g, nbytes, (kern[src][s], kern[g][s]), deps=deps, label=f"AG step {s}",
+                                  io=io)
+                else:
+                    b.dma_transfer(tid, g, src, g, nbytes, deps=deps, label=f"AG step {s}", io=io)
+                arrived[(g, owner, j)] = tid
+
+    for g in range(n):
+        b.gemm(f"gemm{g}.local", g, S, sc.n, sc.k, dt, label="GEMM local",
+               io={"a": [row_slice("A", g * S, S)], "c": [row_slice("C", g * S, S)]})
+        for i, grp in enumerate(_groups(range(nsteps), sch.group)):
+            pieces = [pc for s in grp for pc in steps[g][s]]
+            rows = sum(sub_rows[j] for _, j in pieces)
+            deps = [arrived[(g, o, j)] for o, j in pieces]
+            b.gemm(f"gemm{g}.{i}", g, rows, sc.n, sc.k, dt, deps=deps, label=f"GEMM piece {i}",
+                   io={"a": [piece(o, j) for o, j in pieces],
+                       "c": [Slice("C", piece(o, j).start, piece(o, j).stop) for o, j in pieces]})
+
+
+# ----------------------------------------------------------------------------------------
+# GEMM -> reduce-scatter (scatter C along M)
+
+def _gemm_rs(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str) -> None:
+    n, S, dt, cols = sc.gpus, sc.shard_rows, sc.dtype, sc.n
+    b.buffer("A", sc.m, sc.k, dt)
+    b.buffer("B", sc.k, sc.n, dt)
+    b.buffer("P", sc.m, sc.n, dt)   # partial C; rank g's rows [gS, (g+1)S) end up summed
+    b.buffer("R", sc.m, sc.n, dt)   # receive staging
+    b.meta["reference"] = {"kind": "gemm-rs", "A": "A", "B": "B", "out": "P", "shard_rows": S}
+    if not sch.overlapped:
+        gemms = [[b.gemm(f"gemm{g}", g, sc.m, sc.n, sc.k, dt, label="GEMM",
+                         io={"a": [Slice("A", 0, sc.m)], "c": [Slice("P", 0, sc.m)]}).id] for g in range(n)]
+        collectives.reduce_scatter(b, "rs", S, cols, dt, buffer="P", staging="R", engine=sch.engine,
+                                   algorithm=("direct" if sch.engine == "dma" else algo), deps=gemms)
+        return
+
+    subs = n if sch.granularity == "ficco" else 1
+    sub_rows = split_rows(S, subs)
+    sub_off = [sum(sub_rows[:j]) for j in range(subs)]
+    rows_of = lambda buf, chunk, j: row_slice(buf, chunk * S + sub_off[j], sub_rows[j])  # noqa: E731
+    esize = cols * sc.element_bytes
+    if sch.pattern == "p2p":
+        _gemm_rs_ring(b, sc, sch, subs, sub_rows, rows_of, esize)
+        return
+
+    # a2a: step j computes sub-piece j of every chunk, sends each to its owner, owner sums.
+    gemm_of_step = {}
+    for g in range(n):
+        for i, grp in enumerate(_groups(range(subs), sch.group)):
+            slices = [rows_of("P", c, j) for j in grp for c in [(g + 1 + t) % n for t in range(n)]]
+            gid = b.gemm(f"gemm{g}.{i}", g, sum(s.stop - s.start for s in slices), sc.n, sc.k, dt,
+                         label=f"GEMM piece {i}",
+                         io={"a": [Slice("A", s.start, s.stop) for s in slices], "c": slices}).id
+            for j in grp:
+                gemm_of_step[(g, j)] = gid
+    kern = _comm_kernels(b, "rs", subs, deps=lambda g, s: [gemm_of_step[(g, s)]]) if sch.engine == "sm" else None
+    incoming: dict[tuple[int, int], list[str]] = {}
+    for j in range(subs):
+        for src in range(n):
+            for dst in range(n):
+                if src == dst:
+                    continue
+                tid = f"rs.s{j}.{src}->{dst}"
+                io = {"src": rows_of("P", dst, j), "dst": rows_of("R", src, j)}
+                if sch.engine == "sm":
+                    b.sm_transfer(tid, src, dst, sub_rows[j] * esize, (kern[src][j], kern[dst][j]),
+                                  deps=[gemm_of_step[(src, j)]], label=f"RS step {j}", io=io)
+                    incoming.setdefault((dst, j), []).append(kern[dst][j])
+                else:
+                    b.dma_transfer(tid, src, src, dst, sub_rows[j] * esize, deps=[gemm_of_step[(src, j)]],
+                                   label=f"RS step {j}", io=io)
+                    incoming.setdefault((dst, j), []).append(tid)
+        for g in range(n):
+            inputs = [rows_of("R", p, j) for p in range(n) if p != g] + [rows_of("P", g, j)]
+            b.reduce(f"rs.sum{g}.{j}", g, sub_rows[j], cols, dt, n,
+                     deps=sorted(set(incoming[(g, j)])) + [gemm_of_step[(g, j)]], label=f"RS sum {j}",
+                     io={"inputs": inputs, "out": rows_of("P", g, j)})
+
+
+def _gemm_rs_ring(b: GraphBuilder, sc: Scenario, sch: Schedule, subs: int, sub_rows: list[int], rows_of,
+                  esize: int) -> None:
+    """Ring reduce-scatter chained with the GEMM pieces: at step t GPU g computes its partial
+    of chunk g-t, adds what g-1 sent (the running sum), and sends the sum to g+1; the
+    last piece it computes is its own chunk."""
+    n, dt, cols = sc.gpus, sc.dtype, sc.n
+    # order[g] = (chunk, sub) pieces in compute order; the last N-1... per sub: chunks g-1, g-2, ..., g.
+    order = [[((g - t) % n, j) for j in range(subs) for t in list(range(1, n)) + [n]] for g in range(n)]
+    nsteps = subs * (n - 1)
+    gemm_of: dict[tuple[int, int, int], str] = {}
+    for g in range(n):
+        for i, grp in enumerate(_groups(order[g], sch.group)):
+            slices = [rows_of("P", c, j) for c, j in grp]
+            gid = b.gemm(f"gemm{g}.{i}", g, sum(s.stop - s.start for s in slices), sc.n, sc.k, dt,
+                         label=f"GEMM piece {i}",
+                         io={"a": [Slice("A", s.start, s.stop) for s in slices], "c": slices}).id
+            for c, j in grp:
+                gemm_of[(g, c, j)] = gid
+    # ready[(g, c, j)]: task after which GPU g holds its running sum of piece (c, j).
+    ready = {key: gid for key, gid in gemm_of.items()}
+    recv: dict[tuple[int, int, int], str] = {}
+    step_of = lambda t, j: j * (n - 1) + (t - 1)  # noqa: E731
+    kern = None
+    if sch.engine == "sm":
+        kern = [[None] * nsteps for _ in range(n)]
+    for j in range(subs):
+        for t in range(1, n):
+            s = step_of(t, j)
+            for g in range(n):   # comm kernels first: they drive both directions of step s
+                if kern is not None:
+                    c_send = (g - t) % n
+                    kern[g][s] = b.comm_kernel(f"rs.k{g}.s{s}", g, deps=[ready[(g, c_send, j)]],
+                                               label=f"comm step {s}").id
+            for g in range(n):
+                dst, c = (g + 1) % n, (g - t) % n
+                tid = f"rs.s{s}.{g}->{dst}"
+                io = {"src": rows_of("P", c, j), "dst": rows_of("R", c, j)}
+                if kern is not None:
+                    b.sm_transfer(tid, g, dst, sub_rows[j] * esize, (kern[g][s], kern[dst][s]),
+                                  deps=[ready[(g, c, j)]], label=f"RS step {s}", io=io)
+                    recv[(dst, c, j)] = kern[dst][s]
+                else:
+                    b.dma_transfer(tid, g, g, dst, sub_rows[j] * esize, deps=[ready[(g, c, j)]],
+                                   label=f"RS step {s}", io=io)
+                    recv[(dst, c, j)] = tid
+            for g in range(n):
+                c = (g - 1 - t) % n   # what g just received from g-1
+                rid = b.reduce(f"rs.sum{g}.{c}.{j}", g, sub_rows[j], cols, dt, 2, stream=COMM,
+                               deps=[recv[(g, c, j)], gemm_of[(g, c, j)]], label=f"RS add step {s}",
+                               io={"inputs": [rows_of("R", c, j), rows_of("P", c, j)], "out": rows_of("P", c, j)}).id
+                ready[(g, c, j)] = rid
+
+
+# ----------------------------------------------------------------------------------------
+# all-to-all -> expert GEMM (MoE dispatch)
+
+def _a2a_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str) -> None:
+    n, dt = sc.gpus, sc.dtype
+    counts = sc.tokens()
+    recv_rows = [sum(counts[p][q] for p in range(n) if p != q) for q in range(n)]
+    out_rows = max(sc.expert_rows(q) for q in range(n))
+    b.buffer("X", sc.m, sc.k, dt)                       # local tokens, grouped by destination
+    b.buffer("Y", max(1, max(recv_rows)), sc.k, dt)     # received tokens, grouped by source
+    b.buffer("W", sc.k, sc.n, dt)                       # this GPU's expert
+    b.buffer("Z", out_rows, sc.n, dt)                   # expert output: local rows, then received rows
+    b.meta["reference"] = {"kind": "a2a-gemm", "X": "X", "Y": "Y", "W": "W", "Z": "Z",
+                           "counts": [list(r) for r in counts]}
+    src_off = [[sum(counts[p][:q]) for q in range(n)] for p in range(n)]
+    y_off = [[sum(counts[r][q] for r in range(p) if r != q) for q in range(n)] for p in range(n)]
+
+    def local_gemm(g: int, deps=()) -> None:
+        rows = counts[g][g]
+        if rows:
+            b.gemm(f"gemm{g}.local", g, rows, sc.n, sc.k, dt, deps=deps, label="expert GEMM local",
+                   io={"a": [row_slice("X", src_off[g][g], rows)], "c": [row_slice("Z", 0, rows)]})
+
+    if not sch.overlapped:
+        done = collectives.all_to_all(b, "a2a", counts, sc.k, dt, src_buffer="X", dst_buffer="Y", engine=sch.engine)
+        for g in range(n):
+            rows, got = counts[g][g], recv_rows[g]
+            a = ([row_slice("X", src_off[g][g], rows)] if rows else []) + ([row_slice("Y", 0, got)] if got else [])
+            b.gemm(f"gemm{g}", g, rows + got, sc.n, sc.k, dt, deps=done[g], label="expert GEMM",
+                   io={"a": a, "c": [row_slice("Z", 0, rows + got)]})
+        return
+
+    subs = n if sch.granularity == "ficco" else 1
+    steps = [_steps(sch, n, g, subs) for g in range(n)]
+    nsteps = len(steps[0])
+    split = {(p, q): split_rows(counts[p][q], subs) for p in range(n) for q in range(n)}
+    sub_off = lambda p, q, j: sum(split[(p, q)][:j])  # noqa: E731
+    kern = _comm_kernels(b, "a2a", nsteps) if sch.engine == "sm" else None
+    arrived: dict[tuple[int, int, int], str] = {}
+    for s in range(nsteps):
+        for g in range(n):
+            for p, j in steps[g][s]:
+                rows = split[(p, g)][j]
+                if rows == 0:
+                    continue
+                tid = f"a2a.s{s}.{p}.{j}->{g}"
+                io = {"src": row_slice("X", src_off[p][g] + sub_off(p, g, j), rows),
+                      "dst": row_slice("Y", y_off[p][g] + sub_off(p, g, j), rows)}
+                nbytes = rows * sc.k * sc.element_bytes
+                if sch.engine == "sm":
+                    b.sm_transfer(tid, p, g, nbytes, (kern[p][s], kern[g][s]), label=f"A2A step {s}", io=io)
+                else:
+                    b.dma_transfer(tid, g, p, g, nbytes, label=f"A2A step {s}", io=io)
+                arrived[(g, p, j)] = tid
+    for g in range(n):
+        local_gemm(g)
+        base = counts[g][g]
+        for i, grp in enumerate(_groups(range(nsteps), sch.group)):
+            pieces = [(p, j) for s in grp for p, j in steps[g][s] if (g, p, j) in arrived]
+            if not pieces:
+                continue
+            ys = [row_slice("Y", y_off[p][g] + sub_off(p, g, j), split[(p, g)][j]) for p, j in pieces]
+            b.gemm(f"gemm{g}.{i}", g, sum(y.stop - y.start for y in ys), sc.n, sc.k, dt,
+                   deps=[arrived[(g, p, j)] for p, j in pieces], label=f"expert GEMM piece {i}",
+                   io={"a": ys, "c": [Slice("Z", base + y.start, base + y.stop) for y in ys]})

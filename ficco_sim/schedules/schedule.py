@@ -1,0 +1,136 @@
+"""Schedules: points in the overlap design space, with stable short names.
+
+A name is dash-separated tokens: granularity (``none`` | ``shard`` | ``ficco``), then for
+overlapped schedules the pattern (``p2p`` | ``a2a``), then the engine (``sm`` | ``dma``),
+then optional modifiers: ``hi`` (communication stream at high priority), ``smem48k``
+(48 KiB of extra shared memory per compute block), ``g2`` (2 communication steps per
+GEMM piece), ``dimK`` (decompose along K), ``c8`` (8 channels for SM communication).
+
+>>> parse_schedule("ficco-a2a-dma").pattern
+'a2a'
+>>> parse_schedule("shard-p2p-sm-hi-smem64k").name
+'shard-p2p-sm-hi-smem64k'
+>>> Schedule("shard").name
+'shard-p2p-sm'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+GRANULARITIES = ("none", "shard", "ficco")
+PATTERNS = ("p2p", "a2a")
+ENGINES = ("sm", "dma")
+PRIORITIES = ("normal", "high")
+DIMS = ("M", "K", "N")
+DEFAULT_PATTERN = {"none": None, "shard": "p2p", "ficco": "a2a"}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One point of the design space (see DESIGN.md). ``smem`` is extra bytes per compute block."""
+
+    granularity: str = "none"
+    pattern: str | None = None
+    engine: str = "sm"
+    priority: str = "normal"
+    smem: int = 0
+    group: int = 1
+    dim: str = "M"
+    channels: int | None = None
+
+    def __post_init__(self) -> None:
+        where = "schedule"
+        if self.granularity not in GRANULARITIES:
+            raise InputError(where, "granularity", f"unknown {self.granularity!r}; known: {', '.join(GRANULARITIES)}")
+        if self.pattern is None:
+            object.__setattr__(self, "pattern", DEFAULT_PATTERN[self.granularity])
+        if self.granularity != "none" and self.pattern not in PATTERNS:
+            raise InputError(where, "pattern", f"unknown {self.pattern!r}; known: {', '.join(PATTERNS)}")
+        if self.engine not in ENGINES:
+            raise InputError(where, "engine", f"unknown {self.engine!r}; known: {', '.join(ENGINES)}")
+        if self.priority not in PRIORITIES:
+            raise InputError(where, "priority", f"unknown {self.priority!r}; known: {', '.join(PRIORITIES)}")
+        if self.dim not in DIMS:
+            raise InputError(where, "dim", f"unknown {self.dim!r}; known: {', '.join(DIMS)}")
+        if self.smem < 0:
+            raise InputError(where, "smem", f"must not be negative, got {self.smem}")
+        if self.group < 1:
+            raise InputError(where, "group", f"must be at least 1, got {self.group}")
+        if self.channels is not None and self.channels < 1:
+            raise InputError(where, "channels", f"must be at least 1, got {self.channels}")
+
+    @property
+    def overlapped(self) -> bool:
+        return self.granularity != "none"
+
+    @property
+    def name(self) -> str:
+        parts = [self.granularity]
+        if self.overlapped:
+            parts.append(self.pattern or "")
+        if self.overlapped or self.engine != "sm":
+            parts.append(self.engine)
+        if self.priority == "high":
+            parts.append("hi")
+        if self.smem:
+            parts.append(f"smem{self.smem // 1024}k" if self.smem % 1024 == 0 else f"smem{self.smem}b")
+        if self.group > 1:
+            parts.append(f"g{self.group}")
+        if self.dim != "M":
+            parts.append(f"dim{self.dim}")
+        if self.channels is not None:
+            parts.append(f"c{self.channels}")
+        return "-".join(parts)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_MOD = re.compile(r"^(hi|smem(\d+)(k|b)|g(\d+)|dim([MKN])|c(\d+))$")
+
+
+def parse_schedule(name: str | Schedule) -> Schedule:
+    """A :class:`Schedule` from its short name (see module docstring)."""
+    if isinstance(name, Schedule):
+        return name
+    tokens = [t for t in str(name).strip().split("-") if t]
+    if not tokens or tokens[0] not in GRANULARITIES:
+        raise InputError("--schedule", None, f"{name!r}: must start with one of {', '.join(GRANULARITIES)} "
+                         "(e.g. none, shard-p2p-sm, ficco-a2a-dma-hi)")
+    kw: dict = {"granularity": tokens[0]}
+    rest = tokens[1:]
+    if rest and rest[0] in PATTERNS:
+        kw["pattern"] = rest.pop(0)
+    if rest and rest[0] in ENGINES:
+        kw["engine"] = rest.pop(0)
+    for tok in rest:
+        m = _MOD.match(tok)
+        if not m:
+            raise InputError("--schedule", None, f"{name!r}: unknown part {tok!r} "
+                             "(modifiers: hi, smem<N>k, g<N>, dimK, c<N>)")
+        if tok == "hi":
+            kw["priority"] = "high"
+        elif m.group(2):
+            kw["smem"] = int(m.group(2)) * (1024 if m.group(3) == "k" else 1)
+        elif m.group(4):
+            kw["group"] = int(m.group(4))
+        elif m.group(5):
+            kw["dim"] = m.group(5)
+        elif m.group(6):
+            kw["channels"] = int(m.group(6))
+    return Schedule(**kw)
+
+
+def basic_schedules() -> list[Schedule]:
+    """The basic set ``--schedule all`` runs: no overlap, shard-level p2p and FiCCO a2a,
+    each on SMs (normal and high priority) and on DMA engines (priority does not apply
+    to copy engines)."""
+    out = [Schedule("none")]
+    for gran in ("shard", "ficco"):
+        out += [Schedule(gran, engine="sm"), Schedule(gran, engine="sm", priority="high"),
+                Schedule(gran, engine="dma")]
+    return out
