@@ -1,0 +1,161 @@
+"""The Python API: simulate a scenario under a schedule, or time one GEMM or collective.
+
+>>> from ficco_sim import simulate, Scenario
+>>> r = simulate(Scenario("ag-gemm", 8, 16384, 8192, 8192), "ficco-a2a-dma", "h100", "switch:8")
+>>> r.makespan < r.metrics["serial"]
+True
+>>> round(collective_time("h100", "ring:4", "all-gather", 64 << 20) * 1e3, 3) > 0
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from .analytical import analytical_timeline
+from .engine.des import simulate_graph
+from .errors import InputError
+from .gemm_model import gemm_time as _gemm_time
+from .hardware import DTYPE_BYTES, GpuProfile, load_gpu
+from .metrics import comm_only_graph, compute_metrics
+from .schedules import Schedule, lower, parse_schedule
+from .schedules import collectives as coll
+from .schedules.builder import GraphBuilder
+from .taskgraph import TaskGraph
+from .timeline import Timeline
+from .topology import Topology, load_topology
+from .workload import COLLECTIVES, Scenario
+
+ENGINES = ("des", "analytical")
+
+
+@dataclass
+class Result:
+    """One simulated (scenario, schedule): the task graph, its timeline and its metrics."""
+
+    scenario: Scenario
+    schedule: Schedule
+    gpu: str
+    topology: str
+    engine: str
+    graph: TaskGraph
+    timeline: Timeline
+    metrics: dict
+
+    @property
+    def makespan(self) -> float:
+        return self.timeline.makespan
+
+    def row(self) -> dict:
+        """A flat record (SI units) for tables, CSV and pandas."""
+        s = self.scenario
+        return {"scenario": s.label(), "kind": s.kind, "gpus": s.gpus, "m": s.m, "n": s.n, "k": s.k,
+                "dtype": s.dtype, "gpu": self.gpu, "topology": self.topology, "schedule": self.schedule.name,
+                "engine": self.engine, **self.metrics}
+
+
+def _run(graph: TaskGraph, gpu: GpuProfile, topo: Topology, engine: str, policy: str) -> Timeline:
+    if engine == "des":
+        return simulate_graph(graph, gpu, topo, policy=policy)
+    if engine == "analytical":
+        return analytical_timeline(graph, gpu, topo)
+    raise InputError("--engine", None, f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+
+
+def _default_topology(topology, scenario: Scenario, gpu: GpuProfile) -> Topology:
+    return load_topology(topology if topology is not None else f"switch:{scenario.gpus}", gpu)
+
+
+def baseline(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | str | None = None, *,
+             engine: str = "des", policy: str = "backfill") -> dict[str, float]:
+    """Isolated compute and communication times and the ``none`` makespan (s)."""
+    gpu = load_gpu(gpu)
+    topo = _default_topology(topology, scenario, gpu)
+    t_comp = max(_gemm_time(gpu, g.m, g.n, g.k, g.dtype) if g.m else 0.0 for g in scenario.gemm_shapes())
+    none_graph = lower(scenario, Schedule("none"), gpu, topo)
+    t_comm = _run(comm_only_graph(none_graph), gpu, topo, engine, policy).makespan
+    t_none = _run(none_graph, gpu, topo, engine, policy).makespan
+    return {"t_comp": t_comp, "t_comm": t_comm, "t_none": t_none}
+
+
+def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProfile | str = "h100",
+             topology: Topology | str | None = None, *, engine: str = "des", policy: str = "backfill",
+             base: dict[str, float] | None = None) -> Result:
+    """Simulate ``scenario`` under ``schedule``. ``topology`` defaults to ``switch:<gpus>``;
+    ``engine`` is ``des`` (discrete-event) or ``analytical``; ``base`` reuses a
+    :func:`baseline` computed earlier (saves work when sweeping schedules)."""
+    gpu = load_gpu(gpu)
+    topo = _default_topology(topology, scenario, gpu)
+    schedule = parse_schedule(schedule)
+    graph = lower(scenario, schedule, gpu, topo)
+    timeline = _run(graph, gpu, topo, engine, policy)
+    base = base or baseline(scenario, gpu, topo, engine=engine, policy=policy)
+    comm_only = _run(comm_only_graph(graph), gpu, topo, engine, policy)
+    metrics = compute_metrics(graph, timeline, gpu, t_comp=base["t_comp"], t_comm=base["t_comm"],
+                              t_none=base["t_none"], comm_only=comm_only)
+    return Result(scenario, schedule, gpu.name, topo.name, engine, graph, timeline, metrics)
+
+
+def simulate_many(scenario: Scenario, schedules: Iterable[Schedule | str], gpu: GpuProfile | str = "h100",
+                  topology: Topology | str | None = None, *, engine: str = "des",
+                  policy: str = "backfill") -> list[Result]:
+    """:func:`simulate` for several schedules, sharing the baseline."""
+    gpu = load_gpu(gpu)
+    topo = _default_topology(topology, scenario, gpu)
+    base = baseline(scenario, gpu, topo, engine=engine, policy=policy)
+    return [simulate(scenario, s, gpu, topo, engine=engine, policy=policy, base=base) for s in schedules]
+
+
+def gemm_time(gpu: GpuProfile | str, m: int, n: int, k: int, dtype: str = "float16") -> float:
+    """Isolated time (s) of C[m,n] = A[m,k] @ B[k,n] on one GPU, launch overhead included."""
+    return _gemm_time(load_gpu(gpu), m, n, k, dtype)
+
+
+def collective_graph(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *, engine: str = "sm",
+                     algorithm: str = "auto", dtype: str = "float16") -> TaskGraph:
+    """A task graph of one collective alone (see :func:`collective_time` for sizes)."""
+    if kind not in COLLECTIVES:
+        raise InputError("--kind", None, f"unknown collective {kind!r}; known: {', '.join(COLLECTIVES)}")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+        raise InputError("--bytes", None, f"must be a positive integer, got {nbytes!r}")
+    if engine not in ("sm", "dma"):
+        raise InputError("--comm-engine", None, f"unknown engine {engine!r}; known: sm, dma")
+    n = topo.num_gpus
+    algo = coll.pick_algorithm(algorithm, topo.kind)
+    e = DTYPE_BYTES[dtype]
+    b = GraphBuilder(gpu, n)
+    cols = 1
+    # Express sizes in rows of one element so that any byte count lowers exactly.
+    if kind == "all-gather":
+        coll.all_gather(b, "ag", nbytes // e, cols, dtype, buffer="X", engine=engine, algorithm=algo)
+    elif kind == "reduce-scatter":
+        coll.reduce_scatter(b, "rs", nbytes // e // n, cols, dtype, buffer="X", staging="R", engine=engine,
+                            algorithm="direct" if engine == "dma" else algo)
+    elif kind == "all-reduce":
+        if engine == "dma":
+            raise InputError("--comm-engine", None, "copy engines cannot reduce; all-reduce runs on SMs")
+        coll.all_reduce(b, "ar", nbytes // e // n, cols, dtype, buffer="X", staging="R", engine=engine,
+                        algorithm=algo)
+    elif kind == "all-to-all":
+        share = nbytes // e // n
+        coll.all_to_all(b, "a2a", [[share] * n for _ in range(n)], cols, dtype, src_buffer="X", dst_buffer="Y",
+                        engine=engine)
+    else:
+        coll.send_recv(b, "p2p", nbytes // e, cols, dtype, buffer="X", engine=engine)
+    b.meta.update(collective=kind, bytes=nbytes, algorithm=algo)
+    return b.build()
+
+
+def collective_time(gpu: GpuProfile | str, topology: Topology | str, kind: str, nbytes: int, *,
+                    engine: str = "sm", algorithm: str = "auto", sim: str = "des") -> float:
+    """Isolated time (s) of one collective over every GPU of ``topology``.
+
+    ``nbytes`` is the per-rank buffer: the shard for all-gather, the full input for
+    reduce-scatter and all-reduce, the whole send buffer for all-to-all, the message
+    for send-recv. ``algorithm`` is ``ring``, ``direct`` or ``auto`` (ring on rings).
+    """
+    gpu = load_gpu(gpu)
+    topo = load_topology(topology, gpu)
+    graph = collective_graph(gpu, topo, kind, nbytes, engine=engine, algorithm=algorithm)
+    return _run(graph, gpu, topo, sim, "backfill").makespan
