@@ -63,11 +63,20 @@ class _Pass:
         self.driven: dict[str, list[str]] = defaultdict(list)
         share: Counter = Counter()
         chan: Counter = Counter()
+        # Copy commands queue on their engine's stream: the r-th command of a step on each
+        # engine runs in "round" r, beside the other engines' r-th commands only.
+        position: Counter = Counter()
+        self.round: dict[str, int] = {}
         for t in graph.transfers:
             for k in t.drivers:
                 self.driven[k].append(t.id)
+            r = 0
+            if t.engine == "dma":
+                r = position[(t.gpu, t.stream, t.label)]
+                position[(t.gpu, t.stream, t.label)] += 1
+            self.round[t.id] = r
             for link in topo.path_links(t.src, t.dst):
-                share[(link, t.label)] += 1
+                share[(link, t.label, r)] += 1
             if t.engine == "sm":
                 chan[(t.drivers[0], t.label)] += 1
         self.share, self.chan = share, chan
@@ -75,7 +84,7 @@ class _Pass:
     def transfer_time(self, t: Transfer) -> float:
         bw = float("inf")
         for link in self.topo.path_links(t.src, t.dst):
-            bw = min(bw, self.topo.graph.edges[link]["bandwidth"] / self.share[(link, t.label)])
+            bw = min(bw, self.topo.graph.edges[link]["bandwidth"] / self.share[(link, t.label, self.round[t.id])])
         if t.engine == "dma":
             bw = min(bw, self.gpu.dma.bandwidth)
             fixed = self.gpu.dma.command_overhead

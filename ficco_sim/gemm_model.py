@@ -33,7 +33,8 @@ from .hardware import DTYPE_BYTES, BlockShape, GemmTile, GpuProfile, SmLimits
 def blocks_per_sm(limits: SmLimits, block: BlockShape) -> int:
     """Resident blocks of one kernel on an empty SM, limited by blocks, threads,
     registers and shared memory (including the driver's per-block reservation)."""
-    by_smem = limits.smem // (block.smem + limits.reserved_smem_per_block)
+    smem = block.smem + limits.reserved_smem_per_block
+    by_smem = limits.smem // smem if smem > 0 else limits.max_blocks
     by_regs = limits.registers // max(1, block.threads * block.registers)
     by_threads = limits.max_threads // block.threads
     return int(min(limits.max_blocks, by_threads, by_regs, by_smem))

@@ -20,6 +20,7 @@ SI (seconds, bytes, FLOP/s, bytes/s) and checks it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -217,7 +218,7 @@ def read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise InputError(str(path), None, f"cannot read: {exc.strerror}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -260,8 +261,8 @@ class _Reader:
     def number(self, path: str, *, scale: float = 1.0, positive: bool = True, integer: bool = False,
                at_most: float | None = None) -> float:
         value = self.leaf(path)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(self.where, path, f"must be a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError(self.where, path, f"must be a finite number, got {value!r}")
         if integer and int(value) != value:
             raise InputError(self.where, path, f"must be an integer, got {value!r}")
         if positive and not value > 0:
@@ -289,7 +290,7 @@ def check_block_fits(b: BlockShape, limits: SmLimits, where: str, path: str) -> 
         raise InputError(where, f"{path}.threads", f"{b.threads} exceeds the SM's {limits.max_threads} threads")
     if b.threads * b.registers > limits.registers:
         raise InputError(where, f"{path}.registers", "threads x registers exceed the SM's register file")
-    if b.smem > limits.max_smem_per_block:
+    if b.smem > limits.max_smem_per_block or b.smem + limits.reserved_smem_per_block > limits.smem:
         raise InputError(where, f"{path}.smem_kib",
                          f"{b.smem / KIB:g} KiB exceeds the {limits.max_smem_per_block / KIB:g} KiB per-block limit")
 
@@ -322,6 +323,9 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
     eff_node = r.node("gemm.efficiency")
     if not isinstance(eff_node, dict) or not eff_node:
         raise InputError(where, "gemm.efficiency", "must map dtypes to efficiencies")
+    for d in eff_node:
+        if d not in DTYPE_BYTES:
+            raise InputError(where, f"gemm.efficiency.{d}", f"unknown dtype; known: {', '.join(DTYPE_BYTES)}")
     efficiency = {d: r.number(f"gemm.efficiency.{d}", at_most=1.0) for d in eff_node}
     tiles_node = r.node("gemm.tiles")
     if not isinstance(tiles_node, list) or not tiles_node:

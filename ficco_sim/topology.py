@@ -24,7 +24,7 @@ Any other graph comes from YAML (see ``topologies/``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+import math
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +206,8 @@ def _load_yaml_topology(path: Path) -> Topology:
         raise InputError(where, None, "a topology must be a YAML mapping")
     n = _check_n(data.get("gpus"), where)
     defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise InputError(where, "defaults", "must be a mapping (bandwidth_gbps, latency_us)")
     links = data.get("links")
     if not isinstance(links, list) or not links:
         raise InputError(where, "links", "must be a non-empty list")
@@ -222,14 +224,21 @@ def _load_yaml_topology(path: Path) -> Topology:
         bw = item.get("bandwidth_gbps", defaults.get("bandwidth_gbps"))
         lat = item.get("latency_us", defaults.get("latency_us", 0.0))
         for key, v in (("bandwidth_gbps", bw), ("latency_us", lat)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise InputError(where, f"{f}.{key}", f"must be a number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise InputError(where, f"{f}.{key}", f"must be a finite number, got {v!r}")
+        if a == b:
+            raise InputError(where, f, f"a link from {a} to itself")
+        both = item.get("bidirectional", True)
+        if not isinstance(both, bool):
+            raise InputError(where, f"{f}.bidirectional", f"must be true or false, got {both!r}")
         if not bw > 0:
             raise InputError(where, f"{f}.bandwidth_gbps", f"must be positive, got {bw!r}")
         if lat < 0:
             raise InputError(where, f"{f}.latency_us", f"must not be negative, got {lat!r}")
-        pairs = [(a, b)] + ([(b, a)] if item.get("bidirectional", True) else [])
+        pairs = [(a, b)] + ([(b, a)] if both else [])
         for u, v in pairs:
+            if g.has_edge(u, v):
+                raise InputError(where, f, f"a second link {u}->{v}; give one link with the total bandwidth")
             g.add_edge(u, v, bandwidth=float(bw) * 1e9, latency=float(lat) * 1e-6)
     kind = data.get("kind", "custom")
     if kind not in KINDS:

@@ -91,10 +91,12 @@ class GraphBuilder:
 
     def dma_transfer(self, id: str, issuer: int, src: int, dst: int, nbytes: float, *, deps: Sequence[str] = (),
                      engine: int | None = None, label: str = "", io: dict | None = None) -> Transfer:
-        """A copy command on copy engine ``engine`` of GPU ``issuer`` (default: one engine per
-        peer, round robin), queued on that engine's own stream."""
+        """A copy command on copy engine ``engine`` of GPU ``issuer``, queued on that engine's
+        own stream. By default peers at ring offset 1, 2, 3, ... go to engines 0, 1, 2, ...
+        round robin, so concurrent commands spread over engines and over peers."""
         peer = dst if issuer == src else src
-        e = (peer % self.gpu.dma.engines) if engine is None else engine % self.gpu.dma.engines
+        offset = (peer - issuer - 1) % self.num_gpus
+        e = (offset if engine is None else engine) % self.gpu.dma.engines
         stream = self.stream(issuer, f"copy{e}", 0)
         return self._add(Transfer(id, src, dst, float(nbytes), "dma", issuer, stream, (), e, False,
                                   tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {})))

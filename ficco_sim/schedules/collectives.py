@@ -28,6 +28,16 @@ def pick_algorithm(algorithm: str, topology_kind: str) -> str:
     return "ring" if topology_kind == "ring" else "direct"
 
 
+def staggered(g: int, n: int) -> list[int]:
+    """GPU g's peers in ring order g+1, g+2, ...: when every GPU walks its peers this way,
+    no GPU is everyone's first peer (no hot spot).
+
+    >>> staggered(2, 4)
+    [3, 0, 1]
+    """
+    return [(g + t) % n for t in range(1, n)]
+
+
 def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *, buffer: str, engine: str,
                algorithm: str, deps: Sequence[Sequence[str]] | None = None) -> list[list[str]]:
     """Rank g's rows ``[g*rows, (g+1)*rows)`` of ``buffer`` end up on every rank."""
@@ -71,8 +81,7 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
             prev = cur
         return done
     for dst in range(n):
-        for src in range(n):
-            if src != dst:
+        for src in staggered(dst, n):
                 tid = b.dma_transfer(f"{prefix}.{src}-{dst}", dst, src, dst, e, deps=list(deps[src]) + list(deps[dst]),
                                      label="AG direct", io={"src": sl(src), "dst": sl(src)}).id
                 done[dst].append(tid)
@@ -111,9 +120,7 @@ def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: st
     if engine == "sm":
         kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="reduce-scatter").id for g in range(n)]
     for src in range(n):
-        for dst in range(n):
-            if src == dst:
-                continue
+        for dst in staggered(src, n):
             io = {"src": sl(buffer, dst), "dst": sl(staging, src)}
             if engine == "sm":
                 tid = b.sm_transfer(f"{prefix}.{src}-{dst}", src, dst, e, (kern[src], kern[dst]),
@@ -145,10 +152,10 @@ def all_to_all(b: GraphBuilder, prefix: str, counts: Sequence[Sequence[int]], co
     if engine == "sm":
         kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="all-to-all").id for g in range(n)]
     done: list[list[str]] = [[k] for k in kern] if kern else [[] for _ in range(n)]
-    for p in range(n):
-        for q in range(n):
+    for q in range(n):
+        for p in staggered(q, n):
             rows = counts[p][q]
-            if p == q or rows == 0:
+            if rows == 0:
                 continue
             io = {"src": row_slice(src_buffer, src_off[p][q], rows), "dst": row_slice(dst_buffer, dst_off[p][q], rows)}
             if engine == "sm":

@@ -46,7 +46,9 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
     if topology.num_gpus != scenario.gpus:
         return f"topology has {topology.num_gpus} GPUs but the scenario needs {scenario.gpus}"
     if schedule.dim != "M":
-        return f"decomposition along {schedule.dim} is not lowered yet for {scenario.kind}"
+        reason = _dim_reason(scenario, schedule)
+        if reason:
+            return reason
     if schedule.smem and not schedule.overlapped:
         return "shared-memory shaping only matters when compute overlaps communication"
     if schedule.priority == "high" and schedule.engine == "dma":
@@ -55,6 +57,22 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
         return "channels apply to SM communication only"
     if schedule.group > 1 and not schedule.overlapped:
         return "grouping applies to overlapped schedules only"
+    return None
+
+
+def _dim_reason(scenario: Scenario, schedule: Schedule) -> str | None:
+    """Why decomposing along ``schedule.dim`` (not M) cannot run, or None."""
+    if not schedule.overlapped:
+        return "the decomposition dimension applies to overlapped schedules only"
+    if schedule.dim == "N":
+        return "decomposition along N is not lowered (no communicated tensor is split along N)"
+    if scenario.kind == "gemm-rs":
+        return ("K pieces are partial sums of every output row: no row of C is final before the last piece, "
+                "so nothing can be scattered early")
+    if scenario.kind == "a2a-gemm":
+        return "the all-to-all moves token rows (M); a K piece would need every token's full row"
+    if scenario.k % scenario.gpus:
+        return f"k={scenario.k} must divide evenly over {scenario.gpus} GPUs to gather A along K"
     return None
 
 
@@ -113,6 +131,9 @@ def _ag_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
                    io={"a": [Slice("A", 0, sc.m)], "c": [Slice("C", 0, sc.m)]})
         return
 
+    if sch.dim == "K":
+        _ag_gemm_k(b, sc, sch, topo)
+        return
     subs = n if sch.granularity == "ficco" else 1
     sub_rows = split_rows(S, subs)
     sub_off = [sum(sub_rows[:j]) for j in range(subs)]
@@ -148,6 +169,58 @@ def _ag_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
             b.gemm(f"gemm{g}.{i}", g, rows, sc.n, sc.k, dt, deps=deps, label=f"GEMM piece {i}",
                    io={"a": [piece(o, j) for o, j in pieces],
                        "c": [Slice("C", piece(o, j).start, piece(o, j).stop) for o, j in pieces]})
+
+
+def _ag_gemm_k(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology) -> None:
+    """All-gather A along K (weight-gradient style: tokens are the reduction dim), overlapped.
+
+    A is held transposed, ``At`` (k x m), so that a K shard is a row slice; GPU g owns rows
+    ``[g*k/N, (g+1)*k/N)`` of ``At`` and the whole B (k x n). Every piece is a partial
+    product over its K rows, accumulated into the whole C: the local piece writes C
+    (``accumulate=False``), every later piece adds to it (``accumulate=True``, beta = 1), in
+    stream order. Each piece's ``io`` names its rows of ``At`` (``a``) and of ``B`` (``b``)
+    and the whole C (``c``).
+    """
+    n, dt = sc.gpus, sc.dtype
+    S = sc.k // n
+    b.buffer("At", sc.k, sc.m, dt)
+    b.buffer("B", sc.k, sc.n, dt)
+    b.buffer("C", sc.m, sc.n, dt)
+    b.meta["reference"] = {"kind": "ag-gemm", "dim": "K", "At": "At", "B": "B", "C": "C", "shard_rows": S}
+    subs = n if sch.granularity == "ficco" else 1
+    sub_rows = split_rows(S, subs)
+    sub_off = [sum(sub_rows[:j]) for j in range(subs)]
+    piece = lambda buf, owner, j: row_slice(buf, owner * S + sub_off[j], sub_rows[j])  # noqa: E731
+    steps = [_steps(sch, n, g, subs) for g in range(n)]
+    nsteps = len(steps[0])
+    forward = sch.pattern == "p2p" and topo.kind == "ring"
+    arrived: dict[tuple[int, int, int], str] = {}
+    kern = _comm_kernels(b, "ag", nsteps) if sch.engine == "sm" else None
+    for s in range(nsteps):
+        for g in range(n):
+            for owner, j in steps[g][s]:
+                src = (g - 1) % n if forward else owner
+                deps = [arrived[(src, owner, j)]] if forward and src != owner else []
+                tid = f"ag.s{s}.{owner}.{j}->{g}"
+                nbytes = sub_rows[j] * sc.m * sc.element_bytes
+                io = {"src": piece("At", owner, j), "dst": piece("At", owner, j)}
+                if sch.engine == "sm":
+                    b.sm_transfer(tid, src, g, nbytes, (kern[src][s], kern[g][s]), deps=deps, label=f"AG step {s}",
+                                  io=io)
+                else:
+                    b.dma_transfer(tid, g, src, g, nbytes, deps=deps, label=f"AG step {s}", io=io)
+                arrived[(g, owner, j)] = tid
+    whole_c = [Slice("C", 0, sc.m)]
+    for g in range(n):
+        b.gemm(f"gemm{g}.local", g, sc.m, sc.n, S, dt, label="GEMM local (K shard)",
+               io={"a": [row_slice("At", g * S, S)], "b": [row_slice("B", g * S, S)], "c": whole_c})
+        for i, grp in enumerate(_groups(range(nsteps), sch.group)):
+            pieces = [pc for s in grp for pc in steps[g][s]]
+            krows = sum(sub_rows[j] for _, j in pieces)
+            b.gemm(f"gemm{g}.{i}", g, sc.m, sc.n, krows, dt, deps=[arrived[(g, o, j)] for o, j in pieces],
+                   label=f"GEMM piece {i} (K, accumulate)", accumulate=True,
+                   io={"a": [piece("At", o, j) for o, j in pieces], "b": [piece("B", o, j) for o, j in pieces],
+                       "c": whole_c})
 
 
 # ----------------------------------------------------------------------------------------

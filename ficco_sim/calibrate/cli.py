@@ -1,0 +1,82 @@
+"""``ficco-sim calibrate``: the argparse hook. The lead's ``ficco_sim/cli.py`` calls
+:func:`add_calibrate_parser` on its subparsers; the handler parses, calls the library, prints."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import InputError
+
+HELP = """\
+Fit a hardware profile's numbers to real timings.
+
+Two ways in:
+  on this machine    --device cpu | cuda | cuda:1
+                     runs torch microbenchmarks (GEMM sweep incl. decomposed pieces, copy
+                     bandwidth on DMA and on SMs, GEMM under a concurrent copy, stream
+                     priority, launch overhead), then fits. A GPU needs --base (its
+                     datasheet profile: SM limits, GEMM tiles). Needs: pip install ficco-sim[torch]
+  from files         --from FILE... --gpu a100 [--base PROFILE]
+                     vidur gemm_times.csv / collective_times.csv (see shared/measurements)
+                     or a benchmark CSV written by an earlier --device run.
+
+What gets fitted: gemm.efficiency[dtype], gemm.k_overhead and launch overhead of the GEMM
+cost model (least squares on log time; whole models held out and reported separately);
+link latency + bandwidth (alpha-beta) from send/recv and 2-GPU all-reduce, with a 2 -> 4 GPU
+all-reduce prediction check; dma.* and contention from benchmark files. Every fitted
+number is written with kind: fitted and a source naming its data and held-out error.
+
+examples:
+  ficco-sim calibrate --from ../shared/measurements/vidur/gemm_times.csv --gpu a100 --out a100_fit.yaml --report fit/
+  ficco-sim calibrate --device cpu --out cpu.yaml --quick
+"""
+
+
+def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``calibrate`` subcommand; its handler is ``args.func``."""
+    p = subparsers.add_parser("calibrate", help="fit a hardware profile to benchmarks or measurement files",
+                              description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--device", help="benchmark this device: cpu, cuda or cuda:i")
+    src.add_argument("--from", dest="files", nargs="+", metavar="FILE", help="fit to measurement files")
+    p.add_argument("--gpu", help="which GPU's rows to fit in the files (a40, a100, h100, ...)")
+    p.add_argument("--base", metavar="PROFILE", help="profile to start from (name or YAML); default: --gpu")
+    p.add_argument("--out", required=True, metavar="PATH", help="profile YAML to write")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.add_argument("--report", metavar="DIR", help="write per-point CSVs and predicted-vs-measured PNGs here")
+    p.add_argument("--holdout", nargs="*", metavar="MODEL",
+                   help="models (groups) to hold out of the fit; default: every third; none: --holdout")
+    p.add_argument("--no-launch", action="store_true", help="keep the base profile's launch overhead (do not fit it)")
+    p.add_argument("--quick", action="store_true", help="benchmarks at tiny sizes (seconds; a smoke test)")
+    p.set_defaults(func=run_calibrate)
+    return p
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .workflow import calibrate_device, calibrate_from_files
+
+    if args.files:
+        if not args.gpu:
+            raise InputError("--gpu", None, "--from needs --gpu to pick the rows (e.g. --gpu a100)")
+        holdout = "auto" if args.holdout is None else args.holdout
+        cal = calibrate_from_files(args.files, args.gpu, args.base, holdout=holdout, fit_launch=not args.no_launch,
+                                   out=args.out, force=args.force, report_dir=args.report)
+    else:
+        if args.gpu and args.device == "cpu":
+            raise InputError("--gpu", None, "--gpu selects rows of measurement files; drop it with --device cpu")
+        cal = calibrate_device(args.device, out=args.out, base_profile=args.base, force=args.force,
+                               report_dir=args.report, quick=args.quick)
+    table = Table(title=f"calibrate {cal.gpu}")
+    for col in ("quantity", "value", "note"):
+        table.add_column(col)
+    for row in cal.summary_rows():
+        table.add_row(*row)
+    console = Console()
+    console.print(table)
+    for path in cal.written:
+        console.print(f"wrote {path}")
+    return 0

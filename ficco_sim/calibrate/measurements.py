@@ -1,0 +1,130 @@
+"""Measured timings as tidy tables, whatever file they came from.
+
+Two formats are read, both CSV:
+
+* **vidur** (``../shared/measurements/vidur/``): ``gemm_times.csv`` with columns
+  ``gpu, model, op, tp, m, n, k, dtype, time_ms_median, ...`` and ``collective_times.csv``
+  with ``setup, collective, num_workers, devices_per_node, bytes, time_ms_median, ...``.
+* **bench** (written by :func:`ficco_sim.calibrate.bench.run_benchmarks`): one row per
+  measured point with ``kind, group, m, n, k, dtype, bytes, time_s, ...``.
+
+Every reader returns a pandas DataFrame in SI units with the columns the fitters need:
+GEMM tables ``gpu, group, m, n, k, dtype, time_s`` (``group`` is what hold-out splits on:
+the transformer model for vidur rows, the shape family for bench rows).
+
+>>> import io
+>>> df = read_gemm_table(io.StringIO("gpu,model,op,tp,m,n,k,dtype,time_ms_median\\n"
+...                                  "a100,x,attn_post_proj,1,64,64,64,float16,0.01\\n"), where="mem")
+>>> df[["group", "m", "time_s"]].values.tolist()
+[['x', 64, 1e-05]]
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from ..errors import InputError
+
+GEMM_COLUMNS = ["gpu", "group", "m", "n", "k", "dtype", "time_s"]
+VIDUR_GEMM = {"gpu", "model", "m", "n", "k", "dtype", "time_ms_median"}
+VIDUR_COLL = {"setup", "collective", "num_workers", "devices_per_node", "bytes", "time_ms_median"}
+BENCH = {"kind", "time_s"}
+
+
+def read_csv(path: str | Path | io.IOBase, where: str | None = None) -> pd.DataFrame:
+    """Read a CSV (``#`` lines are comments), turning any failure into :class:`InputError`."""
+    where = where or str(path)
+    if isinstance(path, (str, Path)) and not Path(path).exists():
+        raise InputError(where, None, "no such measurement file")
+    try:
+        df = pd.read_csv(path, comment="#")
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise InputError(where, None, f"not a readable CSV table ({type(exc).__name__})") from None
+    if df.empty:
+        raise InputError(where, None, "no rows")
+    return df
+
+
+def file_format(df: pd.DataFrame) -> str:
+    """``vidur_gemm``, ``vidur_collective``, ``bench`` or ``unknown``."""
+    cols = set(df.columns)
+    if VIDUR_GEMM <= cols:
+        return "vidur_gemm"
+    if VIDUR_COLL <= cols:
+        return "vidur_collective"
+    if BENCH <= cols:
+        return "bench"
+    return "unknown"
+
+
+def _positive(df: pd.DataFrame, cols: Iterable[str], where: str) -> None:
+    for c in cols:
+        v = pd.to_numeric(df[c], errors="coerce")
+        bad = v.isna() | ~(v > 0)
+        if bad.any():
+            i = int(bad.idxmax())
+            raise InputError(where, f"row {i + 2}: {c}", f"must be a positive number, got {df[c].iloc[i]!r}")
+
+
+def read_gemm_table(path: str | Path | io.IOBase, gpu: str | None = None, *, where: str | None = None) -> pd.DataFrame:
+    """GEMM rows (optionally only ``gpu``'s) as ``gpu, group, m, n, k, dtype, time_s``."""
+    where = where or str(path)
+    df = read_csv(path, where)
+    return gemm_rows(df, where, gpu)
+
+
+def gemm_rows(df: pd.DataFrame, where: str, gpu: str | None = None) -> pd.DataFrame:
+    fmt = file_format(df)
+    if fmt == "vidur_gemm":
+        _positive(df, ["m", "n", "k", "time_ms_median"], where)
+        out = pd.DataFrame({
+            "gpu": df["gpu"].astype(str).str.lower(), "group": df["model"].astype(str),
+            "m": df["m"].astype(int), "n": df["n"].astype(int), "k": df["k"].astype(int),
+            "dtype": df["dtype"].astype(str), "time_s": df["time_ms_median"].astype(float) * 1e-3,
+        })
+    elif fmt == "bench":
+        g = df[df["kind"] == "gemm"].copy()
+        if g.empty:
+            raise InputError(where, "kind", "no gemm rows in this benchmark file")
+        _positive(g, ["m", "n", "k", "time_s"], where)
+        out = pd.DataFrame({
+            "gpu": g.get("gpu", pd.Series("local", index=g.index)).astype(str).str.lower(),
+            "group": g["group"].astype(str), "m": g["m"].astype(int), "n": g["n"].astype(int),
+            "k": g["k"].astype(int), "dtype": g["dtype"].astype(str), "time_s": g["time_s"].astype(float),
+        })
+    else:
+        raise InputError(where, None, "not a GEMM timing table: expected vidur gemm_times.csv columns "
+                         f"({', '.join(sorted(VIDUR_GEMM))}) or a ficco-sim benchmark CSV")
+    if gpu is not None:
+        have = sorted(out["gpu"].unique())
+        out = out[out["gpu"] == gpu.lower()]
+        if out.empty:
+            raise InputError(where, "gpu", f"no rows for gpu {gpu!r}; the file has {', '.join(have)}")
+    return out.reset_index(drop=True)
+
+
+def read_collective_table(path: str | Path | io.IOBase, *, where: str | None = None) -> pd.DataFrame:
+    """Collective rows as ``setup, collective, num_workers, devices_per_node, bytes, time_s``."""
+    where = where or str(path)
+    df = read_csv(path, where)
+    if file_format(df) != "vidur_collective":
+        raise InputError(where, None, "not a collective timing table: expected columns "
+                         + ", ".join(sorted(VIDUR_COLL)))
+    _positive(df, ["bytes", "time_ms_median", "num_workers"], where)
+    out = df[["setup", "collective", "num_workers", "devices_per_node", "bytes"]].copy()
+    out["bytes"] = out["bytes"].astype(float)
+    out["time_s"] = df["time_ms_median"].astype(float) * 1e-3
+    return out.reset_index(drop=True)
+
+
+def read_bench_table(path: str | Path | io.IOBase, *, where: str | None = None) -> pd.DataFrame:
+    """A ficco-sim benchmark CSV as written (all kinds, skipped rows included)."""
+    where = where or str(path)
+    df = read_csv(path, where)
+    if file_format(df) != "bench":
+        raise InputError(where, None, "not a ficco-sim benchmark CSV (needs columns kind and time_s)")
+    return df

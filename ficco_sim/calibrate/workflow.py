@@ -1,0 +1,229 @@
+"""The two calibration workflows: from measurement files, and on the local device.
+
+Both end the same way: fitted numbers (``kind: fitted``, with a ``source`` naming the data,
+the groups fitted and held out, the date and the held-out error) written into a profile,
+plus a per-point report CSV and a predicted-vs-measured PNG per fit.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from ..errors import InputError
+from ..hardware import GpuProfile, load_gpu, parse_profile
+from . import measurements as ms
+from .fit_gemm import GemmFit, fit_gemm
+from .fit_links import LinkFits, fit_collectives, fit_contention, fit_copies
+from .report import error_summary, held_out_line, plot_predicted_vs_measured, write_points_csv
+from .writer import update_profile, write_profile
+
+
+@dataclass
+class Calibration:
+    """What a calibration produced: fits, summaries, the profile updates and files written."""
+
+    gpu: str
+    gemm: GemmFit | None = None
+    gemm_summary: pd.DataFrame | None = None
+    links: LinkFits | None = None
+    copy: dict[str, Any] | None = None
+    contention: float | None = None
+    updates: dict[str, tuple[Any, str, str]] = field(default_factory=dict)
+    written: list[Path] = field(default_factory=list)
+
+    def summary_rows(self) -> list[tuple[str, str, str]]:
+        """(quantity, value, note) lines for the CLI table."""
+        rows = []
+        for path, (value, kind, source) in self.updates.items():
+            rows.append((path, f"{value:.4g}", kind))
+        if self.gemm_summary is not None:
+            for _, r in self.gemm_summary.iterrows():
+                rows.append((f"GEMM |err| {r['split']} {r['subset']}",
+                             f"median {100 * r['median_abs_err']:.1f}%  p90 {100 * r['p90_abs_err']:.1f}%",
+                             f"{int(r['points'])} points"))
+        if self.links is not None and not self.links.scaling.empty:
+            for _, r in self.links.scaling.dropna(subset=["median_abs_err"]).iterrows():
+                rows.append((f"{r['setup']} 2->4 GPU all-reduce", f"median {100 * r['median_abs_err']:.1f}%",
+                             r["assumption"]))
+        return rows
+
+
+def _today() -> str:
+    return _dt.date.today().isoformat()
+
+
+def _short(groups: Sequence[str]) -> str:
+    # "meta-llama/Llama-2-7b-hf" -> "Llama-2-7b-hf"; benchmark groups ("split_m/2") stay whole.
+    return ", ".join(g if g.startswith("split_") else g.split("/")[-1] for g in groups) or "none"
+
+
+def gemm_source(fit: GemmFit, file: str, summary: pd.DataFrame) -> str:
+    return (f"fitted by ficco-sim calibrate {_today()} on {file}: {int((fit.rows['split'] == 'train').sum())} rows "
+            f"of {_short(fit.train_groups)}; held out {_short(fit.test_groups)}; {held_out_line(summary)}")
+
+
+def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: str | Path | None = None, *,
+                         holdout: str | Sequence[str] | None = "auto", fit_launch: bool = True,
+                         out: str | Path | None = None, force: bool = False,
+                         report_dir: str | Path | None = None, use_engine: bool = True) -> Calibration:
+    """Fit a profile's GEMM model (and, with a collective file, link alpha-beta) to measured files.
+
+    ``paths``: vidur ``gemm_times.csv`` / ``collective_times.csv`` or ficco-sim benchmark CSVs.
+    ``gpu``: which rows to use (``a40``, ``a100``, ``h100``; ``local`` for benchmark files).
+    ``base_profile``: the profile whose other numbers the model uses (default: the built-in
+    named ``gpu``). ``holdout``: groups (vidur: models) kept out of the fit and reported
+    separately; ``"auto"`` holds out every third model. ``out``: write the calibrated profile
+    there (never over an existing file unless ``force``). ``report_dir``: per-point CSVs and PNGs.
+    """
+    if not paths:
+        raise InputError("--from", None, "give at least one measurement file")
+    base = load_gpu(base_profile if base_profile is not None else gpu)
+    cal = Calibration(gpu=gpu)
+    for path in paths:
+        where = str(path)
+        df = ms.read_csv(path, where)
+        fmt = ms.file_format(df)
+        if fmt == "vidur_gemm":
+            rows = ms.gemm_rows(df, where, gpu)
+            _gemm(cal, base, rows, where, holdout, fit_launch, report_dir)
+        elif fmt == "bench":
+            _bench(cal, base, df, where, holdout, fit_launch, report_dir)
+        elif fmt == "vidur_collective":
+            coll = ms.read_collective_table(path, where=where)
+            cal.links = fit_collectives(coll, gpu, use_engine=use_engine)
+            if report_dir:
+                d = Path(report_dir)
+                pts = cal.links.points
+                cal.written.append(write_points_csv(pts, d / f"{gpu}_links_points.csv.gz"))
+                cal.written.append(write_text(d / f"{gpu}_links_fits.csv", cal.links.fits))
+                cal.written.append(write_text(d / f"{gpu}_links_scaling.csv", cal.links.scaling))
+                cal.written.append(plot_predicted_vs_measured(pts, d / f"{gpu}_links.png",
+                                                              f"{gpu} collectives: alpha-beta fit"))
+        else:
+            raise InputError(where, None, "unrecognised measurement file: expected vidur gemm_times.csv, "
+                             "collective_times.csv or a ficco-sim benchmark CSV")
+    if out is not None:
+        if not cal.updates:
+            raise InputError("--out", None, "nothing was fitted that a profile holds (give a GEMM or benchmark file)")
+        cal.written.append(update_profile(base.path or gpu, out, cal.updates, force=force))
+    return cal
+
+
+def write_text(path: Path, df: pd.DataFrame) -> Path:
+    from .writer import write_text_atomic
+    return write_text_atomic(path, df.to_csv(index=False, float_format="%.6g"), force=True)
+
+
+def _gemm(cal: Calibration, base: GpuProfile, rows: pd.DataFrame, where: str, holdout: Any, fit_launch: bool,
+          report_dir: Any) -> None:
+    fit = fit_gemm(base, rows, holdout=holdout, fit_launch=fit_launch)
+    summary = error_summary(fit.rows)
+    src = gemm_source(fit, where, summary)
+    cal.gemm, cal.gemm_summary = fit, summary
+    for name, value in fit.params.items():
+        if name.startswith("efficiency."):
+            cal.updates[f"gemm.{name}"] = (round(value, 4), "fitted", src)
+        elif name == "k_overhead":
+            cal.updates["gemm.k_overhead"] = (round(value, 2), "fitted", src)
+        elif name == "launch_overhead":
+            cal.updates["launch_overhead_us"] = (round(value * 1e6, 3), "fitted", src)
+    if report_dir:
+        d = Path(report_dir)
+        cal.written.append(write_points_csv(fit.rows, d / f"{cal.gpu}_gemm_points.csv.gz"))
+        cal.written.append(write_text(d / f"{cal.gpu}_gemm_summary.csv", summary))
+        cal.written.append(plot_predicted_vs_measured(fit.rows, d / f"{cal.gpu}_gemm.png",
+                                                      f"{cal.gpu} GEMM model: predicted vs measured"))
+
+
+def _bench(cal: Calibration, base: GpuProfile, df: pd.DataFrame, where: str, holdout: Any, fit_launch: bool,
+           report_dir: Any) -> None:
+    """Benchmark CSV: GEMM (hold out the decomposed pieces), copies, launch, contention."""
+    rows = ms.gemm_rows(df, where)
+    if holdout == "auto":
+        split = sorted(g for g in rows["group"].unique() if g.startswith("split_"))
+        holdout = split if len(split) < rows["group"].nunique() else "auto"
+    _gemm(cal, base, rows, where, holdout, fit_launch, report_dir)
+    date = str(df["date"].dropna().iloc[0]) if "date" in df and df["date"].notna().any() else _today()
+    copies = df[df["kind"] == "copy"]
+    if len(copies[copies["path"] == "dma"]) >= 2:
+        a, b, pts = fit_copies(df, "dma")
+        err = pts["rel_error"].abs()
+        src = (f"alpha-beta fit {date} of {len(pts)} contiguous copy_ rows in {where}; "
+               f"|error| median {100 * err.median():.1f}% p90 {100 * err.quantile(0.9):.1f}%")
+        cal.copy = dict(overhead=a, bandwidth=b, source=src, best=float((pts["bytes"] / pts["time_s"]).max()))
+        cal.updates["dma.bandwidth_gbps"] = (round(b / 1e9, 2), "fitted", src)
+        cal.updates["dma.command_overhead_us"] = (round(a * 1e6, 3), "fitted", src)
+    launch = df[(df["kind"] == "launch") & pd.to_numeric(df["time_s"], errors="coerce").notna()]
+    if len(launch):
+        cal.updates["launch_overhead_us"] = (round(float(launch["time_s"].astype(float).median()) * 1e6, 3),
+                                             "measured", f"back-to-back tiny kernels, {where} {date}")
+    c = fit_contention(df, base.hbm_effective)
+    if c is not None:
+        coef, pts = c
+        cal.contention = coef
+        cal.updates["contention.compute_per_hbm_util"] = (
+            round(coef, 4), "fitted", f"GEMM slowdown vs copy HBM share, {len(pts)} contention rows in {where} "
+            f"{date}; slowdown {', '.join(f'{s:.2f}' for s in pts['slowdown'])} at u {', '.join(f'{u:.2f}' for u in pts['hbm_util'])}")
+    if report_dir and cal.copy:
+        cal.written.append(write_points_csv(fit_copies(df, "dma")[2], Path(report_dir) / f"{cal.gpu}_copy_points.csv"))
+
+
+def calibrate_device(device: str = "cpu", *, out: str | Path, base_profile: str | Path | None = None,
+                     force: bool = False, report_dir: str | Path | None = None, quick: bool = False,
+                     raw_csv: str | Path | None = None, sizes: str | None = None,
+                     progress: bool = True) -> Calibration:
+    """Benchmark the local device, fit, write a profile.
+
+    On ``cpu`` the profile is built from scratch (:mod:`.cpu_profile`). On ``cuda[:i]`` a
+    ``base_profile`` (the GPU's datasheet profile: SM limits, tiles) is required and its
+    GEMM, copy, launch and contention numbers are replaced by the fitted ones.
+    """
+    from .bench import run_benchmarks
+
+    if device != "cpu" and not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise InputError("--device", None, f"{device!r}: expected cpu, cuda or cuda:i")
+    outp = Path(out)
+    if outp.exists() and not force:
+        raise InputError(str(outp), None, "exists; pass --force to overwrite it")
+    if device != "cpu" and base_profile is None:
+        raise InputError("--base", None, "a GPU calibration needs --base PROFILE (its SM limits and GEMM tiles)")
+    sizes = sizes or ("tiny" if quick else ("small" if device == "cpu" else "full"))
+    raw = Path(raw_csv) if raw_csv else Path(report_dir or outp.parent) / f"{outp.stem}_bench.csv"
+    bench = run_benchmarks(device, sizes, raw, force=True, progress=progress)
+    if device != "cpu":
+        return calibrate_from_files([raw], "local", base_profile, out=out, force=force, report_dir=report_dir)
+    return _calibrate_cpu(bench, raw, outp, force, report_dir)
+
+
+def _calibrate_cpu(bench: pd.DataFrame, raw: Path, out: Path, force: bool, report_dir: Any) -> Calibration:
+    from .cpu_profile import render_cpu_profile
+
+    g = bench[bench["kind"] == "gemm"].astype({"m": int, "n": int, "k": int, "time_s": float})
+    peak = float((2.0 * g["m"] * g["n"] * g["k"] / g["time_s"]).max())
+    c = bench[(bench["kind"] == "copy")].astype({"bytes": float, "time_s": float})
+    best_copy = float((c["bytes"] / c["time_s"]).max())
+    env = bench.iloc[0]
+    date = str(env["date"])
+    # A first profile with guessed GEMM numbers gives the fit its hardware; then refit.
+    seed = dict(device_name=env["device_name"], host=env["host"], peak_flops=peak, copy_bytes_per_s=best_copy,
+                dma_bandwidth=best_copy, dma_overhead=1e-6, launch_overhead=5e-6, efficiency=0.8, k_overhead=0.0,
+                gemm_source="seed", copy_source="seed", contention=None, contention_source="")
+    seed_gpu = parse_profile(__import__("yaml").safe_load(render_cpu_profile(seed, str(raw), date)), str(out))
+    cal = Calibration(gpu="cpu")
+    _bench(cal, seed_gpu, bench, str(raw), "auto", True, report_dir)
+    u = cal.updates
+    values = dict(seed, efficiency=u["gemm.efficiency.float32"][0], k_overhead=u["gemm.k_overhead"][0],
+                  gemm_source=u["gemm.k_overhead"][2], launch_overhead=u["launch_overhead_us"][0] * 1e-6)
+    if cal.copy:
+        values.update(dma_bandwidth=cal.copy["bandwidth"], dma_overhead=cal.copy["overhead"],
+                      copy_source=cal.copy["source"])
+    if "contention.compute_per_hbm_util" in u:
+        values.update(contention=u["contention.compute_per_hbm_util"][0],
+                      contention_source=u["contention.compute_per_hbm_util"][2])
+    cal.written.append(write_profile(out, render_cpu_profile(values, str(raw), date), force=force))
+    return cal

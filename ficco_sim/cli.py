@@ -1,0 +1,326 @@
+"""The ``ficco-sim`` command line: parse, call the library, print.
+
+Bad input of any kind ends with one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from .errors import InputError
+
+EPILOG = """\
+examples:
+  ficco-sim simulate --gpu h100 --topology switch:8 --scenario ag-gemm --m 16384 --n 8192 --k 8192
+  ficco-sim simulate --gpu mi300x --topology fc:8 --scenario gemm-rs --m 8192 --n 8192 --k 4096 --schedule all
+  ficco-sim predict gemm --gpu a100 --m 4096 --n 8192 --k 8192
+  ficco-sim predict collective --gpu h100 --topology ring:8 --kind all-gather --bytes 64MiB
+  ficco-sim list
+"""
+
+# Workflow commands live beside their code; each module offers add_<name>_parser(subparsers).
+WORKFLOWS = [
+    ("ficco_sim.explore", "add_explore_parser"),
+    ("ficco_sim.explore", "add_recommend_parser"),
+    ("ficco_sim.calibrate.cli", "add_calibrate_parser"),
+    ("ficco_sim.validate.cli", "add_validate_parser"),
+    ("ficco_sim.traces.cli", "add_trace_parser"),
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and still exit code 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def parse_size(text: str, flag: str) -> int:
+    """Bytes from ``123``, ``64KiB``, ``64MiB``, ``1GiB``, ``1.5GB``.
+
+    >>> parse_size("64MiB", "--bytes")
+    67108864
+    """
+    units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3}
+    t = text.strip().lower()
+    num = t.rstrip("kmgib")
+    unit = t[len(num):]
+    try:
+        value = float(num) * units[unit]
+    except (ValueError, KeyError):
+        raise InputError(flag, None, f"{text!r} is not a size (e.g. 4096, 64KiB, 64MiB, 1GiB)") from None
+    if not value > 0 or not math.isfinite(value) or value != int(value):
+        raise InputError(flag, None, f"must be a positive whole number of bytes, got {text!r}")
+    return int(value)
+
+
+def positive_int(flag: str):
+    def conv(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be an integer, got {text!r}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be positive, got {v}")
+        return v
+    return conv
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file, so a failure leaves the old file."""
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        raise InputError(str(path), None, "its folder does not exist")
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def emit(rows: list[dict], fmt: str, output: str | None, columns: list[tuple[str, str, float]] | None = None,
+         title: str = "") -> None:
+    """Print or write rows as a rich table, CSV or JSON. ``columns``: (key, header, scale) for the table."""
+    import pandas as pd
+    if fmt == "csv":
+        text = pd.DataFrame(rows).to_csv(index=False)
+    elif fmt == "json":
+        text = json.dumps(rows, indent=2, default=float) + "\n"
+    else:
+        from rich.console import Console
+        from rich.table import Table
+        table = Table(title=title or None)
+        cols = columns or [(k, k, 1.0) for k in rows[0]] if rows else []
+        for _, header, _ in cols:
+            table.add_column(header, justify="right")
+        for r in rows:
+            cells = []
+            for key, _, scale in cols:
+                v = r.get(key, "")
+                cells.append(f"{v * scale:.3f}" if isinstance(v, float) and math.isfinite(v) else str(v))
+            table.add_row(*cells)
+        if output:
+            console = Console(record=True, width=200, file=open(os.devnull, "w"))
+            console.print(table)
+            text = console.export_text()
+        else:
+            Console().print(table)
+            return
+    if output:
+        write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
+
+
+# ------------------------------------------------------------------------------------------
+# simulate
+
+SIM_COLUMNS = [("schedule", "schedule", 1.0), ("makespan", "time ms", 1e3), ("speedup", "speedup", 1.0),
+               ("ideal_speedup", "ideal", 1.0), ("of_ideal", "of ideal", 1.0), ("dil_compute", "DIL comp", 1.0),
+               ("cil_compute", "CIL comp", 1.0), ("cil_comm", "CIL comm", 1.0),
+               ("exposed_comm", "exposed ms", 1e3)]
+
+
+def add_scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", default="ag-gemm", choices=["ag-gemm", "gemm-rs", "a2a-gemm"],
+                   help="ag-gemm: all-gather A along M then GEMM; gemm-rs: GEMM then reduce-scatter along M; "
+                        "a2a-gemm: MoE all-to-all dispatch then expert GEMM (default ag-gemm)")
+    p.add_argument("--m", type=positive_int("--m"), default=16384, help="rows of A and C over all GPUs "
+                   "(tokens per GPU for a2a-gemm) (default 16384)")
+    p.add_argument("--n", type=positive_int("--n"), default=8192, help="columns of B and C per GPU (default 8192)")
+    p.add_argument("--k", type=positive_int("--k"), default=8192, help="reduction dimension (default 8192)")
+    p.add_argument("--dtype", default="float16", help="float16 | bfloat16 | float32 (default float16)")
+    p.add_argument("--gpus", type=positive_int("--gpus"), help="GPUs (default: the topology's)")
+    p.add_argument("--skew", type=float, default=0.0, help="a2a-gemm: extra share of tokens sent to one hot "
+                   "peer (0 = uniform routing; 2 = the hot peer gets 3x a normal share)")
+
+
+def make_scenario(args, gpus: int):
+    from .workload import Scenario, skewed_routing
+    routing = None
+    if args.scenario == "a2a-gemm" and args.skew:
+        if args.skew < 0:
+            raise InputError("--skew", None, f"must not be negative, got {args.skew}")
+        routing = skewed_routing(gpus, args.m, args.skew)
+    return Scenario(args.scenario, gpus, args.m, args.n, args.k, args.dtype, routing=routing)
+
+
+def resolve_topology(args):
+    from .hardware import load_gpu
+    from .topology import load_topology
+    gpu = load_gpu(args.gpu)
+    spec = args.topology or f"switch:{args.gpus or 8}"
+    topo = load_topology(spec, gpu)
+    if args.gpus and args.gpus != topo.num_gpus:
+        raise InputError("--gpus", None, f"{args.gpus} GPUs but topology {topo.name} has {topo.num_gpus}")
+    return gpu, topo
+
+
+def cmd_simulate(args) -> int:
+    from .schedules import basic_schedules, parse_schedule
+    from .simulate import simulate_many
+    gpu, topo = resolve_topology(args)
+    scenario = make_scenario(args, topo.num_gpus)
+    names = [s for part in args.schedule for s in part.split(",") if s]
+    if not names or names == ["all"]:
+        schedules = basic_schedules()
+    else:
+        schedules = [parse_schedule("none")] + [parse_schedule(n) for n in names if n != "none"]
+    results = simulate_many(scenario, schedules, gpu, topo, engine=args.engine, policy=args.policy)
+    if names and "none" not in names and names != ["all"]:
+        results = results[1:]
+    if args.trace:
+        from .traces.export import write_chrome_trace
+        best = min(results, key=lambda r: r.makespan)
+        write_chrome_trace(best.timeline, args.trace)
+    title = f"{scenario.label()} on {gpu.name} {topo.name} ({args.engine})"
+    emit([r.row() for r in results], args.format, args.output, SIM_COLUMNS, title)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# predict
+
+def cmd_predict(args) -> int:
+    from .simulate import collective_time, gemm_time
+    if args.what == "gemm":
+        from .gemm_model import plan_gemm
+        from .hardware import load_gpu
+        gpu = load_gpu(args.gpu)
+        t = gemm_time(gpu, args.m, args.n, args.k, args.dtype)
+        plan = plan_gemm(gpu, args.m, args.n, args.k, args.dtype)
+        row = {"gpu": gpu.name, "m": args.m, "n": args.n, "k": args.k, "dtype": args.dtype, "time_s": t,
+               "tflops": plan.flops / t / 1e12, "tile": f"{plan.tile.m}x{plan.tile.n}", "blocks": plan.grid,
+               "blocks_per_sm": plan.occupancy,
+               "waves": math.ceil(plan.grid / (gpu.num_sms * plan.occupancy))}
+        cols = [("gpu", "gpu", 1), ("time_s", "time ms", 1e3), ("tflops", "TFLOP/s", 1), ("tile", "tile", 1),
+                ("blocks", "blocks", 1), ("blocks_per_sm", "blocks/SM", 1), ("waves", "waves", 1)]
+    else:
+        gpu, topo = resolve_topology(args)
+        nbytes = parse_size(args.bytes, "--bytes")
+        t = collective_time(gpu, topo, args.kind, nbytes, engine=args.comm_engine, algorithm=args.algorithm,
+                            sim=args.engine)
+        row = {"gpu": gpu.name, "topology": topo.name, "kind": args.kind, "bytes": nbytes, "engine": args.comm_engine,
+               "time_s": t, "algbw_gbps": nbytes / t / 1e9}
+        cols = [("kind", "collective", 1), ("topology", "topology", 1), ("bytes", "bytes/rank", 1),
+                ("engine", "engine", 1), ("time_s", "time ms", 1e3), ("algbw_gbps", "algbw GB/s", 1)]
+    emit([row], args.format, args.output, cols)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# list
+
+def cmd_list(args) -> int:
+    from .hardware import available_profiles, load_gpu
+    from .schedules import basic_schedules
+    from .topology import available_topologies
+    print("GPU profiles (hw_profiles/):")
+    for name in available_profiles():
+        try:
+            print(f"  {name:10s} {load_gpu(name).description}")
+        except InputError as exc:
+            print(f"  {name:10s} (invalid: {exc.line()})")
+    print("topologies: " + ", ".join(available_topologies()))
+    print("scenarios:  ag-gemm, gemm-rs, a2a-gemm")
+    print("schedules (--schedule all): " + ", ".join(s.name for s in basic_schedules()))
+    print("  name grammar: none | {shard|ficco}-{p2p|a2a}-{sm|dma}[-hi][-smem<N>k][-g<N>][-dimK][-c<N>]")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ficco-sim", description="Predict how fast multi-GPU compute-communication overlap runs: "
+                "SMs, shared memory, DMA engines, stream priorities and links, simulated.",
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    s = sub.add_parser("simulate", help="time one scenario under overlap schedules",
+                       description="Simulate one data-dependent communication + GEMM pair under each schedule "
+                       "and print its time, speedup over no overlap, the ideal speedup and the losses.")
+    s.add_argument("--gpu", default="h100", help="profile name (see `ficco-sim list`) or YAML path (default h100)")
+    s.add_argument("--topology", help="ring:N | fc:N | switch:N | name | YAML path (default switch:8)")
+    add_scenario_args(s)
+    s.add_argument("--schedule", action="append", default=[], metavar="NAME|all",
+                   help="schedule name(s), comma-separated or repeated, e.g. ficco-a2a-dma-hi (default all)")
+    s.add_argument("--engine", default="des", choices=["des", "analytical"], help="discrete-event (default) or "
+                   "closed-form")
+    s.add_argument("--policy", default="backfill", choices=["backfill", "strict", "fifo"],
+                   help="block dispatcher policy (default backfill)")
+    s.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    s.add_argument("--output", "-o", help="write the table/CSV/JSON here (atomically) instead of stdout")
+    s.add_argument("--trace", help="also write the fastest schedule's timeline as Chrome/Perfetto JSON")
+    s.set_defaults(func=cmd_simulate)
+
+    pr = sub.add_parser("predict", help="isolated time of one GEMM or one collective")
+    psub = pr.add_subparsers(dest="what", metavar="WHAT", required=True, parser_class=_Parser)
+    g = psub.add_parser("gemm", help="C[m,n] = A[m,k] @ B[k,n] alone on one GPU")
+    g.add_argument("--gpu", default="h100")
+    g.add_argument("--m", type=positive_int("--m"), required=True)
+    g.add_argument("--n", type=positive_int("--n"), required=True)
+    g.add_argument("--k", type=positive_int("--k"), required=True)
+    g.add_argument("--dtype", default="float16")
+    c = psub.add_parser("collective", help="one collective alone over every GPU of a topology")
+    c.add_argument("--gpu", default="h100")
+    c.add_argument("--topology", help="ring:N | fc:N | switch:N | name | YAML path (default switch:8)")
+    c.add_argument("--gpus", type=positive_int("--gpus"))
+    c.add_argument("--kind", required=True, choices=["all-gather", "reduce-scatter", "all-reduce", "all-to-all",
+                                                       "send-recv"])
+    c.add_argument("--bytes", required=True, help="per-rank buffer: the shard for all-gather, the full input for "
+                   "reduce-scatter/all-reduce, the send buffer for all-to-all (e.g. 64MiB)")
+    c.add_argument("--comm-engine", default="sm", choices=["sm", "dma"])
+    c.add_argument("--algorithm", default="auto", choices=["auto", "ring", "direct"])
+    c.add_argument("--engine", default="des", choices=["des", "analytical"])
+    for q in (g, c):
+        q.add_argument("--format", default="table", choices=["table", "csv", "json"])
+        q.add_argument("--output", "-o")
+    pr.set_defaults(func=cmd_predict)
+
+    lst = sub.add_parser("list", help="profiles, topologies, scenarios and schedules")
+    lst.set_defaults(func=cmd_list)
+
+    for module, fn in WORKFLOWS:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and module.startswith(exc.name):
+                continue   # that workflow is not part of this build
+            raise
+        if hasattr(mod, fn):
+            getattr(mod, fn)(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except InputError as exc:
+        sys.stderr.write(f"ficco-sim: error: {exc.line()}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("ficco-sim: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Inside one GPU: wave quantization, shaping, priorities, DMA engines, HBM sharing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import ideal
+from ficco_sim.engine.des import simulate_graph
+from ficco_sim.gemm_model import blocks_per_sm, plan_gemm
+from ficco_sim.hardware import BlockShape
+from ficco_sim.taskgraph import Kernel, Stream, TaskGraph, Transfer
+from ficco_sim.topology import switch
+
+TOPO1 = switch(2, 100e9, 0.0)   # the engine wants a topology; these tests use GPU 0 only
+
+
+def one_gpu_graph(*tasks, streams=(("compute", 0), ("comm", 0))):
+    return TaskGraph.build(2, [Stream(0, n, p) for n, p in streams] + [Stream(1, "comm", 0)], tasks)
+
+
+def gemm_kernel(id="k", grid=100, threads=256, smem=0, block_time=1e-3, stream="compute", deps=()):
+    return Kernel(id, 0, stream, "gemm", grid, BlockShape(threads, 32, smem), block_time, 0.0, tuple(deps))
+
+
+@pytest.mark.parametrize("threads,expected_occ", [(1024, 2), (512, 4), (256, 8)])
+def test_wave_quantization_ceil_blocks_over_slots(threads, expected_occ):
+    gpu = ideal()
+    occ = blocks_per_sm(gpu.sm, BlockShape(threads, 32, 0))
+    assert occ == expected_occ
+    slots = gpu.num_sms * occ
+    for grid in (1, slots - 1, slots, slots + 1, 3 * slots + 7):
+        tl = simulate_graph(one_gpu_graph(gemm_kernel(grid=grid, threads=threads)), gpu, TOPO1)
+        assert tl.makespan == pytest.approx(math.ceil(grid / slots) * 1e-3, rel=1e-9)
+
+
+def test_one_block_past_a_full_wave_costs_a_whole_wave():
+    gpu = ideal()
+    slots = gpu.num_sms * 8
+    full = simulate_graph(one_gpu_graph(gemm_kernel(grid=slots)), gpu, TOPO1).makespan
+    plus1 = simulate_graph(one_gpu_graph(gemm_kernel(grid=slots + 1)), gpu, TOPO1).makespan
+    assert plus1 == pytest.approx(2 * full)
+
+
+def test_gemm_plan_wave_count_matches_des():
+    gpu = ideal()
+    plan = plan_gemm(gpu, 8192, 4096, 4096)
+    k = Kernel("g", 0, "compute", "gemm", plan.grid, plan.block, plan.block_time, plan.block_hbm_bytes)
+    tl = simulate_graph(one_gpu_graph(k), gpu, TOPO1)
+    waves = math.ceil(plan.grid / (gpu.num_sms * plan.occupancy))
+    assert tl.makespan == pytest.approx(waves * plan.block_time, rel=1e-6)
+
+
+@pytest.mark.parametrize("extra_kib", [0, 16, 48, 80, 120])
+def test_smem_shaping_lowers_resident_blocks_exactly_as_the_limits_say(extra_kib):
+    gpu = ideal("a100")
+    base = BlockShape(256, 64, 40 * 1024)
+    shaped = BlockShape(256, 64, base.smem + extra_kib * 1024)
+    lim = gpu.sm
+    expected = min(lim.max_blocks, lim.max_threads // 256, lim.registers // (256 * 64),
+                   lim.smem // (shaped.smem + lim.reserved_smem_per_block))
+    assert blocks_per_sm(lim, shaped) == expected
+    grid = gpu.num_sms * 16
+    k = Kernel("g", 0, "compute", "gemm", grid, shaped, 1e-4, 0.0)
+    tl = simulate_graph(one_gpu_graph(k), gpu, TOPO1)
+    assert tl.by_id()["g"].peak_resident == gpu.num_sms * expected
+    assert tl.makespan == pytest.approx(math.ceil(grid / (gpu.num_sms * expected)) * 1e-4)
+
+
+def _priority_case(priority: int, policy: str = "backfill"):
+    """A GEMM filling every SM (one big block per SM, 5 waves) and, launched just after it, an
+    SM communication kernel whose block needs a whole SM's shared memory."""
+    gpu = ideal()
+    sm_smem = gpu.sm.smem - gpu.sm.reserved_smem_per_block
+    gemm = Kernel("gemm", 0, "compute", "gemm", gpu.num_sms * 5, BlockShape(256, 32, sm_smem), 1e-3, 0.0)
+    # The comm kernel is launched at 0.5 ms, once a 0.5 ms kernel on the other GPU is done.
+    delay = Kernel("delay", 1, "comm", "gemm", 1, BlockShape(32, 32, 0), 0.5e-3)
+    comm = Kernel("comm", 0, "comm", "comm", 4, BlockShape(512, 32, 8 * 1024), deps=("delay",), role="comm")
+    peer = Kernel("peer", 1, "comm", "comm", 4, BlockShape(512, 32, 8 * 1024), role="comm")
+    xfer = Transfer("x", 1, 0, 1e6, "sm", 1, None, ("peer", "comm"))
+    g = TaskGraph.build(2, [Stream(0, "compute", 0), Stream(0, "comm", priority), Stream(1, "comm", 0)],
+                        [gemm, delay, comm, peer, xfer])
+    return simulate_graph(g, gpu, TOPO1, policy=policy)
+
+
+def test_high_priority_comm_takes_the_first_freed_slots():
+    tl = _priority_case(priority=1)
+    # The first GEMM wave retires at 1 ms; the comm kernel gets those SMs at once.
+    assert tl.by_id()["comm"].start == pytest.approx(1e-3)
+
+
+def test_normal_priority_comm_waits_behind_the_gemms_pending_blocks():
+    tl = _priority_case(priority=0)
+    # Every slot freed at 1, 2, 3 and 4 ms goes to the GEMM's pending blocks, queued before
+    # it: the comm kernel starts only when the last wave retires (5 ms). The GEMM starves it.
+    assert tl.by_id()["comm"].start == pytest.approx(5e-3)
+    assert tl.by_id()["comm"].end > _priority_case(priority=1).by_id()["comm"].end + 3e-3
+
+
+def test_fifo_policy_serialises_in_launch_order():
+    tl = _priority_case(priority=1, policy="fifo")
+    assert tl.by_id()["comm"].start == pytest.approx(5e-3)
+
+
+def test_dma_transfers_hold_no_sm():
+    gpu = ideal()
+    gemm = gemm_kernel(grid=gpu.num_sms * 8 * 3, threads=256)
+    copy = Transfer("c", 0, 1, 64e6, "dma", 0, "copy0", (), 0)
+    g = TaskGraph.build(2, [Stream(0, "compute", 0), Stream(0, "copy0", 0), Stream(1, "comm", 0)], [gemm, copy])
+    tl = simulate_graph(g, gpu, TOPO1)
+    assert tl.by_id()["k"].end == pytest.approx(3e-3)   # exactly its isolated time: no SM was taken
+    assert max(v for _, v in tl.counters.get("gpu0.blocks.comm", [(0, 0)])) == 0
+    assert tl.by_id()["c"].end == pytest.approx(64e6 / 100e9, rel=1e-6)
+
+
+def test_hbm_sharing_slows_a_concurrent_memory_bound_kernel():
+    gpu = ideal()
+    hbm = gpu.hbm_effective
+    # A memory-bound kernel: one wave asking twice the HBM bandwidth the GPU has.
+    grid = gpu.num_sms * 8
+    per_block = 2 * hbm * 1e-3 / grid
+    mem = Kernel("m", 0, "compute", "memory", grid, BlockShape(256, 32, 0), 1e-3, per_block)
+    alone = simulate_graph(one_gpu_graph(mem), gpu, TOPO1).makespan
+    assert alone == pytest.approx(2e-3, rel=1e-6)
+    # A local copy on a copy engine (reads and writes the same HBM) runs beside it.
+    copy = Transfer("c", 0, 0, 1e9, "dma", 0, "copy0", (), 0)
+    g = TaskGraph.build(2, [Stream(0, "compute", 0), Stream(0, "copy0", 0), Stream(1, "comm", 0)], [mem, copy])
+    tl = simulate_graph(g, gpu, TOPO1)
+    # Max-min on HBM bytes: the copy asks 2 x 396 GB/s (read + write), less than half of
+    # HBM, so it keeps its engine rate; the kernel gets the rest while the copy runs.
+    t_copy = 1e9 / gpu.dma.bandwidth
+    assert tl.by_id()["c"].end == pytest.approx(t_copy, rel=1e-6)
+    moved = (hbm - 2 * gpu.dma.bandwidth) * t_copy
+    assert tl.by_id()["m"].end == pytest.approx(t_copy + (2 * hbm * 1e-3 - moved) / hbm, rel=1e-6)
+    assert tl.by_id()["m"].end > alone * 1.05
+
+
+def test_interference_coefficient_slows_compute_beside_a_copy():
+    gpu = ideal()
+    slowed = ideal(contention=type(gpu.contention)(compute_per_hbm_util=0.5, comm_per_hbm_util=0.0))
+    gemm = gemm_kernel(grid=gpu.num_sms * 8, threads=256)
+    copy = Transfer("c", 0, 1, 10e9, "dma", 0, "copy0", (), 0)
+    g = TaskGraph.build(2, [Stream(0, "compute", 0), Stream(0, "copy0", 0), Stream(1, "comm", 0)], [gemm, copy])
+    u = min(gpu.dma.bandwidth, 100e9) / gpu.hbm_bandwidth   # the copy's HBM share (reads on gpu0)
+    t = simulate_graph(g, slowed, TOPO1).by_id()["k"].end
+    assert t == pytest.approx(1e-3 * (1 + 0.5 * u), rel=1e-6)
+
+
+def test_comm_kernel_starved_on_one_gpu_stalls_its_peer():
+    """Cross-GPU coupling: a transfer needs its driver kernels resident on both ends."""
+    tl = _priority_case(priority=0)
+    assert tl.by_id()["x"].start >= tl.by_id()["comm"].start
+    assert tl.by_id()["peer"].end >= tl.by_id()["x"].end
