@@ -306,7 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:   # --help (0) or a usage error (2, already printed on one line)
+        return int(exc.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

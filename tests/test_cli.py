@@ -1,0 +1,104 @@
+"""The command line: happy paths, and bad input -> one line, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from ficco_sim.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_simulate_table_lists_every_basic_schedule(capsys):
+    code, out, _ = run(capsys, "simulate", "--gpu", "h100", "--topology", "switch:4", "--m", "4096", "--n", "2048",
+                       "--k", "2048", "--format", "csv")
+    assert code == 0
+    from io import StringIO
+    df = pd.read_csv(StringIO(out))
+    assert list(df["schedule"])[:2] == ["none", "shard-p2p-sm"]
+    assert (df["speedup"] <= df["ideal_speedup"] + 1e-9).all()
+    assert df.loc[df.schedule == "none", "speedup"].item() == pytest.approx(1.0)
+
+
+def test_simulate_json_one_schedule_and_atomic_output(capsys, tmp_path):
+    out = tmp_path / "r.json"
+    code, _, _ = run(capsys, "simulate", "--topology", "fc:4", "--gpu", "mi300x", "--scenario", "gemm-rs",
+                     "--m", "4096", "--n", "1024", "--k", "1024", "--schedule", "ficco-a2a-dma", "--format", "json",
+                     "-o", str(out))
+    assert code == 0
+    rows = json.loads(out.read_text())
+    assert [r["schedule"] for r in rows] == ["ficco-a2a-dma"]
+    assert rows[0]["makespan"] > 0
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_predict_gemm_and_collective(capsys):
+    code, out, _ = run(capsys, "predict", "gemm", "--gpu", "a100", "--m", "4096", "--n", "4096", "--k", "4096",
+                       "--format", "json")
+    assert code == 0 and json.loads(out)[0]["waves"] >= 1
+    code, out, _ = run(capsys, "predict", "collective", "--topology", "ring:4", "--kind", "all-gather",
+                       "--bytes", "16MiB", "--format", "json")
+    assert code == 0 and json.loads(out)[0]["bytes"] == 16 << 20
+
+
+def test_list(capsys):
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and "h100" in out and "ficco-a2a-dma" in out
+
+
+BAD = [
+    (["simulate", "--gpu", "nosuchgpu"], "unknown GPU"),
+    (["simulate", "--gpu", "{tmp}/missing.yaml"], "no such profile file"),
+    (["simulate", "--gpu", "{tmp}/broken.yaml"], "malformed YAML"),
+    (["simulate", "--gpu", "{tmp}/nosource.yaml"], "source"),
+    (["simulate", "--topology", "ring:x"], "integer"),
+    (["simulate", "--topology", "ring:1"], "at least 2"),
+    (["simulate", "--topology", "{tmp}/disconnected.yaml"], "disconnected"),
+    (["simulate", "--topology", "mesh:4"], "unknown topology"),
+    (["simulate", "--m", "-4"], "--m"),
+    (["simulate", "--m", "1001", "--topology", "switch:8"], "divide evenly"),
+    (["simulate", "--dtype", "int3"], "dtype"),
+    (["simulate", "--schedule", "shard-p2p-warp"], "unknown part"),
+    (["simulate", "--schedule", "ficco-a2a-dma-hi"], "priority"),
+    (["simulate", "--gpus", "4", "--topology", "switch:8"], "--gpus"),
+    (["simulate", "--scenario", "a2a-gemm", "--skew", "-1"], "--skew"),
+    (["predict", "collective", "--kind", "all-gather", "--bytes", "-5"], "--bytes"),
+    (["predict", "collective", "--kind", "all-reduce", "--bytes", "1MiB", "--comm-engine", "dma"], "cannot reduce"),
+    (["predict", "gemm", "--m", "0", "--n", "1", "--k", "1"], "--m"),
+    (["simulate", "--schedule", "none", "-o", "{tmp}/nodir/out.csv"], "folder does not exist"),
+]
+
+
+@pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys, tmp_path):
+    (tmp_path / "broken.yaml").write_text("name: x\nnum_sms: [1, 2\n")
+    (tmp_path / "nosource.yaml").write_text("name: x\nnum_sms: {value: 1, kind: datasheet}\n")
+    (tmp_path / "disconnected.yaml").write_text(
+        "gpus: 4\nlinks:\n  - {from: gpu0, to: gpu1, bandwidth_gbps: 10}\n  - {from: gpu2, to: gpu3, bandwidth_gbps: 10}\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert needle in lines[0]
+    assert "Traceback" not in err
+
+
+def test_output_is_not_half_written_on_error(capsys, tmp_path):
+    out = tmp_path / "keep.csv"
+    out.write_text("precious\n")
+    code, _, _ = run(capsys, "simulate", "--gpu", "nosuchgpu", "-o", str(out))
+    assert code == 2 and out.read_text() == "precious\n"
+
+
+def test_help_teaches(capsys):
+    assert main(["simulate", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "ag-gemm" in out and "--schedule" in out
