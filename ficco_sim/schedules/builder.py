@@ -38,6 +38,13 @@ class GraphBuilder:
             self.stream(g, COMPUTE, 0)
             self.stream(g, COMM, comm_priority)
 
+    @property
+    def reduce_block(self) -> BlockShape:
+        """The elementwise kernel's block, shrunk to fit small 'SMs' (the cpu profile)."""
+        sm = self.gpu.sm
+        threads = min(REDUCE_BLOCK.threads, sm.max_threads)
+        return BlockShape(threads, min(REDUCE_BLOCK.registers, sm.registers // threads), 0)
+
     def stream(self, gpu: int, name: str, priority: int = 0) -> str:
         self.streams.setdefault((gpu, name), Stream(gpu, name, priority))
         return name
@@ -68,12 +75,13 @@ class GraphBuilder:
         tensors and writes one, HBM-bound. Sized as one wave over all SMs."""
         elems = rows * cols
         total_bytes = elems * DTYPE_BYTES[dtype] * (inputs + 1)
-        occ = blocks_per_sm(self.gpu.sm, REDUCE_BLOCK)
-        grid = max(1, min(self.gpu.num_sms * occ, math.ceil(elems / (REDUCE_BLOCK.threads * 8))))
+        block = self.reduce_block
+        occ = blocks_per_sm(self.gpu.sm, block)
+        grid = max(1, min(self.gpu.num_sms * occ, math.ceil(elems / (block.threads * 8))))
         per_block = total_bytes / grid
         # One wave of `grid` blocks moving total_bytes at the full effective HBM rate.
         block_time = total_bytes / self.gpu.hbm_effective
-        return self._add(Kernel(id, gpu, stream, "memory", grid, REDUCE_BLOCK, block_time, per_block,
+        return self._add(Kernel(id, gpu, stream, "memory", grid, block, block_time, per_block,
                                 tuple(deps), "comm", label or f"reduce x{inputs}",
                                 dict(io or {}, rows=rows, cols=cols, dtype=dtype)))
 

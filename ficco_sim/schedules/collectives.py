@@ -147,7 +147,7 @@ def all_to_all(b: GraphBuilder, prefix: str, counts: Sequence[Sequence[int]], co
     deps = deps or [[] for _ in range(n)]
     esize = cols * b.elem(dtype)
     src_off = [[sum(counts[p][:q]) for q in range(n)] for p in range(n)]
-    dst_off = [[sum(counts[r][q] for r in range(p)) for q in range(n)] for p in range(n)]
+    dst_off = [[sum(counts[r][q] for r in range(p) if r != q) for q in range(n)] for p in range(n)]
     kern = None
     if engine == "sm":
         kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="all-to-all").id for g in range(n)]

@@ -1,0 +1,104 @@
+"""Accuracy of predictions against measurements: error, MAPE, ranking agreement.
+
+All functions take plain numbers. The table form (:func:`summarize`) takes a pandas
+DataFrame with columns ``scenario``, ``schedule``, ``predicted_s``, ``measured_s`` and
+returns, per scenario, the MAPE, Kendall's tau between the predicted and measured
+ranking of its schedules, and whether the predicted best schedule is the measured best
+(top-1), plus the same over all rows.
+
+>>> round(mape([1.0, 2.0], [1.1, 1.6]), 4)
+0.1705
+>>> kendall_tau([1, 2, 3], [10, 20, 30]), kendall_tau([1, 2, 3], [30, 20, 10])
+(1.0, -1.0)
+>>> top1_match([3.0, 1.0, 2.0], [2.5, 0.9, 3.0])
+True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import pandas as pd
+
+
+def rel_error(predicted: float, measured: float) -> float:
+    """Signed relative error (predicted - measured) / measured; NaN if unmeasurable."""
+    if not measured or measured != measured:
+        return float("nan")
+    return (predicted - measured) / measured
+
+
+def mape(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    """Mean absolute percentage error as a fraction (0.1 = 10 %), over pairs with a
+    positive measurement."""
+    errs = [abs(rel_error(p, m)) for p, m in zip(predicted, measured) if m and m == m and p == p]
+    return sum(errs) / len(errs) if errs else float("nan")
+
+
+def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall's tau-b between two orderings (ties handled); NaN with fewer than 2 items
+    or when one side is all ties.
+
+    >>> kendall_tau([1, 1, 2], [1, 2, 3])
+    0.8165
+    """
+    n = len(x)
+    if n != len(y):
+        raise ValueError("kendall_tau needs two sequences of the same length")
+    conc = disc = tx = ty = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = (x[i] > x[j]) - (x[i] < x[j])
+            dy = (y[i] > y[j]) - (y[i] < y[j])
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                tx += 1
+            elif dy == 0:
+                ty += 1
+            elif dx == dy:
+                conc += 1
+            else:
+                disc += 1
+    denom = math.sqrt((conc + disc + tx) * (conc + disc + ty))
+    return round((conc - disc) / denom, 4) if denom else float("nan")
+
+
+def top1_match(predicted: Sequence[float], measured: Sequence[float]) -> bool:
+    """Whether the fastest predicted item is also the fastest measured one."""
+    if not predicted:
+        return False
+    best_p = min(range(len(predicted)), key=lambda i: predicted[i])
+    best_m = min(range(len(measured)), key=lambda i: measured[i])
+    return best_p == best_m or measured[best_p] == measured[best_m]
+
+
+def summarize(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Per-scenario accuracy (scenario, schedules, MAPE, tau, top1, predicted/measured
+    best) and overall figures (rows, MAPE, mean tau, top-1 rate)."""
+    rows = []
+    for scen, g in df.groupby("scenario", sort=False):
+        g = g.dropna(subset=["predicted_s", "measured_s"])
+        if g.empty:
+            continue
+        p, m = list(g["predicted_s"]), list(g["measured_s"])
+        rows.append({
+            "scenario": scen, "schedules": len(g), "mape": mape(p, m),
+            "kendall_tau": kendall_tau(p, m) if len(g) > 1 else float("nan"),
+            "top1": top1_match(p, m) if len(g) > 1 else float("nan"),
+            "predicted_best": g["schedule"].iloc[min(range(len(p)), key=p.__getitem__)],
+            "measured_best": g["schedule"].iloc[min(range(len(m)), key=m.__getitem__)],
+        })
+    per = pd.DataFrame(rows, columns=["scenario", "schedules", "mape", "kendall_tau", "top1", "predicted_best",
+                                      "measured_best"])
+    ranked = per[per["schedules"] > 1]
+    taus = ranked.dropna(subset=["kendall_tau"])
+    overall = {
+        "rows": int(df.dropna(subset=["predicted_s", "measured_s"]).shape[0]),
+        "mape": mape(list(df["predicted_s"]), list(df["measured_s"])),
+        "mean_kendall_tau": float(taus["kendall_tau"].mean()) if not taus.empty else float("nan"),
+        "top1_rate": float(ranked["top1"].astype(float).mean()) if not ranked.empty else float("nan"),
+        "scenarios_ranked": int(ranked.shape[0]),
+    }
+    return per, overall

@@ -1,0 +1,213 @@
+"""The CUDA runner: the same program, issued asynchronously onto prioritised streams.
+
+* Streams are created once per (device, stream name, priority) and kept for the whole
+  process (torch hands out streams from pools of 32 per priority, round robin: creating
+  more would silently alias them). A ficco priority (larger = more urgent) maps to a
+  CUDA priority with :func:`.executor.to_torch_priority` inside
+  ``torch.cuda.Stream.priority_range()``.
+* One event per op; an op's stream waits on the events of its dependencies issued on
+  other streams (same-stream order is free).
+* A ``torch.cuda._sleep`` gate holds every stream until the host has finished issuing,
+  so launch latency does not masquerade as overlap; the makespan is the time from the
+  gate's start event to the last stream's end event (``reference/torch_executor.md`` 6).
+* GEMMs are ``torch.mm(..., out=view)``; reductions ``add``; DMA transfers are
+  contiguous ``copy_`` (a copy engine), SM transfers in one process are copy kernels
+  (``torch._foreach_copy_``), and across processes NCCL ``batch_isend_irecv`` groups.
+
+Nothing here has run on a GPU in CI; :func:`features` detects what the installed torch
+offers so that the report can say what was and was not honoured.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Callable
+
+import torch
+
+from ..taskgraph import TaskGraph
+from .executor import compute_fn, to_torch_priority, view
+from .plan import Op, Program, batches
+
+_STREAMS: dict[tuple[int, str, int], "torch.cuda.Stream"] = {}
+SLEEP_CYCLES_PER_OP = 20_000      # ~10 us of host issue time per op at ~2 GHz
+
+
+def features() -> dict:
+    """What this torch/CUDA install offers the executor (feature-detected)."""
+    f: dict = {"cuda": torch.cuda.is_available()}
+    if not f["cuda"]:
+        return f
+    f["priority_range"] = tuple(torch.cuda.Stream.priority_range())
+    f["sleep_gate"] = hasattr(torch.cuda, "_sleep")
+    f["foreach_copy"] = hasattr(torch, "_foreach_copy_")
+    try:
+        f["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    except Exception:  # noqa: BLE001 - no NCCL in this build
+        f["nccl"] = None
+    f["cupy"] = importlib.util.find_spec("cupy") is not None
+    f["cuda_core"] = importlib.util.find_spec("cuda.core") is not None if importlib.util.find_spec("cuda") else False
+    if f["cupy"] or f["cuda_core"]:
+        f["smem_reason"] = ("cupy/cuda.core is installed but the resident shared-memory kernel is not implemented "
+                            "in this executor yet")
+    else:
+        f["smem_reason"] = "neither cupy nor cuda.core is installed (needed for a resident shared-memory kernel)"
+    f["devices"] = torch.cuda.device_count()
+    return f
+
+
+def stream_for(device: torch.device, name: str, priority: int) -> "torch.cuda.Stream":
+    key = (device.index or 0, name, priority)
+    if key not in _STREAMS:
+        _STREAMS[key] = torch.cuda.Stream(device=device, priority=priority)
+    return _STREAMS[key]
+
+
+class CudaRunner:
+    """Prepared replay of a program on CUDA.
+
+    ``bufs[r]`` are rank r's buffers; ``device_of[gpu]`` the torch device of task-graph
+    GPU ``gpu`` (all the same in single-GPU mode). ``distributed``: send/recv ops go to
+    NCCL (this process is one rank); otherwise the program has only local ops.
+    """
+
+    def __init__(self, graph: TaskGraph, program: Program, bufs: dict[int, dict[str, torch.Tensor]],
+                 device_of: dict[int, torch.device], notes: list[str], distributed: bool = False):
+        self.program = program
+        self.bufs = bufs
+        self.device_of = device_of
+        self.distributed = distributed
+        rng = tuple(torch.cuda.Stream.priority_range())
+        prios = sorted(set(program.streams.values()))
+        self.streams = {key: stream_for(device_of[key[0]], key[1], to_torch_priority(p, prios, rng))
+                        for key, p in program.streams.items()}
+        for op in program.ops:   # streams the planner did not list (defensive)
+            if op.stream not in self.streams:
+                self.streams[op.stream] = stream_for(device_of[op.stream[0]], op.stream[1], 0)
+        main = device_of[min(device_of)]
+        self.gate = stream_for(main, "__gate", rng[0])
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+        self.stream_end = {k: torch.cuda.Event() for k in self.streams}
+        self.events = {op.id: torch.cuda.Event() for op in program.ops}
+        self.fns: dict[str, Callable[[], None]] = {}
+        self.temps: dict[str, torch.Tensor] = {}
+        for op in program.ops:
+            if op.kind in ("gemm", "reduce"):
+                self.fns[op.id] = compute_fn(op, bufs[op.rank], graph, notes)
+            elif op.kind == "recv" and op.reduce:
+                self.temps[op.id] = torch.empty_like(view(bufs[op.rank], op.io["dst"]))
+            elif op.kind == "copy":
+                (sr, ss), (dr, ds) = op.io["src"], op.io["dst"]
+                if op.reduce and device_of[sr] != device_of[dr]:
+                    self.temps[op.id] = torch.empty_like(view(bufs[dr], ds))
+        self.batches = self._batches(program.ops)
+        self.sleep_cycles = min(200_000_000, SLEEP_CYCLES_PER_OP * max(1, len(program.ops)))
+
+    def _batches(self, ops: list[Op]) -> list[list[Op]]:
+        if not self.distributed:
+            return batches(ops)
+        # NCCL: every consecutive send/recv without a dependency among them goes in one
+        # group, whatever its stream, so that ring steps cannot deadlock.
+        out: list[list[Op]] = []
+        for op in ops:
+            cur = out[-1] if out else None
+            if (cur and op.kind in ("send", "recv") and cur[0].kind in ("send", "recv")
+                    and not set(op.deps) & {o.id for o in cur}):
+                cur.append(op)
+            else:
+                out.append([op])
+        return out
+
+    # -- issue ---------------------------------------------------------------------------
+    def _wait(self, stream, ops: list[Op], issued_on: dict) -> None:
+        for op in ops:
+            for d in op.deps:
+                if issued_on.get(d) is not stream:
+                    stream.wait_event(self.events[d])
+
+    def _record(self, stream, ops: list[Op], issued_on: dict) -> None:
+        for op in ops:
+            self.events[op.id].record(stream)
+            issued_on[op.id] = stream
+
+    def _copy_batch(self, batch: list[Op], stream) -> None:
+        srcs, dsts, adds = [], [], []
+        for op in batch:
+            (sr, ss), (dr, ds) = op.io["src"], op.io["dst"]
+            src, dst = view(self.bufs[sr], ss), view(self.bufs[dr], ds)
+            if self.device_of[sr] != self.device_of[dr]:
+                other = self.device_of[sr] if stream.device == self.device_of[dr] else self.device_of[dr]
+                mirror = stream_for(other, f"{op.stream[1]}~peer", 0)
+                mirror.wait_stream(stream)
+                with torch.cuda.stream(mirror):
+                    if op.reduce:
+                        tmp = self.temps[op.id]
+                        tmp.copy_(src, non_blocking=True)
+                        dst.add_(tmp)
+                    else:
+                        dst.copy_(src, non_blocking=True)   # cudaMemcpyPeerAsync (copy engine)
+                stream.wait_stream(mirror)
+            elif op.reduce:
+                adds.append((dst, src))
+            elif op.engine == "dma":
+                dst.copy_(src, non_blocking=True)            # contiguous: cudaMemcpyAsync on a copy engine
+            else:
+                srcs.append(src)
+                dsts.append(dst)
+        if dsts:
+            if hasattr(torch, "_foreach_copy_"):
+                torch._foreach_copy_(dsts, srcs)             # one multi-tensor copy kernel on SMs
+            else:
+                for d, s in zip(dsts, srcs):
+                    torch.add(s, 0, out=d)
+        for d, s in adds:
+            d.add_(s)
+
+    def _p2p_batch(self, batch: list[Op], stream) -> None:
+        import torch.distributed as dist
+        p2p = []
+        for op in batch:
+            bufs = self.bufs[op.rank]
+            if op.kind == "send":
+                p2p.append(dist.P2POp(dist.isend, view(bufs, op.io["src"]), op.peer))
+            else:
+                target = self.temps.get(op.id)
+                p2p.append(dist.P2POp(dist.irecv, target if target is not None else view(bufs, op.io["dst"]),
+                                      op.peer))
+        works = dist.batch_isend_irecv(p2p)
+        for w in works:
+            w.wait()        # the current stream waits for NCCL's stream; the host does not block
+        for op in batch:
+            if op.id in self.temps:
+                view(self.bufs[op.rank], op.io["dst"]).add_(self.temps[op.id])
+
+    def run(self) -> float:
+        """Issue the whole program once; return the makespan in seconds."""
+        issued_on: dict = {}
+        with torch.cuda.stream(self.gate):
+            if hasattr(torch.cuda, "_sleep"):
+                torch.cuda._sleep(self.sleep_cycles)
+            self.start.record(self.gate)
+        for s in self.streams.values():
+            s.wait_event(self.start)
+        for batch in self.batches:
+            stream = self.streams[batch[0].stream]
+            self._wait(stream, batch, issued_on)
+            with torch.cuda.stream(stream):
+                kind = batch[0].kind
+                if kind in ("send", "recv"):
+                    self._p2p_batch(batch, stream)
+                elif kind == "copy":
+                    self._copy_batch(batch, stream)
+                elif kind in ("gemm", "reduce"):
+                    self.fns[batch[0].id]()
+            self._record(stream, batch, issued_on)
+        for key, s in self.streams.items():
+            self.stream_end[key].record(s)
+            self.gate.wait_event(self.stream_end[key])
+        self.end.record(self.gate)
+        self.end.synchronize()
+        for dev in set(self.device_of.values()):
+            torch.cuda.synchronize(dev)
+        return self.start.elapsed_time(self.end) / 1e3

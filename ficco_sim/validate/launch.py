@@ -1,0 +1,161 @@
+"""One process per rank: spawn, rendezvous, replay every job, tear down.
+
+The parent picks a free TCP port on 127.0.0.1, spawns ``world_size`` processes with
+``torch.multiprocessing.start_processes`` (``spawn``), and joins them under a deadline;
+past it, or when one rank fails, every still-running child is killed and joined, so no
+process outlives :func:`run_distributed`. Each rank initialises ``torch.distributed``
+(gloo on CPU, NCCL with ``device_id`` on GPUs) with ``timeout=60 s`` so a broken
+schedule fails instead of hanging, replays all jobs (spawning once per run, not per
+job), and rank 0 writes the gathered results to a JSON file the parent reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from . import reference
+from .executor import Job, ReplayOptions, ReplayResult, audit, device_name, oracle, verify
+from .plan import plan_rank
+
+INIT_TIMEOUT = timedelta(seconds=60)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wants_high_priority_comm(jobs: list[Job]) -> bool:
+    for job in jobs:
+        prios = [s.priority for s in job.graph.streams]
+        comm = [s.priority for s in job.graph.streams if s.name == "comm"]
+        if comm and max(comm) > min(prios):
+            return True
+    return False
+
+
+def _init(rank: int, world: int, port: int, opts: ReplayOptions, high_prio: bool) -> None:
+    kw: dict = {}
+    if opts.device == "cuda":
+        torch.cuda.set_device(rank)
+        backend = "nccl"
+        kw["device_id"] = torch.device("cuda", rank)
+        if high_prio and hasattr(dist, "ProcessGroupNCCL"):
+            o = dist.ProcessGroupNCCL.Options()
+            o.is_high_priority_stream = True
+            kw["pg_options"] = o
+    else:
+        torch.set_num_threads(1)
+        backend = "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=INIT_TIMEOUT, **kw)
+
+
+def _replay_rank(job: Job, rank: int, opts: ReplayOptions, feats: dict) -> dict:
+    graph = job.graph
+    notes: list[str] = []
+    program = plan_rank(graph, rank)
+    if program.dropped_deps:
+        notes.append(f"{program.dropped_deps} cross-rank dependencies left to the transfers that carry the data")
+    dev = torch.device("cuda", rank) if opts.device == "cuda" else torch.device("cpu")
+    dtype = reference.exec_dtype(graph, opts.device)
+    inputs = reference.input_buffers(graph)
+    bufs = reference.make_inputs(graph, rank, inputs, dtype, dev, opts.seed)
+    if opts.device == "cuda":
+        from .cuda import CudaRunner
+        runner = CudaRunner(graph, program, {rank: bufs}, {rank: dev}, notes, distributed=True)
+    else:
+        from .cpu import CpuRankRunner
+        runner = CpuRankRunner(graph, program, bufs, notes)
+    times = []
+    for i in range(opts.warmup + opts.repeats):
+        reference.reset(bufs, graph, rank, inputs, opts.seed)
+        if opts.device == "cuda":
+            torch.cuda.synchronize()
+        dist.barrier()
+        if opts.device == "cuda":
+            span = runner.run()
+        else:
+            t0, t1 = runner.run()
+            spans: list = [None] * dist.get_world_size()
+            dist.all_gather_object(spans, (t0, t1))
+            span = max(e for _, e in spans) - min(s for s, _ in spans)
+        if i >= opts.warmup:
+            times.append(span)
+    ref_bufs = None if reference.ref_spec(graph) else oracle(graph, opts.seed)[rank]
+    ok, err = verify(graph, rank, bufs, opts.seed, ref_bufs)
+    if ref_bufs is not None:
+        notes.append("no meta.reference: checked against a sequential CPU replay of the same graph")
+    return {"times": times, "ok": ok, "err": err, "notes": notes}
+
+
+def _worker(rank: int, world: int, port: int, jobs: list[Job], opts: ReplayOptions, out: str) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _init(rank, world, port, opts, _wants_high_priority_comm(jobs))
+    try:
+        feats = {}
+        if opts.device == "cuda":
+            from .cuda import features
+            feats = features()
+        dist.barrier()
+        results = []
+        for job in jobs:
+            mine = _replay_rank(job, rank, opts, feats)
+            every: list = [None] * world
+            dist.all_gather_object(every, mine)
+            if opts.device == "cuda":
+                # Each rank timed its own streams; the run ends when the last rank does.
+                times = [max(r["times"][i] for r in every) for i in range(len(mine["times"]))]
+            else:
+                times = mine["times"]
+            results.append({"name": job.name, "times": times, "ok": all(r["ok"] for r in every),
+                            "err": max(r["err"] for r in every),
+                            "notes": sorted({n for r in every for n in r["notes"]})})
+        if rank == 0:
+            Path(out).write_text(json.dumps(results))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def run_distributed(jobs: list[Job], opts: ReplayOptions) -> list[ReplayResult]:
+    """Replay ``jobs`` with one process per rank; see module docstring."""
+    feats = {}
+    if opts.device == "cuda":
+        from ..errors import InputError
+        from .cuda import features
+        feats = features()
+        if feats.get("devices", 0) < opts.world_size:
+            raise InputError("--world-size", None, f"{opts.world_size} ranks need {opts.world_size} GPUs (NCCL "
+                             f"allows one rank per GPU), {feats.get('devices', 0)} visible; try --single-gpu")
+    not_honoured = {job.name: audit(job.graph, opts, feats) for job in jobs}   # may refuse before spawning
+    with tempfile.TemporaryDirectory(prefix="ficco-validate-") as tmp:
+        out = os.path.join(tmp, "results.json")
+        ctx = mp.start_processes(_worker, args=(opts.world_size, free_port(), jobs, opts, out),
+                                 nprocs=opts.world_size, join=False, start_method="spawn")
+        deadline = time.monotonic() + opts.timeout
+        try:
+            while not ctx.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"validation replay exceeded {opts.timeout:.0f} s; ranks killed")
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+                p.join(timeout=10)
+        rows = json.loads(Path(out).read_text())
+    name = device_name(opts.device)
+    return [ReplayResult(r["name"], r["times"], r["ok"], r["err"], not_honoured[r["name"]], r["notes"], name)
+            for r in rows]

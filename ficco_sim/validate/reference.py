@@ -1,0 +1,150 @@
+"""Input data, the unscheduled reference result, and the correctness check of a replay.
+
+Every buffer of ``graph.buffers`` exists once per rank. *Input* buffers are filled with
+small integers in [-2, 2] drawn from a generator seeded by (seed, rank, buffer name), so
+any process can rebuild any rank's inputs without communicating; all other buffers start
+at zero (accumulating GEMMs and staging buffers rely on it). With float32 and integers
+this small every product and sum is exact, so a replay on CPU must match bit for bit;
+float16/bfloat16 on a GPU are checked with a tolerance.
+
+The reference ignores the schedule: it is the plain math of the scenario, read from
+``graph.meta["reference"]``::
+
+    {"kind": "ag-gemm", "A": "A", "B": "B", "C": "C", "shard_rows": S}
+        # rank g: C rows [0, m) = cat(A shard of every rank) @ B_g
+    {"kind": "gemm-rs", "A": "A", "B": "B", "out": "P", "shard_rows": S}
+        # rank g: P rows [gS, (g+1)S) of sum over ranks r of A_r @ B_r
+    {"kind": "a2a-gemm", "X": "X", "W": "W", "Z": "Z", "counts": [[...], ...]}
+        # rank q: Z = (its own rows for q, then rows from every other source p in rank
+        # order; X_p's rows are grouped by destination) @ W_q
+
+(the operand roles are the keys ``A``/``X``, ``B``/``W``, ``C``/``out``/``Z``; ``inputs``
+lists the input buffers, default the first two). Without a ``reference`` entry the graph is
+replayed sequentially on the CPU instead (:func:`oracle`) — that checks the executor
+against the graph, not the graph against the math, and the report says so.
+
+>>> import torch
+>>> from ficco_sim.taskgraph import Buffer, TaskGraph
+>>> g = TaskGraph.build(2, [], [], buffers={"A": Buffer(4, 3, "float32")})
+>>> a0 = make_inputs(g, 0, ["A"], torch.float32, "cpu")["A"]
+>>> bool((a0 == make_inputs(g, 0, ["A"], torch.float32, "cpu")["A"]).all()), a0.abs().max().item() <= 2
+(True, True)
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Mapping
+
+import torch
+
+from ..errors import InputError
+from ..taskgraph import Slice, TaskGraph
+
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# (rtol, atol) per dtype: float32 with small integers is exact.
+TOLERANCE = {torch.float32: (0.0, 0.0), torch.float16: (1e-2, 1e-2), torch.bfloat16: (3e-2, 1e-1)}
+
+
+def ref_spec(graph: TaskGraph) -> dict[str, Any] | None:
+    """The normalised ``meta["reference"]`` (see module docstring), or None if absent."""
+    raw = graph.meta.get("reference")
+    if not raw:
+        return None
+    if isinstance(raw, str):
+        raw = {"kind": raw}
+    if not isinstance(raw, Mapping) or raw.get("kind") not in ("ag-gemm", "gemm-rs", "a2a-gemm"):
+        raise InputError("task graph", "meta.reference", f"unknown reference {raw!r}")
+    raw = dict(raw)
+    pick = lambda *keys, default: next((raw[k] for k in keys if raw.get(k)), default)  # noqa: E731
+    spec = dict(raw, a=pick("A", "X", "a", default="A"), b=pick("B", "W", "b", default="B"),
+                c=pick("C", "out", "Z", "c", default="C"))
+    spec.setdefault("inputs", [spec["a"], spec["b"]])
+    for name in (spec["a"], spec["b"], spec["c"], *spec["inputs"]):
+        if name not in graph.buffers:
+            raise InputError("task graph", "meta.reference", f"names buffer {name!r}, which the graph lacks")
+    return spec
+
+
+def input_buffers(graph: TaskGraph) -> list[str]:
+    spec = ref_spec(graph)
+    if spec is not None:
+        return list(spec["inputs"])
+    names = graph.meta.get("inputs")
+    if names:
+        return list(names)
+    raise InputError("task graph", "meta", "neither meta.reference nor meta.inputs says which buffers hold inputs")
+
+
+def exec_dtype(graph: TaskGraph, device: str) -> torch.dtype:
+    """float32 on CPU (exact); the graph's dtype on a GPU (float8 runs as float16)."""
+    if device == "cpu":
+        return torch.float32
+    dtypes = {b.dtype for b in graph.buffers.values()}
+    name = dtypes.pop() if len(dtypes) == 1 else "float16"
+    return TORCH_DTYPES.get(name, torch.float16)
+
+
+def _seed(seed: int, rank: int, name: str) -> int:
+    return zlib.crc32(f"{seed}/{rank}/{name}".encode())
+
+
+def make_inputs(graph: TaskGraph, rank: int, inputs: list[str], dtype: torch.dtype, device: str | torch.device,
+                seed: int = 0) -> dict[str, torch.Tensor]:
+    """Every buffer of ``rank``: inputs with deterministic small integers, others zero."""
+    out = {}
+    for name, b in graph.buffers.items():
+        if name in inputs:
+            gen = torch.Generator().manual_seed(_seed(seed, rank, name))
+            t = torch.randint(-2, 3, (b.rows, b.cols), generator=gen).to(dtype)
+            out[name] = t.to(device)
+        else:
+            out[name] = torch.zeros((b.rows, b.cols), dtype=dtype, device=device)
+    return out
+
+
+def reset(bufs: dict[str, torch.Tensor], graph: TaskGraph, rank: int, inputs: list[str], seed: int = 0) -> None:
+    """Restore ``bufs`` (one rank's) to their initial values in place, between repeats."""
+    fresh = make_inputs(graph, rank, inputs, bufs[next(iter(bufs))].dtype, "cpu", seed)
+    for name, t in bufs.items():
+        t.copy_(fresh[name])
+
+
+def expected(graph: TaskGraph, rank: int, seed: int = 0) -> tuple[Slice, torch.Tensor] | None:
+    """(where the result lives on ``rank``, the float64 reference values), from meta."""
+    spec = ref_spec(graph)
+    if spec is None:
+        return None
+    p = graph.num_gpus
+    a, b, c = spec["a"], spec["b"], spec["c"]
+    ins = [make_inputs(graph, r, spec["inputs"], torch.float64, "cpu", seed) for r in range(p)]
+    kind = spec["kind"]
+    if kind == "ag-gemm":
+        m = int(spec.get("m", graph.buffers[c].rows))
+        s = int(spec.get("shard_rows", m // p))
+        full = torch.cat([ins[q][a][q * s:(q + 1) * s] for q in range(p)])
+        return Slice(c, 0, m), full @ ins[rank][b]
+    if kind == "gemm-rs":
+        m = int(spec.get("m", graph.buffers[c].rows))
+        s = int(spec.get("shard_rows", m // p))
+        total = sum(ins[q][a] @ ins[q][b] for q in range(p))
+        return Slice(c, rank * s, (rank + 1) * s), total[rank * s:(rank + 1) * s]
+    counts = spec.get("counts")
+    if counts is None:
+        share = graph.buffers[a].rows // p
+        counts = [[share] * p for _ in range(p)]
+    rows = []
+    for q in [rank] + [q for q in range(p) if q != rank]:
+        off = sum(counts[q][:rank])
+        rows.append(ins[q][a][off:off + counts[q][rank]])
+    got = torch.cat(rows)
+    return Slice(c, 0, got.shape[0]), got @ ins[rank][b]
+
+
+def check(result: torch.Tensor, want: torch.Tensor) -> tuple[bool, float]:
+    """(close enough, max abs error) of a replay's result against the reference."""
+    rtol, atol = TOLERANCE.get(result.dtype, (1e-2, 1e-2))
+    got = result.detach().to("cpu", torch.float64)
+    err = (got - want).abs().max().item() if got.numel() else 0.0
+    ok = got.shape == want.shape and bool(torch.allclose(got, want, rtol=rtol, atol=atol))
+    return ok, err

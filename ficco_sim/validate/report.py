@@ -1,0 +1,148 @@
+"""Validation outputs: the measured-runs CSV, a markdown accuracy report, a scatter plot.
+
+Files go to ``<out>/<machine>/<date>.csv``, ``<date>.md`` and ``<date>.png`` where
+``machine`` is the GPU's name (CUDA) or the host name (CPU), lower-cased with anything
+but letters, digits and dashes replaced. CSV columns (times in seconds):
+
+``scenario, schedule, predicted_s, measured_s, err, correct, not_honoured, torch,
+device, date`` then ``kind, gpus, m, n, k, dtype, mode, world_size, gpu_profile,
+topology, repeats, measured_min_s, measured_max_s`` (``err`` = (predicted - measured) /
+measured; ``not_honoured`` = the knobs the device could not apply, ``;``-separated).
+
+>>> sanitize("NVIDIA H100 80GB HBM3")
+'nvidia-h100-80gb-hbm3'
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+
+import pandas as pd
+
+from .compare import summarize
+
+COLUMNS = ["scenario", "schedule", "predicted_s", "measured_s", "err", "correct", "not_honoured", "torch",
+           "device", "date"]
+
+CPU_GAP = (
+    "On a CPU the executor is a functional check, not a timing oracle "
+    "(shared/reference/torch_executor.md 4.1). Each rank is a process with one compute thread, and "
+    "gloo moves data on background threads of the *same* 2 cores, so a GEMM and a transfer that the "
+    "schedule overlaps mostly take turns instead (measured there: async all-gather + matmul is about "
+    "the serial sum). The simulator, given the `cpu` profile, models the transfer on its own "
+    "link and DMA-like engine and so predicts overlap that the host cannot deliver; it also does not "
+    "see the process-level costs of a replay (Python issue loop per op, gloo message latency "
+    "of tens of microseconds, barrier skew between ranks). Two more gaps are structural: the `cpu` "
+    "profile describes one device with every core of the host (num_sms = cores, peak = the best "
+    "all-core GEMM rate), but a 2-rank replay gives each rank one thread on a host whose cores are "
+    "shared by both ranks (and by anything else running), so every GEMM runs at least twice slower "
+    "than predicted; and a shared, noisy host (1-thread 512^3 GEMMs ranging 4.6-11 ms back to back "
+    "during this run) spreads repeats widely. Expect measured > predicted for overlapped "
+    "schedules, most for the finest decompositions (more messages, more Python per byte), and a "
+    "ranking that favours the schedules with the fewest operations.")
+
+
+def sanitize(name: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return s or "unknown"
+
+
+def machine_name(device: str, device_label: str = "") -> str:
+    """Directory name for a machine: the GPU's name on CUDA, else the host name."""
+    if device == "cuda" and device_label:
+        return sanitize(device_label)
+    return sanitize(socket.gethostname())
+
+
+def _fmt_s(x: float) -> str:
+    if x != x:
+        return "-"
+    return f"{x * 1e3:.3f}"
+
+
+def _fmt_pct(x: float) -> str:
+    return "-" if x != x else f"{x * 100:.1f}%"
+
+
+def scatter(df: pd.DataFrame, path: Path, title: str) -> None:
+    """Predicted vs measured makespan (log-log, one colour per scenario, y = x line)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 5))
+    d = df.dropna(subset=["predicted_s", "measured_s"])
+    for scen, g in d.groupby("scenario", sort=False):
+        ax.scatter(g["predicted_s"] * 1e3, g["measured_s"] * 1e3, label=str(scen)[:40], s=28)
+    if not d.empty:
+        lo = min(d["predicted_s"].min(), d["measured_s"].min()) * 1e3 * 0.8
+        hi = max(d["predicted_s"].max(), d["measured_s"].max()) * 1e3 * 1.25
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="measured = predicted")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("predicted makespan (ms)")
+    ax.set_ylabel("measured makespan (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(df: pd.DataFrame, context: dict, png_name: str | None) -> str:
+    """The accuracy report (see module docstring for the columns it draws on)."""
+    per, overall = summarize(df)
+    lines = [f"# Validation: {context.get('title', 'predicted vs measured')}", ""]
+    for key in ("date", "command", "device", "torch", "mode", "world_size", "gpu_profile", "topology",
+                "repeats", "warmup", "source"):
+        if context.get(key) not in (None, ""):
+            lines.append(f"- **{key.replace('_', ' ')}**: `{context[key]}`")
+    lines += ["", "## Accuracy", "",
+              f"- rows: {overall['rows']}",
+              f"- MAPE (mean |predicted - measured| / measured): **{_fmt_pct(overall['mape'])}**",
+              f"- mean Kendall tau of the schedule ranking per scenario: **{overall['mean_kendall_tau']:.3f}** "
+              f"over {overall['scenarios_ranked']} scenario(s)"
+              if overall["mean_kendall_tau"] == overall["mean_kendall_tau"] else
+              "- Kendall tau: - (undefined: no scenario with two or more schedules, or predictions all tied)",
+              f"- top-1 (predicted best schedule is the measured best): **{_fmt_pct(overall['top1_rate'])}**",
+              "", "Accuracy is reported, never asserted: a measured number is only ever written by running "
+              "the executor.", "", "### Per scenario", "",
+              "| scenario | schedules | MAPE | Kendall tau | top-1 | predicted best | measured best |",
+              "|---|---|---|---|---|---|---|"]
+    for r in per.itertuples():
+        top1 = "-" if r.top1 != r.top1 else ("yes" if r.top1 else "no")
+        tau = "-" if r.kendall_tau != r.kendall_tau else f"{r.kendall_tau:.3f}"
+        lines.append(f"| {r.scenario} | {r.schedules} | {_fmt_pct(r.mape)} | {tau} | {top1} | "
+                     f"{r.predicted_best} | {r.measured_best} |")
+    lines += ["", "### Per schedule (ms)", "",
+              "| scenario | schedule | predicted | measured | error | correct | not honoured |",
+              "|---|---|---|---|---|---|---|"]
+    for r in df.itertuples():
+        nh = str(r.not_honoured) if isinstance(r.not_honoured, str) and r.not_honoured else "-"
+        corr = "-" if r.correct != r.correct else ("yes" if bool(r.correct) else "**NO**")
+        lines.append(f"| {r.scenario} | {r.schedule} | {_fmt_s(r.predicted_s)} | {_fmt_s(r.measured_s)} | "
+                     f"{_fmt_pct(r.err)} | {corr} | {nh} |")
+    if png_name:
+        lines += ["", f"![predicted vs measured]({png_name})"]
+    details = context.get("not_honoured_details") or {}
+    if details:
+        lines += ["", "## Knobs not honoured", ""]
+        lines += [f"- {k}" for k in sorted(details)]
+    if context.get("gap"):
+        lines += ["", "## Why predictions and measurements differ here", "", context["gap"]]
+    if context.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in context["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_all(df: pd.DataFrame, out_dir: str | Path, machine: str, stamp: str, context: dict) -> dict[str, Path]:
+    """Write ``<out>/<machine>/<stamp>.{csv,md,png}``; returns the paths."""
+    folder = Path(out_dir) / machine
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"csv": folder / f"{stamp}.csv", "md": folder / f"{stamp}.md", "png": folder / f"{stamp}.png"}
+    cols = COLUMNS + [c for c in df.columns if c not in COLUMNS]
+    df[cols].to_csv(paths["csv"], index=False)
+    scatter(df, paths["png"], context.get("title", "predicted vs measured"))
+    paths["md"].write_text(markdown(df, context, paths["png"].name))
+    return paths

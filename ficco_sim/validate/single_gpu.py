@@ -1,0 +1,110 @@
+"""Single-GPU (and single-process) replay: one process holds every rank's buffers.
+
+Remote peers are replaced by local copies of the same bytes on the same engine: a DMA
+transfer is a contiguous ``copy_`` (a copy engine on a GPU), an SM transfer a copy
+kernel on the communication kernel's stream. Streams keep their priorities, so one GPU
+validates the GPU-internal part of the model — contention between GEMM and copies,
+priority, decomposition into pieces — without a second GPU or NCCL. On CPU the same
+program runs sequentially in issue order (a correctness check; its time is the serial
+sum and means little).
+
+``mode="single-process"`` places rank g on ``cuda:g`` instead (needs as many GPUs as
+ranks): copies between GPUs then run on copy engines over NVLink/PCIe.
+
+>>> from ficco_sim.validate.executor import Job, ReplayOptions, replay
+>>> from ficco_sim.validate.testing import tiny_ag_gemm
+>>> r = replay([Job("ag", tiny_ag_gemm())], ReplayOptions(device="cpu", mode="single-gpu", repeats=1))[0]
+>>> r.correct, len(r.times)
+(True, 1)
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..taskgraph import TaskGraph
+from . import reference
+from .executor import (Job, ReplayOptions, ReplayResult, audit, compute_fn, device_name, oracle, verify,
+                       view)
+from .plan import plan_local
+
+
+def run_local_cpu(graph: TaskGraph, bufs: list[dict[str, torch.Tensor]], notes: list[str] | None = None,
+                  fns: dict | None = None) -> None:
+    """Run the local program sequentially on CPU tensors (``bufs[r]`` = rank r's)."""
+    notes = [] if notes is None else notes
+    program = plan_local(graph)
+    if fns is None:
+        fns = {op.id: compute_fn(op, bufs[op.rank], graph, notes) for op in program.ops
+               if op.kind in ("gemm", "reduce")}
+    for op in program.ops:
+        if op.kind == "copy":
+            (sr, ss), (dr, ds) = op.io["src"], op.io["dst"]
+            dst, src = view(bufs[dr], ds), view(bufs[sr], ss)
+            dst.add_(src) if op.reduce else dst.copy_(src)
+        elif op.id in fns:
+            fns[op.id]()
+
+
+def _devices(graph: TaskGraph, opts: ReplayOptions) -> dict[int, torch.device]:
+    if opts.device == "cpu":
+        return {g: torch.device("cpu") for g in range(graph.num_gpus)}
+    if opts.mode == "single-process":
+        n = torch.cuda.device_count()
+        if n < graph.num_gpus:
+            from ..errors import InputError
+            raise InputError("--mode single-process", None, f"graph has {graph.num_gpus} ranks but only {n} GPUs "
+                             "are visible; use --single-gpu")
+        return {g: torch.device("cuda", g) for g in range(graph.num_gpus)}
+    return {g: torch.device("cuda", 0) for g in range(graph.num_gpus)}
+
+
+def run_single(jobs: list[Job], opts: ReplayOptions) -> list[ReplayResult]:
+    """Replay each job in this process (see module docstring)."""
+    feats = {}
+    if opts.device == "cuda":
+        from .cuda import features
+        feats = features()
+    results = []
+    for job in jobs:
+        graph = job.graph
+        notes: list[str] = []
+        not_honoured = audit(graph, opts, feats)
+        devices = _devices(graph, opts)
+        dtype = reference.exec_dtype(graph, opts.device)
+        inputs = reference.input_buffers(graph)
+        bufs = {r: reference.make_inputs(graph, r, inputs, dtype, devices[r], opts.seed) for r in range(graph.num_gpus)}
+        times = []
+        if opts.device == "cpu":
+            program = plan_local(graph)
+            fns = {op.id: compute_fn(op, bufs[op.rank], graph, notes) for op in program.ops
+                   if op.kind in ("gemm", "reduce")}
+            for i in range(opts.warmup + opts.repeats):
+                for r in bufs:
+                    reference.reset(bufs[r], graph, r, inputs, opts.seed)
+                t0 = time.perf_counter()
+                run_local_cpu(graph, [bufs[r] for r in range(graph.num_gpus)], notes, fns)
+                if i >= opts.warmup:
+                    times.append(time.perf_counter() - t0)
+        else:
+            from .cuda import CudaRunner
+            runner = CudaRunner(graph, plan_local(graph), bufs, devices, notes)
+            for i in range(opts.warmup + opts.repeats):
+                for r in bufs:
+                    reference.reset(bufs[r], graph, r, inputs, opts.seed)
+                torch.cuda.synchronize()
+                t = runner.run()
+                if i >= opts.warmup:
+                    times.append(t)
+        ref_bufs = None if reference.ref_spec(graph) else oracle(graph, opts.seed)
+        ok, err = True, 0.0
+        for r in range(graph.num_gpus):
+            o, e = verify(graph, r, bufs[r], opts.seed, ref_bufs[r] if ref_bufs else None)
+            ok, err = ok and o, max(err, e)
+        if ref_bufs is not None:
+            notes.append("no meta.reference: checked against a sequential CPU replay of the same graph")
+        results.append(ReplayResult(job.name, times, ok, err, not_honoured, sorted(set(notes)),
+                                    device_name(opts.device)))
+    return results

@@ -1,0 +1,172 @@
+"""The validation workflow: simulate, replay the very same task graphs, compare, report.
+
+>>> from ficco_sim.validate.workflow import parse_scenario
+>>> parse_scenario("gemm-rs:m=64,n=32,k=16", gpus=2).label()
+'gemm-rs m=64 n=32 k=16 x2'
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ..errors import InputError
+from ..hardware import load_gpu
+from ..workload import SCENARIO_KINDS, Scenario
+from . import report
+from .executor import Job, ReplayOptions, replay
+
+DEFAULT_SIZES = {"cpu": (512, 512, 512), "cuda": (8192, 8192, 8192)}
+
+
+def parse_scenario(text: str | Scenario, gpus: int, dtype: str = "float32") -> Scenario:
+    """``kind[:m=..,n=..,k=..,gpus=..,dtype=..]`` -> Scenario (``gpus`` defaults to the
+    world size)."""
+    if isinstance(text, Scenario):
+        return text
+    kind, _, rest = str(text).partition(":")
+    if kind not in SCENARIO_KINDS:
+        raise InputError("--scenarios", None, f"{text!r}: kind must be one of {', '.join(SCENARIO_KINDS)} "
+                         "(e.g. ag-gemm:m=512,n=512,k=512)")
+    kw: dict = {"gpus": gpus, "dtype": dtype}
+    for part in filter(None, rest.split(",")):
+        key, eq, val = part.partition("=")
+        if not eq or key not in ("m", "n", "k", "gpus", "dtype"):
+            raise InputError("--scenarios", None, f"{text!r}: bad part {part!r} (use m=, n=, k=, gpus=, dtype=)")
+        if key == "dtype":
+            kw[key] = val
+        else:
+            try:
+                kw[key] = int(val)
+            except ValueError:
+                raise InputError("--scenarios", None, f"{text!r}: {key} must be an integer, got {val!r}") from None
+    for key in ("m", "n", "k"):
+        if key not in kw:
+            raise InputError("--scenarios", None, f"{text!r}: missing {key}= (e.g. {kind}:m=512,n=512,k=512)")
+    return Scenario(kind, kw["gpus"], kw["m"], kw["n"], kw["k"], dtype=kw["dtype"])
+
+
+def default_profile(device: str) -> str:
+    """``cpu`` for the CPU when hw_profiles/cpu.yaml exists, else ``h100``."""
+    from ..hardware import available_profiles
+    if device == "cpu" and "cpu" in available_profiles():
+        return "cpu"
+    return "h100"
+
+
+def default_scenarios(device: str, gpus: int) -> list[Scenario]:
+    m, n, k = DEFAULT_SIZES[device]
+    dtype = "float32" if device == "cpu" else "float16"
+    m = m - m % gpus
+    return [Scenario(kind, gpus, m, n, k, dtype=dtype) for kind in SCENARIO_KINDS]
+
+
+def simulate_pairs(scenarios: list[Scenario], schedules: list[str] | None, gpu, topology: str | None):
+    """(scenario, schedule, task graph, predicted makespan or NaN) for every valid pair,
+    plus notes on skipped pairs and failed predictions. The graph is the one the
+    simulator timed, so the executor replays exactly what was predicted."""
+    from ..engine.des import simulate_graph
+    from ..hardware import load_gpu
+    from ..schedules.lowering import invalid_reason, lower
+    from ..schedules.schedule import basic_schedules, parse_schedule
+    from ..topology import load_topology
+    gpu = load_gpu(gpu)
+    pairs, notes = [], []
+    for sc in scenarios:
+        topo = load_topology(topology or f"switch:{sc.gpus}", gpu)
+        wanted = [parse_schedule(s) for s in schedules] if schedules else basic_schedules()
+        for s in wanted:
+            why = invalid_reason(sc, s, gpu, topo)
+            if why:
+                notes.append(f"skipped (invalid here): {sc.label()} / {s.name}: {why}")
+                continue
+            graph = lower(sc, s, gpu, topo)
+            try:
+                predicted = simulate_graph(graph, gpu, topo).makespan
+            except InputError as e:
+                predicted = float("nan")
+                notes.append(f"no prediction for {sc.label()} / {s.name} (replayed anyway): {e.line()}")
+            pairs.append((sc, s, graph, predicted, topo.name))
+    return pairs, notes
+
+
+def cpu_share(gpu, ranks: int):
+    """The part of a CPU profile one rank gets when ``ranks`` processes share the machine:
+    cores (the profile's "SMs"), GEMM peak and memory bandwidth are split between them."""
+    import dataclasses
+    if ranks <= 1:
+        return gpu
+    cores = max(1, gpu.num_sms // ranks)
+    share = cores / gpu.num_sms
+    return dataclasses.replace(gpu, num_sms=cores, peak_flops={d: p * share for d, p in gpu.peak_flops.items()},
+                               hbm_bandwidth=gpu.hbm_bandwidth / ranks)
+
+
+def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None = None,
+             scenarios: list | None = None, schedules: list[str] | None = None, repeats: int = 5, warmup: int = 1,
+             out_dir: str | Path = "validation", *, mode: str | None = None, topology: str | None = None,
+             allow_fallback: bool = False, command: str = "", stamp: str | None = None) -> tuple[pd.DataFrame, dict]:
+    """Simulate every (scenario, schedule) with ``gpu_profile``, replay the same task graphs
+    on ``device`` (warm-up, ``repeats`` timed runs, median), check every result against
+    the unscheduled reference, and write ``<out_dir>/<machine>/<date>.{csv,md,png}``.
+    Returns the table and the written paths."""
+    mode = mode or "distributed"
+    opts = ReplayOptions(device=device, world_size=world_size, mode=mode, warmup=warmup, repeats=repeats,
+                         allow_fallback=allow_fallback)
+    opts.check()
+    gpu_profile = gpu_profile or default_profile(device)
+    dtype = "float32" if device == "cpu" else "float16"
+    scens = ([parse_scenario(s, world_size, dtype) for s in scenarios] if scenarios
+             else default_scenarios(device, world_size))
+    for sc in scens:
+        if mode == "distributed" and sc.gpus != world_size:
+            raise InputError("--scenarios", None, f"{sc.label()}: {sc.gpus} GPUs, but --world-size is {world_size}")
+    profile = load_gpu(gpu_profile)
+    if device == "cpu" and mode == "distributed":
+        profile = cpu_share(profile, world_size)
+    pairs, pair_notes = simulate_pairs(scens, schedules, profile, topology)
+    if not pairs:
+        raise InputError("--schedules", None, "no valid (scenario, schedule) pair to validate")
+    from .executor import prepare
+    jobs = []
+    for sc, s, graph, _, _ in pairs:
+        try:
+            prepare(graph)
+        except InputError as e:   # a lowering the executor cannot replay: say so, keep going
+            pair_notes.append(f"not replayed: {sc.label()} / {s.name}: {e.line()}")
+            continue
+        jobs.append(Job(f"{sc.label()}|{s.name}", graph))
+    if not jobs:
+        raise InputError("--schedules", None, "no replayable (scenario, schedule) pair: " + "; ".join(pair_notes))
+    results = {r.name: r for r in replay(jobs, opts)}
+    now = dt.datetime.now(dt.timezone.utc)
+    stamp = stamp or now.strftime("%Y-%m-%d")
+    device_label = next(iter(results.values())).device
+    rows, notes, details = [], list(pair_notes), set()
+    for sc, s, _, predicted, topo_name in pairs:
+        r = results.get(f"{sc.label()}|{s.name}")
+        if r is None:
+            continue
+        measured = r.median
+        details.update(r.not_honoured)
+        notes += [f"{sc.label()} / {s.name}: {n}" for n in r.notes if "staged through" not in n]
+        rows.append({"scenario": sc.label(), "schedule": s.name, "predicted_s": predicted,
+                     "measured_s": measured, "err": (predicted - measured) / measured if measured else float("nan"),
+                     "correct": r.correct, "not_honoured": ";".join(sorted({k.split(":")[0] for k in r.not_honoured})),
+                     "torch": torch.__version__, "device": r.device, "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                     "kind": sc.kind, "gpus": sc.gpus, "m": sc.m, "n": sc.n, "k": sc.k, "dtype": sc.dtype,
+                     "mode": mode, "world_size": world_size, "gpu_profile": gpu_profile,
+                     "topology": topo_name, "repeats": repeats, "measured_min_s": min(r.times),
+                     "measured_max_s": max(r.times)})
+    df = pd.DataFrame(rows)
+    context = {"title": f"{device_label} ({device}, {mode}, {world_size} ranks) vs profile {gpu_profile}",
+               "date": now.strftime("%Y-%m-%d %H:%M UTC"), "command": command, "device": device_label,
+               "torch": torch.__version__, "mode": mode, "world_size": world_size, "gpu_profile": gpu_profile,
+               "topology": topology or f"switch:{world_size}", "repeats": repeats, "warmup": warmup,
+               "not_honoured_details": sorted(details), "notes": notes,
+               "gap": report.CPU_GAP if device == "cpu" else ""}
+    paths = report.write_all(df, out_dir, report.machine_name(device, device_label), stamp, context)
+    return df, paths

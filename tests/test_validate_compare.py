@@ -1,0 +1,70 @@
+"""Accuracy metrics and the measured-runs importer on known inputs."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from ficco_sim.errors import InputError
+from ficco_sim.validate.compare import kendall_tau, mape, rel_error, summarize, top1_match
+from ficco_sim.validate.importer import compare_measured, read_measured
+
+
+def test_mape_known_values():
+    assert mape([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == 0.0
+    assert mape([1.1, 1.8], [1.0, 2.0]) == pytest.approx(0.1)
+    assert math.isnan(mape([1.0], [0.0]))
+    assert rel_error(1.5, 1.0) == pytest.approx(0.5)
+
+
+def test_kendall_tau_known_values():
+    assert kendall_tau([1, 2, 3, 4], [1, 2, 3, 4]) == 1.0
+    assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    # one swapped pair out of six: (5 - 1) / 6
+    assert kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6, abs=1e-4)
+    assert math.isnan(kendall_tau([1, 1], [1, 2]))
+    with pytest.raises(ValueError):
+        kendall_tau([1, 2], [1])
+
+
+def test_top1_and_summary():
+    assert top1_match([2.0, 1.0], [3.0, 0.5])
+    assert not top1_match([1.0, 2.0], [3.0, 0.5])
+    df = pd.DataFrame({"scenario": ["s1"] * 3 + ["s2"] * 2, "schedule": ["a", "b", "c", "a", "b"],
+                       "predicted_s": [1.0, 2.0, 3.0, 1.0, 2.0], "measured_s": [1.0, 2.0, 3.0, 2.0, 1.0]})
+    per, overall = summarize(df)
+    assert list(per["kendall_tau"]) == [1.0, -1.0]
+    assert list(per["top1"]) == [True, False]
+    assert overall["top1_rate"] == 0.5 and overall["mean_kendall_tau"] == 0.0
+    assert overall["mape"] == pytest.approx((0.5 + 1.0) / 5)
+
+
+def test_importer_writes_report(tmp_path):
+    csv = tmp_path / "runs.csv"
+    csv.write_text("kind,m,n,k,gpus,schedule,measured_s\n"
+                   "ag-gemm,4096,4096,4096,4,none,0.002\n"
+                   "ag-gemm,4096,4096,4096,4,shard-p2p-sm,0.0015\n")
+    df, paths = compare_measured(csv, "h100", "switch:4", tmp_path / "out", stamp="test")
+    assert list(df["schedule"]) == ["none", "shard-p2p-sm"]
+    assert (df["predicted_s"] > 0).all()
+    assert paths["csv"].exists() and paths["md"].exists() and paths["png"].exists()
+    assert "Kendall tau" in paths["md"].read_text()
+
+
+@pytest.mark.parametrize("text, field", [
+    ("kind,m,n,k,gpus,schedule\nag-gemm,8,8,8,2,none\n", None),                       # no measured_s
+    ("kind,m,n,k,gpus,schedule,measured_s\nag-gemm,8,8,8,2,none,-1\n", "row 2.measured_s"),
+    ("kind,m,n,k,gpus,schedule,measured_s\nag-gemm,8,x,8,2,none,1\n", "row 2.n"),
+    ("kind,m,n,k,gpus,schedule,measured_s\nbogus,8,8,8,2,none,1\n", "row 2.kind"),
+])
+def test_importer_bad_input(tmp_path, text, field):
+    csv = tmp_path / "bad.csv"
+    csv.write_text(text)
+    with pytest.raises(InputError) as e:
+        read_measured(csv)
+    assert e.value.field == field
+
+
+def test_importer_missing_file(tmp_path):
+    with pytest.raises(InputError):
+        read_measured(tmp_path / "nope.csv")
