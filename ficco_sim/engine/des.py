@@ -74,6 +74,7 @@ class Simulation:
         self.open_transfers: dict[str, set[str]] = {}
         self.finished_comm: set[str] = set()
         self.counters: dict[str, list[tuple[float, float]]] = {}
+        self.link_counters: set[str] = set()
         self._setup()
 
     # -- set-up ---------------------------------------------------------------------------
@@ -172,6 +173,8 @@ class Simulation:
                 self._finish_comm(k)
 
     def _add_activity(self, act: Activity) -> None:
+        act.hbm = [(int(r[3:]), u) for r, u in act.usage.items() if r.startswith("hbm")]
+        act.links = [r for r in act.usage if r.startswith("link:")]
         self._advance()
         self.activities[act.id] = act
         self._request_settle()
@@ -266,9 +269,7 @@ class Simulation:
 
     def _recompute(self) -> None:
         acts = list(self.activities.values())
-        for key in [k for k in self.capacity if k.startswith(("send:", "recv:"))]:
-            pass  # channel capacities are kept current by _placed/_finish_comm
-        caps = {r: self.capacity.get(r, 0.0) for a in acts for r in a.usage}
+        caps = self.capacity   # channel capacities are kept current by _placed/_finish_comm
         rates = max_min_rates(acts, caps)
         self._interfere(acts, rates)
         self.version += 1
@@ -289,9 +290,8 @@ class Simulation:
         comm_hbm, comp_hbm = [0.0] * n, [0.0] * n
         for a in acts:
             r = rates[a.id]
-            for res, u in a.usage.items():
-                if res.startswith("hbm"):
-                    (comm_hbm if a.kind == "transfer" else comp_hbm)[int(res[3:])] += r * u
+            for gpu, u in a.hbm:
+                (comm_hbm if a.kind == "transfer" else comp_hbm)[gpu] += r * u
         peak = self.gpu.hbm_bandwidth
         ct = self.gpu.contention
         for a in acts:
@@ -326,13 +326,12 @@ class Simulation:
             series.append((self.env.now, v + delta))
 
     def _record_links(self, acts: list[Activity]) -> None:
-        load: dict[str, float] = {}
+        load: dict[str, float] = dict.fromkeys(self.link_counters, 0.0)
         for a in acts:
-            if a.kind == "transfer":
-                for res in a.usage:
-                    if res.startswith("link:"):
-                        load[res] = load.get(res, 0.0) + a.rate
-        for res in set(load) | {k for k in self.counters if k.startswith("link:")}:
+            for res in a.links:
+                load[res] = load.get(res, 0.0) + a.rate
+        self.link_counters.update(load)
+        for res in load:
             series = self.counters.setdefault(res, [(0.0, 0.0)])
             value = load.get(res, 0.0)
             if series[-1][1] != value:

@@ -40,22 +40,30 @@ class Activity:
     kind: str = "transfer"          # transfer | compute
     rate: float = 0.0
     on_done: Callable[[], None] | None = field(default=None, repr=False)
+    hbm: list = field(default_factory=list, repr=False)     # (gpu, bytes per unit), filled by the engine
+    links: list = field(default_factory=list, repr=False)   # link resources it crosses
 
 
 def max_min_rates(activities: list[Activity], capacity: Mapping[str, float]) -> dict[str, float]:
     """Weighted max-min fair rates by progressive filling (see module docstring)."""
     if not activities:
         return {}
-    res = sorted({r for a in activities for r in a.usage})
-    ridx = {r: i for i, r in enumerate(res)}
-    n, m = len(activities), len(res)
-    use = np.zeros((n, m))
+    ridx: dict[str, int] = {}
+    rows, cols, vals = [], [], []
     for i, a in enumerate(activities):
         for r, u in a.usage.items():
-            use[i, ridx[r]] = u
-    w = np.array([a.weight for a in activities])
-    cap = np.array([a.cap for a in activities])
-    slack = np.array([capacity[r] for r in res], dtype=float)
+            rows.append(i)
+            cols.append(ridx.setdefault(r, len(ridx)))
+            vals.append(u)
+    res = list(ridx)
+    n, m = len(activities), len(res)
+    use = np.zeros((n, m))
+    use[rows, cols] = vals
+    w = np.fromiter((a.weight for a in activities), float, n)
+    cap = np.fromiter((a.cap for a in activities), float, n)
+    full = np.fromiter((capacity.get(r, 0.0) for r in res), float, m)
+    slack = full.copy()
+    tol = 1e-9 * np.maximum(1.0, full)
     rate = np.zeros(n)
     live = cap > 0
     # Zero-capacity resources stop their users at once.
@@ -75,7 +83,7 @@ def max_min_rates(activities: list[Activity], capacity: Mapping[str, float]) -> 
         step = max(step, 0.0)
         rate[live] += w[live] * step
         slack -= grow * step
-        saturated = slack <= 1e-9 * np.maximum(1.0, np.array([capacity[r] for r in res]))
+        saturated = slack <= tol
         frozen = rate >= cap * (1 - 1e-12)
         if saturated.any():
             frozen |= (use[:, saturated] > 0).any(axis=1)

@@ -1,0 +1,264 @@
+"""``ficco-sim trace``: import, replay, what-if and export of measured traces.
+
+Thin: parse, call :mod:`ficco_sim.traces`, print. ``add_trace_parser(subparsers)`` is
+what :mod:`ficco_sim.cli` calls; ``python -m ficco_sim.traces.cli`` runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import InputError
+
+HELP = """\
+Trace-driven simulation. Give one trace file per rank of the same run:
+
+  Kineto / PyTorch-profiler JSON (.json or .json.gz), written by
+      with torch.profiler.profile(activities=[CPU, CUDA], record_shapes=True) as p: ...
+      p.export_chrome_trace(f"rank{rank}.json")
+  Chakra .et protobuf (one per rank), or a JSON execution trace with durations.
+
+How a trace becomes a task graph (see ficco_sim/traces/graph.py):
+  * GPU kernels keep their stream, priority and launch footprint (grid, threads,
+    registers, shared memory); NCCL/RCCL kernels (ncclDevKernel*, ncclKernel*,
+    ncclSymk*) are communication, GEMM-like names compute, anything else opaque
+    compute - nothing is dropped. gpu_memcpy PtoP/DtoD become copy-engine transfers.
+  * CPU-only traces: each thread is a stream; aten::mm & co. are GEMMs, gloo:* ops
+    are collectives.
+  * Dependencies: stream order, cudaStreamWaitEvent / sync events, flow arrows, and
+    on CPU traces the launch and first consumer of an async collective.
+  * Time the trace left idle before an op (host launch latency, untraced waits) is
+    kept as an 'idle' block, so a replay paces like the run did.
+"""
+
+EXAMPLES = """\
+examples:
+  ficco-sim trace import traces/cpu_ag_mm.rank0.json.gz traces/cpu_ag_mm.rank1.json.gz
+  ficco-sim trace replay traces/synthetic_gpu_ag_gemm.rank*.json --gantt out/replay.png
+  ficco-sim trace whatif traces/synthetic_gpu_ag_gemm.rank*.json --engine dma
+  ficco-sim trace whatif traces/synthetic_gpu_ag_gemm.rank*.json --comm-priority 2 --no-pairs
+  ficco-sim trace whatif traces/cpu_ag_mm.rank*.json.gz --schedule ficco-a2a-dma --pair-gpu h100
+  ficco-sim trace export traces/cpu_ag_mm.rank*.json.gz --out out/ag_mm.json --gantt out/ag_mm.png
+"""
+
+
+def _files(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="TRACE", help="one trace file per rank (same run)")
+
+
+def _hw(p: argparse.ArgumentParser, *, gpu_help: str) -> None:
+    p.add_argument("--gpu", help=gpu_help)
+    p.add_argument("--topology", help="interconnect, e.g. switch:8, fc:8, ring:8 or a YAML file "
+                   "(default: switch:<ranks>)")
+
+
+def add_trace_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``trace`` with its subcommands on an argparse ``subparsers`` object."""
+    tp = subparsers.add_parser("trace", help="import, replay, what-if and export measured traces",
+                               description=HELP, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = tp.add_subparsers(dest="trace_cmd", metavar="{import,replay,whatif,export}")
+
+    p = sub.add_parser("import", help="read traces and summarise what was found (ops, streams, deps, pairs)",
+                       description="Import traces and print what ficco-sim made of them: ops per category, "
+                       "streams and priorities, cross-stream dependencies, the trace's own span, and the "
+                       "communication -> GEMM pairs that the what-if can rewrite.")
+    _files(p)
+    p.add_argument("--ops", action="store_true", help="also list every op")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("replay", help="simulate the trace with its measured durations; compare makespans",
+                       description="Replay-as-measured: every kernel takes its measured time (compute kernels keep "
+                       "their footprint, so kernels that overlapped compete for SMs again), communication "
+                       "kernels hold their measured time, copies are modelled from their bytes. Reports the "
+                       "simulated makespan against the trace's own (first op start to last op end).")
+    _files(p)
+    _hw(p, gpu_help="profile of the GPU the trace ran on (default: from deviceProperties, else h100)")
+    p.add_argument("--exact", action="store_true", help="one block per kernel: no SM re-sharing "
+                   "(checks dependencies and pacing only)")
+    p.add_argument("--out", help="also write the replayed timeline as Chrome-trace JSON (.json or .json.gz)")
+    p.add_argument("--gantt", help="also write a Gantt PNG of the replay")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("whatif", help="change GPU, topology, comm engine or priority; rewrite comm->GEMM pairs",
+                       description="What-if on a measured trace. Hardware changes: --gpu scales measured compute "
+                       "(GEMMs by peak FLOP/s, other kernels by HBM bandwidth; waves recomputed from footprints); "
+                       "--topology / --engine model communication from its bytes (the report then shows the "
+                       "modelled baseline too, so a change is not mistaken for model error); --comm-priority sets "
+                       "every communication stream's priority. Pairs: every all-gather -> GEMM, GEMM -> "
+                       "reduce-scatter or all-to-all -> GEMM found becomes a scenario simulated under the "
+                       "schedules given (default: none, shard-p2p-sm, ficco-a2a-sm, ficco-a2a-dma).",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _files(p)
+    p.add_argument("--source-gpu", help="profile the trace ran on (default: from the trace, else h100)")
+    _hw(p, gpu_help="profile to run on instead (e.g. a100, mi300x)")
+    p.add_argument("--engine", choices=("sm", "dma"), help="move all communication to SM kernels or copy engines")
+    p.add_argument("--comm-priority", type=int, metavar="N",
+                   help="priority of streams carrying communication (larger = more urgent; 0 = normal)")
+    p.add_argument("--schedule", action="append", metavar="NAME",
+                   help="schedule for the pair rewrite (repeatable), e.g. shard-p2p-sm-hi, ficco-a2a-dma")
+    p.add_argument("--pair-gpu", help="profile to simulate pairs on (default: --gpu, else the source GPU)")
+    p.add_argument("--no-pairs", action="store_true", help="skip the comm->GEMM pair rewrite")
+    p.add_argument("--exact", action="store_true", help="one block per kernel (see replay --exact)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_whatif)
+
+    p = sub.add_parser("export", help="write the replayed timeline as Chrome-trace JSON (Perfetto) and a Gantt PNG",
+                       description="Replay the trace and write its timeline: one process per GPU, one thread "
+                       "per stream, SM transfers on their own tracks, counters for resident blocks, busy copy "
+                       "engines and link load. Open the JSON at https://ui.perfetto.dev.")
+    _files(p)
+    _hw(p, gpu_help="profile of the GPU the trace ran on")
+    p.add_argument("--out", required=True, help="Chrome-trace JSON to write (.json or .json.gz)")
+    p.add_argument("--gantt", help="also write a Gantt PNG")
+    p.add_argument("--idle", action="store_true", help="include the idle (gap) blocks")
+    p.set_defaults(func=cmd_export)
+    tp.set_defaults(func=lambda args: (tp.print_help(), 0)[1])
+    return tp
+
+
+def _us(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e6:,.1f} us"
+
+
+def _check_out(path: str | None, flag: str) -> None:
+    if path and not Path(path).parent.exists():
+        raise InputError(flag, None, f"folder {str(Path(path).parent)!r} does not exist")
+
+
+def cmd_import(args) -> int:
+    from . import load_trace
+    from .replay import find_pairs
+    t = load_trace(args.files)
+    pairs = find_pairs(t)
+    s = t.summary()
+    if args.json:
+        s["pairs"] = [{"kind": p.kind, "rank": p.rank, "comm": p.comm.name, "gemm": p.gemm.name, "link": p.link,
+                       "scenario": p.scenario.label() if p.scenario else None, "why_not": p.why_not} for p in pairs]
+        if args.ops:
+            s["op_list"] = [{"id": o.id, "rank": o.rank, "stream": o.stream, "name": o.name, "category": o.category,
+                             "kind": o.kind, "start_s": o.start, "dur_s": o.dur, "deps": o.deps} for o in t.ops]
+        print(json.dumps(s, indent=2, default=str))
+        return 0
+    print(f"{len(args.files)} file(s), format {t.fmt}, {t.num_ranks} rank(s), "
+          f"{'GPU' if t.on_gpu else 'CPU'} trace{' (' + t.device + ')' if t.device else ''}")
+    print(f"  ops: {s['ops']}  " + "  ".join(f"{k}: {v}" for k, v in sorted(s["by_category"].items())))
+    print(f"  streams: {s['streams']}  cross-stream dependencies: {s['cross_stream_deps']}  span: {_us(t.makespan)}")
+    for (rank, stream), prio in sorted(t.stream_priority.items()):
+        if prio:
+            print(f"  priority: rank {rank} {stream} = {prio}")
+    for n in t.notes:
+        print(f"  note: {n}")
+    for p in pairs:
+        sc = p.scenario.label() if p.scenario else f"no scenario: {p.why_not}"
+        print(f"  pair {p.kind} on rank {p.rank} ({p.link}): {p.comm.name[:40]} -> {p.gemm.name[:40]}: {sc}")
+    if args.ops:
+        for o in t.ops:
+            print(f"    {o.id:14s} r{o.rank} {o.stream:22s} {o.category:7s} {o.kind:7s} {_us(o.start):>14s} "
+                  f"+{_us(o.dur):>12s}  {o.name[:50]}" + (f"  after {', '.join(o.deps)}" if o.deps else ""))
+    return 0
+
+
+def cmd_replay(args) -> int:
+    from . import load_trace, replay, write_chrome_trace, write_gantt
+    _check_out(args.out, "--out")
+    _check_out(args.gantt, "--gantt")
+    t = load_trace(args.files)
+    r = replay(t, args.gpu, args.topology, footprints=not args.exact)
+    if args.out:
+        write_chrome_trace(r.timeline, args.out, r.graph)
+    if args.gantt:
+        write_gantt(r.timeline, args.gantt, title=f"replay of {Path(args.files[0]).name}")
+    if args.json:
+        print(json.dumps({"trace_makespan_s": r.trace_makespan, "sim_makespan_s": r.sim_makespan, "error": r.error,
+                          "gpu": r.gpu, "topology": r.topology, "tasks": len(r.graph.tasks)}, indent=2))
+        return 0
+    print(f"replay on {r.gpu}, {r.topology}, {len(r.graph.tasks)} tasks"
+          f"{' (exact: one block per kernel)' if args.exact else ''}")
+    print(f"  trace makespan     {_us(r.trace_makespan)}")
+    print(f"  simulated makespan {_us(r.sim_makespan)}   error {r.error * 100:+.2f}%")
+    for n in r.graph.meta.get("notes", []):
+        print(f"  note: {n}")
+    return 0
+
+
+def cmd_whatif(args) -> int:
+    from . import load_trace
+    from .replay import DEFAULT_PAIR_SCHEDULES, find_pairs, pair_whatif, source_gpu, whatif
+    t = load_trace(args.files)
+    w = whatif(t, source=args.source_gpu, gpu=args.gpu, topology=args.topology, engine=args.engine,
+               comm_priority=args.comm_priority, footprints=not args.exact)
+    out: dict = {"changes": w.changes, "trace_makespan_s": w.baseline.trace_makespan,
+                 "replay_makespan_s": w.baseline.sim_makespan,
+                 "model_baseline_makespan_s": w.model_baseline.sim_makespan if w.model_baseline else None,
+                 "whatif_makespan_s": w.variant.sim_makespan, "change": w.change, "notes": w.notes, "pairs": []}
+    if not args.no_pairs:
+        pair_gpu = args.pair_gpu or args.gpu or source_gpu(t, args.source_gpu)
+        schedules = args.schedule or list(DEFAULT_PAIR_SCHEDULES)
+        for p in find_pairs(t):
+            entry = {"kind": p.kind, "rank": p.rank, "comm": p.comm.name, "gemm": p.gemm.name, "link": p.link,
+                     "measured_s": p.measured, "scenario": p.scenario.label() if p.scenario else None,
+                     "why_not": p.why_not, "schedules": []}
+            if p.scenario is not None:
+                for r in pair_whatif(p, schedules, pair_gpu, None):
+                    entry["schedules"].append(r.__dict__)
+            out["pairs"].append(entry)
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    print(f"what-if: {'; '.join(w.changes)}")
+    print(f"  trace makespan              {_us(w.baseline.trace_makespan)}")
+    print(f"  replay (as measured)        {_us(w.baseline.sim_makespan)}   error {w.baseline.error * 100:+.2f}%")
+    if w.model_baseline:
+        print(f"  replay, comm modelled       {_us(w.model_baseline.sim_makespan)}   "
+              f"(the comm model on the original hardware: {w.model_baseline.error * 100:+.2f}% vs trace)")
+    print(f"  what-if                     {_us(w.variant.sim_makespan)}   change {w.change * 100:+.2f}%")
+    for n in w.notes:
+        print(f"  note: {n}")
+    for e in out["pairs"]:
+        print(f"  pair {e['kind']} on rank {e['rank']} ({e['link']}), measured {_us(e['measured_s'])}: "
+              f"{e['scenario'] or 'no scenario: ' + e['why_not']}")
+        for r in e["schedules"]:
+            if r["makespan"] is None:
+                print(f"    {r['schedule']:24s} invalid here: {r['note']}")
+            else:
+                print(f"    {r['schedule']:24s} simulated {_us(r['makespan']):>14s}  speedup {r['speedup']:.3f}x  "
+                      f"projected on the trace {_us(r['projected'])}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from . import load_trace, replay, write_chrome_trace, write_gantt
+    _check_out(args.out, "--out")
+    _check_out(args.gantt, "--gantt")
+    t = load_trace(args.files)
+    r = replay(t, args.gpu, args.topology)
+    write_chrome_trace(r.timeline, args.out, r.graph, include_idle=args.idle)
+    print(f"wrote {args.out} ({len(r.timeline.records)} tasks, makespan {_us(r.sim_makespan)})")
+    if args.gantt:
+        write_gantt(r.timeline, args.gantt, include_idle=args.idle)
+        print(f"wrote {args.gantt}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ficco-sim")
+    add_trace_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except InputError as exc:
+        sys.stderr.write(f"ficco-sim: error: {exc.line()}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Measured operations: what every importer produces, before it becomes a task graph.
+
+An importer (Kineto JSON, PyTorch ET JSON, Chakra ``.et``) turns a trace into a
+:class:`Trace`: a flat list of :class:`TraceOp`, one per GPU kernel, copy or (on CPU
+traces) top-level operator, with its measured start and duration in seconds, its
+rank and stream, and what it is:
+
+* ``category="compute"``: a kernel; ``kind`` is ``gemm`` or ``opaque`` (or ``memory``
+  for memsets), with the launch footprint (``grid``, ``block``) when the trace has it;
+* ``category="comm"``: a communication kernel or collective (NCCL/RCCL on GPUs, gloo on
+  CPUs), with ``collective``, bytes per rank and group ranks when the trace says so;
+* ``category="copy"``: a copy-engine command (``gpu_memcpy``): ``direction`` one of
+  ``PtoP``, ``DtoD``, ``HtoD``, ``DtoH``, with ``nbytes`` and source/destination GPU.
+
+``deps`` are the cross-stream dependencies the importer could prove (events, flows,
+data dependencies); stream order is implicit (ops on one stream run in start order).
+
+The classification rules live here so every importer agrees:
+
+>>> classify_kernel("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)")
+('comm', 'comm')
+>>> classify_kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64")
+('gemm', 'compute')
+>>> classify_kernel("void at::native::vectorized_elementwise_kernel<4>")
+('opaque', 'compute')
+>>> collective_kind("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL")
+'reduce-scatter'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..hardware import BlockShape
+
+COMM_KERNEL = re.compile(r"^(void )?(nccl(Dev)?Kernel|ncclSymk|rccl|ncclKernel)", re.IGNORECASE)
+GEMM_KERNEL = re.compile(r"gemm|cutlass|xmma|matmul|ampere_|sm90_|sm80_|cublas|hipblaslt|Cijk_", re.IGNORECASE)
+CPU_GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                "aten::_scaled_mm", "aten::addmv", "aten::mv"}
+CPU_COMM = re.compile(r"^(gloo|nccl|mpi|ucc):|^record_param_comms$|^nccl:", re.IGNORECASE)
+_COLLECTIVES = [
+    ("all-gather", re.compile(r"all_?gather|allgather", re.I)),
+    ("reduce-scatter", re.compile(r"reduce_?scatter|reducescatter", re.I)),
+    ("all-reduce", re.compile(r"all_?reduce|allreduce", re.I)),
+    ("all-to-all", re.compile(r"all_?to_?all|alltoall", re.I)),
+    ("broadcast", re.compile(r"broadcast|bcast", re.I)),
+    ("send-recv", re.compile(r"send|recv|sendrecv", re.I)),
+]
+DTYPE_SIZE = {"float": 4, "float32": 4, "Float": 4, "float16": 2, "half": 2, "Half": 2, "bfloat16": 2,
+              "BFloat16": 2, "double": 8, "Double": 8, "int": 4, "Int": 4, "long": 8, "Long": 8, "int64": 8,
+              "int32": 4, "c10::Half": 2, "c10::BFloat16": 2, "float8": 1, "Float8_e4m3fn": 1, "Byte": 1,
+              "uint8": 1, "int8": 1, "Char": 1, "bool": 1, "Bool": 1}
+
+
+def classify_kernel(name: str) -> tuple[str, str]:
+    """(kernel kind, role) of a GPU kernel from its name: NCCL/RCCL -> comm, GEMM-like ->
+    gemm, anything else -> opaque compute (never dropped)."""
+    if COMM_KERNEL.search(name.strip()):
+        return "comm", "comm"
+    if GEMM_KERNEL.search(name):
+        return "gemm", "compute"
+    return "opaque", "compute"
+
+
+def classify_cpu_op(name: str) -> tuple[str, str]:
+    """(kind, role) of a CPU-trace operator: gloo/nccl collectives -> comm, matrix
+    products -> gemm, anything else -> opaque compute.
+
+    >>> classify_cpu_op("gloo:all_gather"), classify_cpu_op("aten::mm"), classify_cpu_op("aten::add")
+    (('comm', 'comm'), ('gemm', 'compute'), ('opaque', 'compute'))
+    """
+    if CPU_COMM.search(name):
+        return "comm", "comm"
+    if name in CPU_GEMM_OPS:
+        return "gemm", "compute"
+    return "opaque", "compute"
+
+
+def collective_kind(text: str) -> str:
+    """ficco-sim's collective name (``all-gather`` ...) from a kernel or op name; ``""``
+    when none matches."""
+    for kind, pattern in _COLLECTIVES:
+        if pattern.search(text):
+            return kind
+    return ""
+
+
+@dataclass
+class TraceOp:
+    """One measured operation (see module docstring). Times in seconds from the trace's start."""
+
+    id: str
+    rank: int
+    stream: str
+    name: str
+    category: str                 # compute | comm | copy
+    kind: str                     # gemm | comm | memory | opaque | transfer
+    start: float
+    dur: float
+    priority: int = 0
+    grid: int = 0                 # 0: not known
+    block: BlockShape | None = None
+    collective: str = ""          # comm: all-gather | reduce-scatter | ...
+    nbytes: float = 0.0           # comm: bytes per rank (input); copy: bytes moved
+    group: tuple[int, ...] = ()   # comm: ranks of the process group
+    seq: int | None = None        # comm: sequence number in its group
+    direction: str = ""           # copy: PtoP | DtoD | HtoD | DtoH
+    src: int = -1                 # copy: source GPU (-1: host)
+    dst: int = -1
+    dma_engine: int | None = None  # copy: the copy engine, when the trace says
+    deps: list[str] = field(default_factory=list)
+    shapes: list = field(default_factory=list)   # input dims of the op (GEMM: [[m, k], [k, n]])
+    dtype: str = ""
+    launch: float | None = None   # host launch time (s), when known
+    order: int = 0                # launch order on its rank (correlation), for tie-breaks
+
+    @property
+    def end(self) -> float:
+        return self.start + self.dur
+
+    @property
+    def role(self) -> str:
+        return "comm" if self.category in ("comm", "copy") else "compute"
+
+
+@dataclass
+class Trace:
+    """All ops of a (possibly multi-rank) trace, and where they came from."""
+
+    ops: list[TraceOp]
+    num_ranks: int
+    sources: list[str]
+    fmt: str                                   # kineto | et | chakra
+    device: str = ""                           # deviceProperties name, when present
+    on_gpu: bool = True                        # False: CPU trace (ops are host operators)
+    stream_priority: dict = field(default_factory=dict)   # (rank, stream) -> priority
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def span(self) -> tuple[float, float]:
+        """(first start, last end) of the trace's ops, seconds."""
+        if not self.ops:
+            return 0.0, 0.0
+        return min(o.start for o in self.ops), max(o.end for o in self.ops)
+
+    @property
+    def makespan(self) -> float:
+        a, b = self.span
+        return b - a
+
+    def by_id(self) -> dict[str, TraceOp]:
+        return {o.id: o for o in self.ops}
+
+    def streams(self) -> list[tuple[int, str]]:
+        seen: dict[tuple[int, str], None] = {}
+        for o in sorted(self.ops, key=lambda o: (o.rank, o.start)):
+            seen.setdefault((o.rank, o.stream), None)
+        return list(seen)
+
+    def summary(self) -> dict:
+        cats: dict[str, int] = {}
+        for o in self.ops:
+            key = o.category if o.category != "compute" else f"compute/{o.kind}"
+            cats[key] = cats.get(key, 0) + 1
+        return {"format": self.fmt, "ranks": self.num_ranks, "ops": len(self.ops), "streams": len(self.streams()),
+                "by_category": cats, "span_s": self.makespan, "on_gpu": self.on_gpu, "device": self.device,
+                "cross_stream_deps": sum(len(o.deps) for o in self.ops)}

@@ -1,0 +1,162 @@
+"""Replay, what-if, export and the CLI of trace-driven simulation."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from ficco_sim.engine.des import simulate_graph
+from ficco_sim.hardware import load_gpu
+from ficco_sim.schedules import lower
+from ficco_sim.traces import load_trace
+from ficco_sim.traces.cli import main
+from ficco_sim.traces.export import to_chrome_trace, write_chrome_trace, write_gantt
+from ficco_sim.traces.kineto import load_kineto
+from ficco_sim.traces.replay import compute_scale, find_pairs, pair_whatif, replay, whatif
+from ficco_sim.workload import Scenario
+
+TRACES = Path(__file__).resolve().parents[1] / "traces"
+CPU_AG = [TRACES / "cpu_ag_mm.rank0.json.gz", TRACES / "cpu_ag_mm.rank1.json.gz"]
+SYNTH = [TRACES / "synthetic_gpu_ag_gemm.rank0.json", TRACES / "synthetic_gpu_ag_gemm.rank1.json"]
+
+
+@pytest.mark.parametrize("files, tol", [([TRACES / "cpu_mm_chain.json.gz"], 1e-9), (CPU_AG, 1e-9), (SYNTH, 0.01)])
+def test_replay_shipped_traces(files, tol):
+    r = replay(load_trace(files))
+    assert abs(r.error) <= tol, r.error
+
+
+def test_exact_replay_is_exact():
+    assert abs(replay(load_trace(SYNTH), footprints=False).error) < 1e-9
+
+
+def _round_trip(tmp_path, kind, schedule, footprints):
+    sc = Scenario(kind, 4, 4096, 2048, 2048)
+    g = lower(sc, schedule, "h100", "switch:4")
+    tl = simulate_graph(g, "h100", "switch:4")
+    path = write_chrome_trace(tl, tmp_path / "sim.json.gz", g)
+    t = load_kineto([path])
+    r = replay(t, "h100", "switch:4", footprints=footprints)
+    return tl, t, r
+
+
+@pytest.mark.parametrize("kind", ["ag-gemm", "gemm-rs", "a2a-gemm"])
+def test_round_trip_serial(tmp_path, kind):
+    tl, t, r = _round_trip(tmp_path, kind, "none", True)
+    # The trace spans first kernel start to last end (the first launch overhead is before it).
+    assert t.makespan == pytest.approx(tl.makespan - load_gpu("h100").launch_overhead, rel=1e-6)
+    assert r.sim_makespan == pytest.approx(t.makespan, rel=1e-6)
+
+
+@pytest.mark.parametrize("schedule", ["shard-p2p-sm", "ficco-a2a-sm-hi", "ficco-a2a-dma"])
+def test_round_trip_overlapped_exact(tmp_path, schedule):
+    _, t, r = _round_trip(tmp_path, "ag-gemm", schedule, False)
+    assert r.sim_makespan == pytest.approx(t.makespan, rel=0.01)
+
+
+def test_round_trip_overlapped_with_footprints_is_pessimistic(tmp_path):
+    # Measured durations already contain SM sharing; replaying footprints shares again.
+    _, t, r = _round_trip(tmp_path, "ag-gemm", "shard-p2p-sm", True)
+    assert 0 <= r.error < 0.35
+
+
+def test_whatif_engine_and_priority():
+    t = load_trace(SYNTH)
+    w = whatif(t, engine="dma")
+    assert w.model_baseline is not None and w.variant.comm == "model"
+    assert any(x.engine == "dma" and x.src != x.dst for x in w.variant.graph.transfers)
+    assert not any(k.kind == "comm" for k in w.variant.graph.kernels)
+    w = whatif(t, engine="sm", topology="fc:2")
+    assert any(x.engine == "sm" for x in w.variant.graph.transfers)
+    w = whatif(t, comm_priority=5)
+    assert {s.priority for s in w.variant.graph.streams if s.name == "s13"} == {5}
+
+
+def test_whatif_gpu_scales_compute():
+    h100 = load_gpu("h100")
+    fast = dataclasses.replace(h100, name="h100x2", peak_flops={k: 2 * v for k, v in h100.peak_flops.items()},
+                               hbm_bandwidth=2 * h100.hbm_bandwidth)
+    assert compute_scale(h100, fast) == {"gemm": 0.5, "memory": 0.5, "opaque": 0.5}
+    t = load_trace(SYNTH)
+    w = whatif(t, gpu=fast)
+    assert w.variant.sim_makespan < w.baseline.sim_makespan
+    gemm = next(o for o in t.ops if o.kind == "gemm")
+    assert w.variant.graph.kernel(gemm.id).block_time == pytest.approx(
+        w.baseline.graph.kernel(gemm.id).block_time / 2)
+
+
+def test_pairs():
+    pairs = find_pairs(load_trace(SYNTH))
+    assert [(p.kind, p.rank, p.link) for p in pairs] == [("ag-gemm", 0, "dependency"), ("ag-gemm", 1, "dependency")]
+    sc = pairs[0].scenario
+    assert (sc.gpus, sc.m, sc.n, sc.k, sc.dtype) == (2, 4096, 8192, 4096, "bfloat16")
+    rows = pair_whatif(pairs[0], ["none", "shard-p2p-sm", "ficco-a2a-dma"], "h100")
+    assert rows[0].schedule == "none" and rows[0].speedup == 1.0
+    assert all(r.makespan and r.makespan > 0 for r in rows)
+    cpu_pairs = find_pairs(load_trace(CPU_AG))
+    assert {p.scenario.m for p in cpu_pairs} == {512} and all(p.scenario.dtype == "float32" for p in cpu_pairs)
+
+
+def test_chrome_export_structure(tmp_path):
+    r = replay(load_trace(SYNTH))
+    doc = to_chrome_trace(r.timeline, r.graph)
+    evs = doc["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in evs if e["ph"] == "M" and e["name"] == "process_name"}
+    assert procs[0] == "GPU 0" and procs[1] == "GPU 1"
+    threads = {(e["pid"], e["args"]["name"]) for e in evs if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {(0, "s7"), (0, "s13"), (0, "s20"), (1, "s7")} <= threads
+    counters = {e["name"] for e in evs if e["ph"] == "C"}
+    assert any(c.startswith("blocks.") for c in counters) and "dma_busy" in counters
+    assert any(c.endswith("GB/s") for c in counters)                  # link load
+    assert any(e["ph"] == "s" for e in evs) and any(e["ph"] == "f" for e in evs)
+    assert all(isinstance(e.get("pid"), int) for e in evs)
+    json.dumps(doc)   # serialisable
+    png = write_gantt(r.timeline, tmp_path / "g.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_commands(tmp_path, capsys):
+    files = [str(f) for f in SYNTH]
+    assert main(["trace", "import", *files]) == 0
+    assert "pair ag-gemm" in capsys.readouterr().out
+    assert main(["trace", "replay", *files, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert abs(out["error"]) < 0.01
+    assert main(["trace", "whatif", *files, "--engine", "dma", "--schedule", "shard-p2p-sm", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["changes"] == ["comm engine -> dma"] and out["pairs"][0]["schedules"][0]["schedule"] == "none"
+    assert main(["trace", "export", *files, "--out", str(tmp_path / "t.json"), "--gantt", str(tmp_path / "t.png")]) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
+def test_cli_broken_trace_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0')
+    assert main(["trace", "replay", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.json" in err and "Traceback" not in err
+    assert main(["trace", "import", str(tmp_path / "missing.json")]) == 2
+    assert "no such trace file" in capsys.readouterr().err
+
+
+def test_whatif_other_gpu_retiles_known_gemms():
+    from ficco_sim.gemm_model import plan_gemm
+    t = load_trace(SYNTH)
+    w = whatif(t, gpu="a100")
+    gemm = next(o for o in t.ops if o.kind == "gemm" and o.rank == 0)
+    k = w.variant.graph.kernel(gemm.id)
+    plan = plan_gemm(load_gpu("a100"), 4096, 8192, 4096, "bfloat16")
+    assert (k.grid, k.block) == (plan.grid, plan.block)
+    assert any("re-tiled" in n for n in w.notes)
+    assert w.variant.sim_makespan > w.baseline.sim_makespan        # an A100 is slower than an H100
+
+
+def test_help_teaches(capsys):
+    with pytest.raises(SystemExit) as ex:
+        main(["trace", "--help"])
+    assert ex.value.code == 0
+    out = capsys.readouterr().out
+    assert "ncclSymk" in out and "cudaStreamWaitEvent" in out and "examples:" in out
