@@ -104,7 +104,7 @@ def emit(rows: list[dict], fmt: str, output: str | None, columns: list[tuple[str
         table = Table(title=title or None)
         cols = columns or [(k, k, 1.0) for k in rows[0]] if rows else []
         for _, header, _ in cols:
-            table.add_column(header, justify="right")
+            table.add_column(header, justify="right", no_wrap=True)
         for r in rows:
             cells = []
             for key, _, scale in cols:
@@ -116,7 +116,10 @@ def emit(rows: list[dict], fmt: str, output: str | None, columns: list[tuple[str
             console.print(table)
             text = console.export_text()
         else:
-            Console().print(table)
+            console = Console()
+            if not console.is_terminal:
+                console = Console(width=200)
+            console.print(table)
             return
     if output:
         write_atomic(output, text)
@@ -184,7 +187,7 @@ def cmd_simulate(args) -> int:
     if args.trace:
         from .traces.export import write_chrome_trace
         best = min(results, key=lambda r: r.makespan)
-        write_chrome_trace(best.timeline, args.trace)
+        write_chrome_trace(best.timeline, args.trace, best.graph)
     title = f"{scenario.label()} on {gpu.name} {topo.name} ({args.engine})"
     emit([r.row() for r in results], args.format, args.output, SIM_COLUMNS, title)
     return 0
