@@ -11,11 +11,11 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 from .errors import InputError
+from .files import write_text_atomic
 
 EPILOG = """\
 examples:
@@ -76,18 +76,7 @@ def positive_int(flag: str):
 
 def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file, so a failure leaves the old file."""
-    path = Path(path)
-    if path.parent and not path.parent.exists():
-        raise InputError(str(path), None, "its folder does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, text, make_dirs=False)
 
 
 def emit(rows: list[dict], fmt: str, output: str | None, columns: list[tuple[str, str, float]] | None = None,

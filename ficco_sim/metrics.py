@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 
-from .gemm_model import wave_time
 from .hardware import GpuProfile
 from .taskgraph import Kernel, TaskGraph
 from .timeline import Timeline, union_length

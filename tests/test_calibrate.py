@@ -118,7 +118,7 @@ def test_profile_writer_refuses_overwrite_and_keeps_other_lines(tmp_path):
     update_profile("h100", out, {"gemm.k_overhead": (1.0, "fitted", "x")}, force=True)
     assert load_gpu(out).gemm.k_overhead == 1.0
     with pytest.raises(InputError):
-        write_text_atomic(out, "x")
+        write_text_atomic(out, "x", force=False)
     assert "value: 2" in set_leaves("a:\n  b: {value: 1, kind: fitted, source: \"s\"}\n", {"a.b": (2, "fitted", "s")})
 
 

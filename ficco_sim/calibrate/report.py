@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .writer import write_text_atomic
+from ..files import atomic_path, write_text_atomic
 
 LONG_S = 1e-3  # "GEMMs >= 1 ms"
 
@@ -55,15 +55,9 @@ def write_points_csv(points: pd.DataFrame, path: str | Path, *, force: bool = Tr
     if not p.name.endswith(".gz"):
         return write_text_atomic(p, df.to_csv(index=False, float_format="%.5g"), force=force)
     import gzip
-    import os
-    if p.exists() and not force:
-        from ..errors import InputError
-        raise InputError(str(p), None, "exists; pass --force to overwrite it")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    with gzip.open(tmp, "wt", compresslevel=9) as fh:
-        df.to_csv(fh, index=False, float_format="%.5g")
-    os.replace(tmp, p)
+    with atomic_path(p, force=force) as tmp:
+        with gzip.open(tmp, "wt", compresslevel=9) as fh:
+            df.to_csv(fh, index=False, float_format="%.5g")
     return p
 
 

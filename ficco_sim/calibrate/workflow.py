@@ -115,7 +115,7 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
 
 
 def write_text(path: Path, df: pd.DataFrame) -> Path:
-    from .writer import write_text_atomic
+    from ..files import write_text_atomic
     return write_text_atomic(path, df.to_csv(index=False, float_format="%.6g"), force=True)
 
 

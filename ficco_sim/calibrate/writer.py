@@ -16,15 +16,14 @@ gemm:
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..errors import InputError
+from ..files import write_text_atomic
 from ..hardware import parse_profile
 
 _KEY = re.compile(r"^(?P<indent>\s*)(?:- )?(?P<key>[A-Za-z0-9_.\-]+):(?P<rest>.*)$")
@@ -95,25 +94,6 @@ def check_profile_text(text: str, where: str) -> None:
     except yaml.YAMLError:
         raise InputError(where, None, "internal: produced malformed YAML") from None
     parse_profile(data, where)
-
-
-def write_text_atomic(path: str | Path, text: str, *, force: bool = False) -> Path:
-    """Write ``text`` to ``path`` via a temporary file and ``os.replace``; refuse an existing
-    file unless ``force``."""
-    p = Path(path)
-    if p.exists() and not force:
-        raise InputError(str(p), None, "exists; pass --force (force=True) to overwrite it")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return p
 
 
 def write_profile(path: str | Path, text: str, *, force: bool = False) -> Path:

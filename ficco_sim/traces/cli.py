@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import InputError
 
@@ -244,21 +242,3 @@ def cmd_export(args) -> int:
         write_gantt(r.timeline, args.gantt, include_idle=args.idle)
         print(f"wrote {args.gantt}")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ficco-sim")
-    add_trace_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    try:
-        return int(args.func(args) or 0)
-    except InputError as exc:
-        sys.stderr.write(f"ficco-sim: error: {exc.line()}\n")
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
