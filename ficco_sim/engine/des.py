@@ -196,7 +196,7 @@ class Simulation:
             self.started[k.id].succeed()
         self.resident[k.id] += n
         rec.peak_resident = max(rec.peak_resident, self.resident[k.id])
-        self._count(f"gpu{gpu}.blocks.{'comm' if k.role == 'comm' and k.kind == 'comm' else k.role}", n)
+        self._count(f"gpu{gpu}.blocks.{k.role}", n)
         if k.kind == "comm":
             self.cohorts[k.id].append(counts)
             bw = self.resident[k.id] * self.gpu.comm_kernel.channel_bandwidth
