@@ -28,8 +28,8 @@ examples:
 
 # Workflow commands live beside their code; each module offers add_<name>_parser(subparsers).
 WORKFLOWS = [
-    ("ficco_sim.explore", "add_explore_parser"),
-    ("ficco_sim.explore", "add_recommend_parser"),
+    ("ficco_sim.explore.cli", "add_explore_parser"),
+    ("ficco_sim.explore.cli", "add_recommend_parser"),
     ("ficco_sim.calibrate.cli", "add_calibrate_parser"),
     ("ficco_sim.validate.cli", "add_validate_parser"),
     ("ficco_sim.traces.cli", "add_trace_parser"),

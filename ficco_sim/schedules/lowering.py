@@ -143,6 +143,8 @@ def _ag_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
     forward = sch.pattern == "p2p" and topo.kind == "ring"
     arrived: dict[tuple[int, int, int], str] = {}  # (gpu, owner, sub) -> transfer id
     kern = _comm_kernels(b, "ag", nsteps) if sch.engine == "sm" else None
+    # p2p moves one peer per step: its copies queue on one engine, in step order.
+    one_engine = 0 if sch.pattern == "p2p" else None
 
     for s in range(nsteps):
         for g in range(n):
@@ -156,7 +158,7 @@ def _ag_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
                     b.sm_transfer(tid, src, g, nbytes, (kern[src][s], kern[g][s]), deps=deps, label=f"AG step {s}",
                                   io=io)
                 else:
-                    b.dma_transfer(tid, g, src, g, nbytes, deps=deps, label=f"AG step {s}", io=io)
+                    b.dma_transfer(tid, g, src, g, nbytes, deps=deps, engine=one_engine, label=f"AG step {s}", io=io)
                 arrived[(g, owner, j)] = tid
 
     for g in range(n):
@@ -196,6 +198,8 @@ def _ag_gemm_k(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology) -> 
     forward = sch.pattern == "p2p" and topo.kind == "ring"
     arrived: dict[tuple[int, int, int], str] = {}
     kern = _comm_kernels(b, "ag", nsteps) if sch.engine == "sm" else None
+    # p2p moves one peer per step: its copies queue on one engine, in step order.
+    one_engine = 0 if sch.pattern == "p2p" else None
     for s in range(nsteps):
         for g in range(n):
             for owner, j in steps[g][s]:
@@ -208,7 +212,7 @@ def _ag_gemm_k(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology) -> 
                     b.sm_transfer(tid, src, g, nbytes, (kern[src][s], kern[g][s]), deps=deps, label=f"AG step {s}",
                                   io=io)
                 else:
-                    b.dma_transfer(tid, g, src, g, nbytes, deps=deps, label=f"AG step {s}", io=io)
+                    b.dma_transfer(tid, g, src, g, nbytes, deps=deps, engine=one_engine, label=f"AG step {s}", io=io)
                 arrived[(g, owner, j)] = tid
     whole_c = [Slice("C", 0, sc.m)]
     for g in range(n):
@@ -374,6 +378,8 @@ def _a2a_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo
     split = {(p, q): split_rows(counts[p][q], subs) for p in range(n) for q in range(n)}
     sub_off = lambda p, q, j: sum(split[(p, q)][:j])  # noqa: E731
     kern = _comm_kernels(b, "a2a", nsteps) if sch.engine == "sm" else None
+    # p2p moves one peer per step: its copies queue on one engine, in step order.
+    one_engine = 0 if sch.pattern == "p2p" else None
     arrived: dict[tuple[int, int, int], str] = {}
     for s in range(nsteps):
         for g in range(n):
@@ -388,7 +394,7 @@ def _a2a_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo
                 if sch.engine == "sm":
                     b.sm_transfer(tid, p, g, nbytes, (kern[p][s], kern[g][s]), label=f"A2A step {s}", io=io)
                 else:
-                    b.dma_transfer(tid, g, p, g, nbytes, label=f"A2A step {s}", io=io)
+                    b.dma_transfer(tid, g, p, g, nbytes, engine=one_engine, label=f"A2A step {s}", io=io)
                 arrived[(g, p, j)] = tid
     for g in range(n):
         local_gemm(g)

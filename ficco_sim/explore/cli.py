@@ -1,0 +1,194 @@
+"""``ficco-sim explore`` and ``ficco-sim recommend``: argparse hooks. The lead's
+``ficco_sim/cli.py`` calls :func:`add_explore_parser` and :func:`add_recommend_parser`;
+each handler (``args.func``) parses, calls the library, prints, returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+EXPLORE_HELP = """\
+Sweep overlap schedules over scenarios, GPUs and topologies; report per scenario the best
+schedule, its speedup over no overlap, the ideal speedup (serial / max(compute, comm)),
+the share of the ideal gain reached, and where the rest went: dil_compute (decomposition
+loss), cil_compute / cil_comm (contention losses), exposed_comm (time with no GEMM running).
+
+With no arguments: the built-in default study (12 Llama-3-70B / Mixtral-8x7B / GPT-3 layers
+on 8 GPUs, H100 behind NVSwitch vs MI300X fully connected, the basic schedules, DES).
+
+Output (--out DIR): points.jsonl (append-only log; re-running with the same DIR resumes),
+points.csv, summary.csv (+ .parquet with pyarrow), invalid.csv (--show-invalid), PNG plots (--plots).
+
+examples:
+  ficco-sim explore
+  ficco-sim explore --gpu mi300x --topology fc:8 --topology switch:8 --scenarios builtin --engine fast --space full
+  ficco-sim explore --scenarios my_layers.yaml --jobs 8 --out study/ --plots
+  ficco-sim explore --fit-heuristics
+"""
+
+RECOMMEND_HELP = """\
+Pick a schedule from operator sizes alone (fitted size-based rules, no sweep), and say why.
+Features: comm/compute ratio (analytical model), waves of a FiCCO GEMM piece, bytes per copy
+command, topology kind.
+
+example:
+  ficco-sim recommend --gpu mi300x --topology fc:8 --scenario ag-gemm --m 16384 --n 8192 --k 8192
+"""
+
+
+def add_explore_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``explore``; its handler is ``args.func``."""
+    p = subparsers.add_parser("explore", help="sweep schedules over scenarios, GPUs and topologies",
+                              description=EXPLORE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gpu", action="append", default=[], help="GPU profile (repeat to pair with --topology)")
+    p.add_argument("--topology", action="append", default=[], help="topology, e.g. switch:8, fc:8 (repeatable)")
+    p.add_argument("--scenarios", default=None, help="'builtin' (model-layer library) or a YAML file; "
+                   "default: the default study's dozen layers")
+    p.add_argument("--engine", default="des", choices=["des", "analytical", "fast"],
+                   help="des (discrete-event), analytical, or fast (vectorized analytical)")
+    p.add_argument("--space", default="basic", choices=["basic", "full"],
+                   help="basic schedules, or the full space (grouping, channels, priority, smem, dim)")
+    p.add_argument("--jobs", type=int, default=1, help="local worker processes")
+    p.add_argument("--ray", nargs="?", const=True, default=False, metavar="ADDRESS",
+                   help="run on Ray (local, or the cluster at ADDRESS); needs ficco-sim[ray]")
+    p.add_argument("--out", default=None, help="output folder (resumable)")
+    p.add_argument("--plots", action="store_true", help="write PNG plots to --out (default explore_out/)")
+    p.add_argument("--show-invalid", action="store_true", help="list invalid schedule points with reasons")
+    p.add_argument("--fit-heuristics", nargs="?", const="", default=None, metavar="FILE",
+                   help="fit the recommend thresholds on simulated scenarios and write them (with date and "
+                   "held-out accuracy)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_explore)
+    return p
+
+
+def add_recommend_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``recommend``; its handler is ``args.func``."""
+    p = subparsers.add_parser("recommend", help="pick a schedule from sizes alone, and say why",
+                              description=RECOMMEND_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gpu", default="h100")
+    p.add_argument("--topology", default=None, help="default switch:<gpus>")
+    p.add_argument("--scenario", required=True, choices=["ag-gemm", "gemm-rs", "a2a-gemm"])
+    p.add_argument("--m", type=int, required=True)
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--k", type=int, required=True)
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--shard-dim", default="M", choices=["M", "K"], help="ag-gemm: K for weight gradients")
+    p.add_argument("--heuristics", default=None, help="thresholds file (default: the shipped one)")
+    p.set_defaults(func=run_recommend)
+    return p
+
+
+def run_explore(args: argparse.Namespace) -> int:
+    import sys
+    from rich.console import Console
+    from .library import load_scenarios
+    from .study import default_pairs, default_scenarios, run_study, write_tables
+    con = Console(width=None if sys.stdout.isatty() else 160)
+    if args.fit_heuristics is not None:
+        from .heuristics import THRESHOLDS_FILE, fit_and_save
+        path = Path(args.fit_heuristics or THRESHOLDS_FILE)
+        doc = fit_and_save(path)
+        con.print(f"wrote {path}: thresholds {doc['thresholds']}")
+        con.print(f"held-out: top-1 {doc['held_out']['top1']:.0%}, within 5% {doc['held_out']['within5']:.0%} "
+                  f"of {doc['held_out']['cases']} cases (train top-1 {doc['train']['top1']:.0%})")
+        return 0
+    t0 = time.perf_counter()
+    scenarios = default_scenarios() if args.scenarios is None else load_scenarios(args.scenarios)
+    pairs = default_pairs(args.gpu, args.topology)
+    if args.scenarios is None and not args.gpu and not args.topology:
+        con.print("[bold]Default study[/]: 12 layers of Llama-3-70B, Mixtral-8x7B and GPT-3 on 8 GPUs, "
+                  "H100 + NVSwitch vs MI300X fully connected, basic schedules, discrete-event engine.")
+    out = Path(args.out) if args.out else (Path("explore_out") if args.plots else None)
+    points, summary = run_study(scenarios, pairs, engine=args.engine, space=args.space, workers=args.jobs,
+                                ray=args.ray, out=out, progress=not args.quiet)
+    _print_summary(con, summary, points)
+    if args.show_invalid and points.attrs.get("invalid"):
+        _print_invalid(con, points.attrs.get("invalid", []))
+    if out is not None:
+        files = write_tables(points, summary, out, invalid=points.attrs.get("invalid") if args.show_invalid else None)
+        if args.plots:
+            from .plots import write_plots
+            files += write_plots(points, summary, out)
+        con.print(f"wrote {', '.join(str(f) for f in files)}")
+    con.print(f"{len(points)} points in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _print_summary(con, summary, points) -> None:
+    from rich.table import Table
+    t = Table(title="Best schedule per scenario (speedup over no overlap; losses of the best schedule)")
+    for col in ("gpu / topology", "scenario", "best", "speedup", "ideal", "of ideal", "DIL", "CIL comp",
+                "CIL comm", "exposed ms", "none ms"):
+        t.add_column(col, justify="left" if col in ("gpu / topology", "scenario", "best") else "right")
+    for _, r in summary.iterrows():
+        t.add_row(f"{r.gpu} {r.topology}", r.scenario, r.best, f"{r.speedup:.2f}x", f"{r.ideal_speedup:.2f}x",
+                  f"{max(0.0, r.of_ideal):.0%}" if r.of_ideal == r.of_ideal else "-", f"{r.dil_compute:.0%}",
+                  f"{r.cil_compute:.0%}", f"{r.cil_comm:.0%}", f"{r.exposed_comm * 1e3:.3f}", f"{r.t_none * 1e3:.3f}")
+    con.print(t)
+    con.print("speedup: none's time / best time. ideal: (compute + comm) / max(compute, comm), isolated. "
+              "of ideal: share of that gain reached. DIL: extra GEMM time from cutting it into pieces; "
+              "CIL: slowdown of GEMM pieces / transfers by running together; exposed: time with no GEMM running.")
+    bad = points[points["status"] != "ok"] if "status" in points else points.iloc[:0]
+    if len(bad):
+        con.print(f"[yellow]{len(bad)} points did not run[/] (status invalid/error; see points.csv 'reason'): "
+                  f"{bad['reason'].iloc[0]}")
+
+
+def _print_invalid(con, invalid: list[dict]) -> None:
+    from collections import Counter
+    from rich.table import Table
+    t = Table(title=f"Invalid schedule points ({len(invalid)}), by reason")
+    t.add_column("points", justify="right")
+    t.add_column("reason")
+    t.add_column("example")
+    ex: dict = {}
+    for r in invalid:
+        ex.setdefault(r["reason"], r["schedule"])
+    for reason, n in Counter(r["reason"] for r in invalid).most_common():
+        t.add_row(str(n), reason, ex[reason])
+    con.print(t)
+
+
+def run_recommend(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from ..workload import Scenario
+    from .heuristics import load_heuristic, recommend
+    con = Console()
+    sc = Scenario(args.scenario, args.gpus, args.m, args.n, args.k, args.dtype, meta={"shard_dim": args.shard_dim})
+    topo = args.topology or f"switch:{args.gpus}"
+    h = load_heuristic(args.heuristics) if args.heuristics else load_heuristic()
+    t0 = time.perf_counter()
+    rec = recommend(sc, args.gpu, topo, h)
+    ms = (time.perf_counter() - t0) * 1e3
+    f = rec["features"]
+    con.print(f"[bold]{rec['schedule']}[/] for {sc.label()} on {args.gpu} {topo}")
+    for w in rec["reasons"]:
+        con.print(f"  - {w}")
+    con.print(f"  isolated compute {f['t_comp'] * 1e3:.3f} ms, communication {f['t_comm'] * 1e3:.3f} ms, "
+              f"no overlap {f['t_none'] * 1e3:.3f} ms (analytical model); decided in {ms:.0f} ms")
+    return 0
+
+
+def main(argv=None) -> int:
+    """Stand-alone entry (``python -m ficco_sim.explore.cli explore ...``) until the lead wires the CLI."""
+    import sys
+    p = argparse.ArgumentParser(prog="ficco-sim")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    add_explore_parser(sub)
+    add_recommend_parser(sub)
+    args = p.parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as e:
+        print(f"ficco-sim: error: {e.line()}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

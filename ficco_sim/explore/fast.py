@@ -1,0 +1,442 @@
+"""A vectorized closed-form estimator: the analytical model over many sizes at once.
+
+:func:`ficco_sim.analytical.analytical_timeline` walks one task graph in Python, a few
+milliseconds per schedule point: too slow for sweeps of 10^5 points. This module
+compiles a task graph once per (structure, GPU, topology) into a **template**, a
+max-plus DAG whose nodes are task begin/end times, then evaluates it for an array of
+scenario sizes with numpy, one vector operation per DAG level:
+
+* a kernel begins ``launch`` after its dependencies and its stream predecessor end;
+  a GEMM ends its closed-form isolated time later (vectorized tile choice, waves, HBM
+  bound: :func:`gemm_times`), a reduce its bytes over HBM, a communication kernel
+  when the transfers it drives end;
+* a transfer takes ``fixed + latency + bytes / bandwidth``, the bandwidth being the
+  same structural share the analytical model computes (it does not depend on sizes);
+* piece sizes scale with the scenario: rows with M (or K), bytes with M x K (M x N for
+  reduce-scatter).
+
+A second pass applies the analytical model's contention factors (SM loss to resident
+communication channels, HBM interference both ways), from the overlaps of the first
+pass. On the scenario a template was built from, the result is the analytical model's
+makespan (tested); on other sizes of the same structure, piece rows are rounded.
+
+>>> from ficco_sim.workload import Scenario
+>>> sc = [Scenario("ag-gemm", 4, m, 4096, 4096) for m in (4096, 8192, 16384)]
+>>> rows = estimate_many(sc, ["none", "ficco-a2a-dma"], "h100", "switch:4")
+>>> [round(r["speedup"], 2) > 0 for r in rows][:2]
+[True, True]
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..analytical import _Pass
+from ..gemm_model import blocks_per_sm, plan_gemm
+from ..hardware import DTYPE_BYTES, GpuProfile, load_gpu
+from ..metrics import comm_only_graph, kernel_isolated_time
+from ..schedules import Schedule, lower, parse_schedule
+from ..taskgraph import Kernel, TaskGraph
+from ..topology import Topology, load_topology
+from ..workload import Scenario
+
+ZERO, CONST, GEMM, XFER, MEM = range(5)
+
+
+# ----------------------------------------------------------------------------------------
+# GEMM times, vectorized over shapes
+
+def gemm_times(gpu: GpuProfile, m, n, k, dtype: str = "float16", *, extra_smem: int = 0,
+               accumulate: bool = False) -> np.ndarray:
+    """Isolated GEMM times (s, launch excluded) for arrays of shapes: the tile a library
+    picks without shaping, then ``extra_smem`` applied (as :func:`~ficco_sim.gemm_model.plan_gemm`).
+
+    >>> from ficco_sim.gemm_model import gemm_time
+    >>> g = load_gpu("h100")
+    >>> t = gemm_times(g, np.array([8192]), np.array([8192]), np.array([8192]))[0]
+    >>> bool(abs(t + g.launch_overhead - gemm_time(g, 8192, 8192, 8192)) < 1e-12)
+    True
+    """
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    size = DTYPE_BYTES[dtype]
+    eff = gpu.gemm.efficiency[dtype]
+    fps = gpu.flops_per_sm(dtype)
+    hbm = (m * k + k * n) * size + m * n * size * (2 if accumulate else 1)
+
+    def timed(tile, extra: int) -> np.ndarray:
+        from dataclasses import replace
+        block = replace(tile.block, smem=tile.block.smem + extra)
+        occ = blocks_per_sm(gpu.sm, block)
+        grid = np.ceil(m / tile.m) * np.ceil(n / tile.n)
+        bt = occ * 2.0 * tile.m * tile.n * (k + gpu.gemm.k_overhead) / (fps * eff)
+        per_block = hbm / grid
+        slots = gpu.num_sms * max(1, occ)
+        full, rest = np.floor(grid / slots), np.mod(grid, slots)
+        wave_full = np.maximum(bt, slots * per_block / gpu.hbm_effective)
+        wave_rest = np.maximum(bt, rest * per_block / gpu.hbm_effective)
+        return full * wave_full + np.where(rest > 0, wave_rest, 0.0)
+
+    tiles = gpu.gemm.tiles
+    iso = np.stack([timed(t, 0) for t in tiles])          # (tiles, P)
+    best = np.argmin(iso, axis=0)                          # first minimum, as min() picks
+    if not extra_smem:
+        return iso[best, np.arange(iso.shape[1])]
+    shaped = np.stack([timed(t, extra_smem) for t in tiles])
+    return shaped[best, np.arange(shaped.shape[1])]
+
+
+# ----------------------------------------------------------------------------------------
+# Templates
+
+@dataclass
+class Template:
+    """A task graph compiled into a levelled max-plus DAG (see module docstring)."""
+
+    ref: Scenario
+    num_nodes: int
+    levels: list[tuple[np.ndarray, np.ndarray]]   # (node ids, padded input ids) per level
+    kind: np.ndarray           # node -> ZERO | CONST | GEMM | XFER | MEM
+    const: np.ndarray          # CONST: launch; XFER: fixed + latency; MEM: ref duration
+    coef: np.ndarray           # XFER: s per byte at ref; GEMM: unused
+    ref_bytes: np.ndarray      # XFER: ref bytes
+    gemm_shape: np.ndarray     # GEMM node -> index into shapes
+    shapes: list[tuple[int, int, int, bool]]
+    extra_smem: int
+    gpu_of: np.ndarray         # node -> GPU (kernels: their GPU; transfers: src)
+    dst_of: np.ndarray         # transfers: dst, else -1
+    begin_of: dict             # task index -> begin node
+    gemm_nodes: np.ndarray     # end nodes of GEMMs
+    gemm_begin: np.ndarray
+    comm_nodes: np.ndarray     # end nodes of comm kernels
+    comm_begin: np.ndarray
+    comm_grid: np.ndarray
+    xfer_nodes: np.ndarray
+    xfer_begin: np.ndarray
+    xfer_ready: np.ndarray
+    launch: float
+
+
+def compile_graph(graph: TaskGraph, scenario: Scenario, gpu: GpuProfile, topo: Topology, extra_smem: int = 0
+                  ) -> Template:
+    """The template of ``graph`` (lowered from ``scenario``)."""
+    p = _Pass(graph, gpu, topo, {})
+    nodes: list[dict] = []
+
+    def node(kind: int, **kw) -> int:
+        nodes.append({"kind": kind, "inputs": [], "const": 0.0, "coef": 0.0, "bytes": 0.0, "shape": -1, "gpu": -1,
+                      "dst": -1, **kw})
+        return len(nodes) - 1
+
+    begin, end, ready = {}, {}, {}
+    shapes: dict[tuple, int] = {}
+    prev: dict[str, str | None] = {}
+    last: dict = {}
+    for t in graph.tasks:
+        key = graph.stream_of(t)
+        prev[t.id] = last.get(key) if key else None
+        if key:
+            last[key] = t.id
+    for t in graph.tasks:
+        if isinstance(t, Kernel):
+            begin[t.id] = node(CONST, const=gpu.launch_overhead, gpu=t.gpu)
+            if t.kind == "gemm":
+                io = t.io
+                sh = (int(io["m"]), int(io["n"]), int(io["k"]), bool(io.get("accumulate")))
+                end[t.id] = node(GEMM, shape=shapes.setdefault(sh, len(shapes)), gpu=t.gpu)
+            elif t.kind == "comm":
+                end[t.id] = node(ZERO, gpu=t.gpu)
+            else:
+                end[t.id] = node(MEM, const=kernel_isolated_time(gpu, t, launch=False), gpu=t.gpu)
+        else:
+            ready[t.id] = node(ZERO, gpu=t.src, dst=t.dst)
+            begin[t.id] = node(ZERO, gpu=t.src, dst=t.dst) if t.engine == "sm" else ready[t.id]
+            full = p.transfer_time(t)
+            fixed = (gpu.dma.command_overhead if t.engine == "dma" else 0.0) + topo.path_latency(t.src, t.dst)
+            end[t.id] = node(XFER, const=fixed, coef=(full - fixed) / t.nbytes if t.nbytes else 0.0,
+                             bytes=t.nbytes, gpu=t.src, dst=t.dst)
+    for t in graph.tasks:
+        pre = [end[d] for d in t.deps] + ([end[prev[t.id]]] if prev[t.id] else [])
+        if isinstance(t, Kernel):
+            nodes[begin[t.id]]["inputs"] = pre
+            nodes[end[t.id]]["inputs"] = [begin[t.id]] + ([end[x] for x in p.driven[t.id]] if t.kind == "comm" else [])
+        else:
+            nodes[ready[t.id]]["inputs"] = pre
+            if t.engine == "sm":
+                nodes[begin[t.id]]["inputs"] = [ready[t.id]] + [begin[k] for k in t.drivers]
+            nodes[end[t.id]]["inputs"] = [begin[t.id]]
+    n = len(nodes)
+    level = _levels(nodes)
+    levels = []
+    for lv in range(1, int(level.max()) + 1 if n else 1):
+        ids = np.flatnonzero(level == lv)
+        width = max(len(nodes[i]["inputs"]) for i in ids)
+        pad = np.full((len(ids), max(1, width)), n, dtype=np.int64)   # n: the zero source
+        for r, i in enumerate(ids):
+            pad[r, :len(nodes[i]["inputs"])] = nodes[i]["inputs"]
+        levels.append((ids, pad))
+    arr = lambda f, dt=float: np.array([x[f] for x in nodes], dtype=dt)  # noqa: E731
+    kernels = [t for t in graph.tasks if isinstance(t, Kernel)]
+    gemms = [t for t in kernels if t.kind == "gemm"]
+    comms = [t for t in kernels if t.kind == "comm"]
+    xfers = graph.transfers
+    ix = lambda d, ts: np.array([d[t.id] for t in ts], dtype=np.int64)  # noqa: E731
+    return Template(
+        ref=scenario, num_nodes=n, levels=levels, kind=arr("kind", np.int64), const=arr("const"), coef=arr("coef"),
+        ref_bytes=arr("bytes"), gemm_shape=arr("shape", np.int64), shapes=list(shapes), extra_smem=extra_smem,
+        gpu_of=arr("gpu", np.int64), dst_of=arr("dst", np.int64), begin_of=begin,
+        gemm_nodes=ix(end, gemms), gemm_begin=ix(begin, gemms), comm_nodes=ix(end, comms),
+        comm_begin=ix(begin, comms), comm_grid=np.array([k.grid for k in comms], dtype=float),
+        xfer_nodes=ix(end, xfers), xfer_begin=ix(begin, xfers), xfer_ready=ix(ready, xfers),
+        launch=gpu.launch_overhead)
+
+
+def _levels(nodes: list[dict]) -> np.ndarray:
+    """Longest-path depth of every node (inputs first), by Kahn's algorithm."""
+    n = len(nodes)
+    outs = defaultdict(list)
+    indeg = np.zeros(n, dtype=np.int64)
+    for i, x in enumerate(nodes):
+        for j in x["inputs"]:
+            outs[j].append(i)
+        indeg[i] = len(x["inputs"])
+    level = np.ones(n, dtype=np.int64)
+    stack = [i for i in range(n) if indeg[i] == 0]
+    while stack:
+        i = stack.pop()
+        for j in outs[i]:
+            level[j] = max(level[j], level[i] + 1)
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                stack.append(j)
+    return level
+
+
+# ----------------------------------------------------------------------------------------
+# Evaluation
+
+def _scales(tpl: Template, scenarios: Sequence[Scenario]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r = tpl.ref
+    return (np.array([s.m / r.m for s in scenarios]), np.array([s.n / r.n for s in scenarios]),
+            np.array([s.k / r.k for s in scenarios]))
+
+
+def _durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario]
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P, nodes) base durations, per-node byte counts (transfers), (P, GEMMs) HBM bytes."""
+    fm, fn, fk = _scales(tpl, scenarios)
+    P = len(scenarios)
+    dur = np.zeros((P, tpl.num_nodes + 1))
+    nbytes = np.zeros((P, tpl.num_nodes + 1))
+    kind = tpl.kind
+    dur[:, :-1] = np.where(kind == CONST, tpl.const, 0.0)
+    gemm_hbm = np.zeros((P, len(tpl.gemm_nodes)))
+    if tpl.shapes:
+        dt = tpl.ref.dtype
+        e = DTYPE_BYTES[dt]
+        times, traffic = [], []
+        for m, n, k, acc in tpl.shapes:
+            m, n, k = (np.maximum(1, np.round(x * f)) for x, f in ((m, fm), (n, fn), (k, fk)))
+            times.append(gemm_times(gpu, m, n, k, dt, extra_smem=tpl.extra_smem, accumulate=acc))
+            traffic.append(((m * k + k * n) + m * n * (2 if acc else 1)) * e)
+        times, traffic = np.stack(times, axis=1), np.stack(traffic, axis=1)   # (P, shapes)
+        g = np.flatnonzero(kind == GEMM)
+        dur[:, g] = times[:, tpl.gemm_shape[g]]
+        gemm_hbm = traffic[:, tpl.gemm_shape[tpl.gemm_nodes]]
+    other = fn if tpl.ref.kind == "gemm-rs" else fk
+    x = np.flatnonzero(kind == XFER)
+    nbytes[:, x] = tpl.ref_bytes[x] * (fm * other)[:, None]
+    mm = np.flatnonzero(kind == MEM)
+    dur[:, mm] = tpl.const[mm] * (fm * fn)[:, None]
+    return dur, nbytes, gemm_hbm
+
+
+def _run(tpl: Template, add: np.ndarray) -> np.ndarray:
+    vals = np.zeros_like(add)
+    for ids, pad in tpl.levels:
+        vals[:, ids] = vals[:, pad].max(axis=2) + add[:, ids]
+    return vals
+
+
+def _union_fraction(s: np.ndarray, e: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray) -> np.ndarray:
+    """Per (P, A): fraction of [s, e) covered by the union of spans (P, A, B)."""
+    cs = np.clip(spans_s, s[..., None], e[..., None])
+    ce = np.clip(spans_e, s[..., None], e[..., None])
+    order = np.argsort(cs, axis=-1)
+    cs = np.take_along_axis(cs, order, -1)
+    ce = np.take_along_axis(ce, order, -1)
+    run = np.maximum.accumulate(ce, axis=-1)
+    prev = np.concatenate([cs[..., :1], run[..., :-1]], axis=-1)
+    cov = np.maximum(0.0, ce - np.maximum(cs, prev)).sum(-1)
+    width = e - s
+    return np.where(width > 0, cov / np.where(width > 0, width, 1.0), 0.0)
+
+
+def _contention(tpl: Template, gpu: GpuProfile, vals: np.ndarray, add: np.ndarray, nbytes: np.ndarray,
+                gemm_hbm: np.ndarray) -> np.ndarray:
+    """(P, nodes) slowdown factors from the overlaps of a contention-free pass."""
+    slow = np.ones_like(add)
+    ct = gpu.contention
+    gs, ge = vals[:, tpl.gemm_begin], vals[:, tpl.gemm_nodes]
+    xs, xe = vals[:, tpl.xfer_begin], vals[:, tpl.xfer_nodes]
+    xrate = np.where(xe > xs, nbytes[:, tpl.xfer_nodes] / np.where(xe > xs, xe - xs, 1.0), 0.0)
+    xmask = xe > xs
+    cs, ce = vals[:, tpl.comm_begin], vals[:, tpl.comm_nodes]
+    g_gpu = tpl.gpu_of[tpl.gemm_nodes]
+    x_src, x_dst = tpl.gpu_of[tpl.xfer_nodes], tpl.dst_of[tpl.xfer_nodes]
+    c_gpu = tpl.gpu_of[tpl.comm_nodes]
+    grate = np.where(ge > gs, gemm_hbm / np.where(ge > gs, ge - gs, 1.0), 0.0)
+    for gid in np.unique(g_gpu):
+        gi = np.flatnonzero(g_gpu == gid)
+        s, e = gs[:, gi], ge[:, gi]
+        ci = np.flatnonzero(c_gpu == gid)
+        if len(ci):
+            f_sm = _union_fraction(s, e, cs[:, None, ci], ce[:, None, ci])
+            over = (cs[:, None, ci] < e[..., None]) & (ce[:, None, ci] > s[..., None])
+            channels = np.where(over, tpl.comm_grid[ci], 0.0).max(-1)
+            loss = np.minimum(0.9, channels / gpu.num_sms)
+        else:
+            f_sm, loss = 0.0, 0.0
+        xi = np.flatnonzero((x_src == gid) | (x_dst == gid))
+        if len(xi):
+            xs_i = np.where(xmask[:, xi], xs[:, xi], np.inf)[:, None, :]
+            xe_i = np.where(xmask[:, xi], xe[:, xi], np.inf)[:, None, :]
+            f_hbm = _union_fraction(s, e, xs_i, xe_i)
+            over = (xs[:, None, xi] < e[..., None]) & (xe[:, None, xi] > s[..., None]) & xmask[:, None, xi]
+            rate = np.where(over, xrate[:, None, xi], 0.0).max(-1)
+        else:
+            f_hbm, rate = 0.0, 0.0
+        slow[:, tpl.gemm_nodes[gi]] = 1.0 + f_sm * loss / (1.0 - loss) + \
+            f_hbm * ct.compute_per_hbm_util * rate / gpu.hbm_bandwidth
+    if len(tpl.xfer_nodes) and len(tpl.gemm_nodes):
+        # a transfer meets the GEMMs of its source and of its destination
+        gpus = int(max(tpl.gpu_of.max(), tpl.dst_of.max())) + 1
+        per_gpu = [np.flatnonzero(g_gpu == g) for g in range(gpus)]
+        for src in range(gpus):
+            for dst in range(gpus):
+                xi = np.flatnonzero((x_src == src) & (x_dst == dst))
+                if not len(xi):
+                    continue
+                gi = np.concatenate([per_gpu[src], per_gpu[dst]]) if src != dst else per_gpu[src]
+                if not len(gi):
+                    continue
+                s, e = xs[:, xi], xe[:, xi]
+                f = _union_fraction(s, e, gs[:, None, gi], ge[:, None, gi])
+                over = (gs[:, None, gi] < e[..., None]) & (ge[:, None, gi] > s[..., None])
+                rate = np.where(over, grate[:, None, gi], 0.0).max(-1)
+                slow[:, tpl.xfer_nodes[xi]] = 1.0 + f * ct.comm_per_hbm_util * rate / gpu.hbm_bandwidth
+    return slow
+
+
+def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario], *, contention: bool = True
+             ) -> dict[str, np.ndarray]:
+    """Makespan and per-task times for every scenario (arrays over scenarios)."""
+    base, nbytes, gemm_hbm = _durations(tpl, gpu, scenarios)
+    xfer = np.flatnonzero(tpl.kind == XFER)
+    add = base.copy()
+    add[:, xfer] = tpl.const[xfer] + tpl.coef[xfer] * nbytes[:, xfer]
+    vals = _run(tpl, add)
+    if contention:
+        slow = _contention(tpl, gpu, vals, add, nbytes, gemm_hbm)
+        add = base * slow
+        add[:, xfer] = tpl.const[xfer] + tpl.coef[xfer] * nbytes[:, xfer] * slow[:, xfer]
+        vals = _run(tpl, add)
+    return {"vals": vals, "add": add, "base": base, "nbytes": nbytes, "makespan": vals[:, :-1].max(axis=1)}
+
+
+# ----------------------------------------------------------------------------------------
+# Sweeps
+
+_CACHE: dict = {}
+
+
+def _key(sc: Scenario) -> tuple:
+    r = None
+    if sc.routing is not None:
+        r = tuple(tuple(round(x / sc.m, 3) for x in row) for row in sc.routing)
+    return sc.kind, sc.gpus, sc.dtype, r
+
+
+def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo: Topology, *,
+             comm_only: bool = False) -> Template:
+    """The (cached) template of ``schedule`` for scenarios shaped like ``scenario``."""
+    schedule = parse_schedule(schedule)
+    key = (_key(scenario), schedule.name, gpu.name, id(gpu), topo.name, comm_only)
+    if key not in _CACHE:
+        graph = lower(scenario, schedule, gpu, topo)
+        if comm_only:
+            graph = comm_only_graph(graph)
+        _CACHE[key] = compile_graph(graph, scenario, gpu, topo, schedule.smem)
+    return _CACHE[key]
+
+
+def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | str], gpu: GpuProfile | str,
+                  topology: Topology | str) -> list[dict]:
+    """Rows like :meth:`ficco_sim.Result.row` (engine ``fast``) for every scenario x schedule,
+    scenario-major. Scenarios of one kind, GPU count, dtype and routing share templates."""
+    gpu = load_gpu(gpu)
+    topo = load_topology(topology, gpu)
+    schedules = [parse_schedule(s) for s in schedules]
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, sc in enumerate(scenarios):
+        groups[_key(sc)].append(i)
+    out: list[dict | None] = [None] * (len(scenarios) * len(schedules))
+    for idx in groups.values():
+        scs = [scenarios[i] for i in idx]
+        ref = scs[0]
+        t_comp = np.array([max(gemm_times(gpu, [g.m], [g.n], [g.k], g.dtype)[0] for g in s.gemm_shapes() if g.m)
+                           for s in scs]) + gpu.launch_overhead
+        t_none = evaluate(template(ref, "none", gpu, topo), gpu, scs)["makespan"]
+        t_comm = evaluate(template(ref, "none", gpu, topo, comm_only=True), gpu, scs)["makespan"]
+        for j, sch in enumerate(schedules):
+            tpl = template(ref, sch, gpu, topo)
+            metrics = _metrics(tpl, gpu, evaluate(tpl, gpu, scs), t_comp, t_comm, t_none)
+            for a, i in enumerate(idx):
+                s = scenarios[i]
+                out[i * len(schedules) + j] = {
+                    "scenario": s.label(), "kind": s.kind, "gpus": s.gpus, "m": s.m, "n": s.n, "k": s.k,
+                    "dtype": s.dtype, "gpu": gpu.name, "topology": topo.name, "schedule": sch.name, "engine": "fast",
+                    **{k: float(v[a]) for k, v in metrics.items()}}
+    return out  # type: ignore[return-value]
+
+
+def _metrics(tpl: Template, gpu: GpuProfile, ev: dict, t_comp, t_comm, t_none) -> dict[str, np.ndarray]:
+    vals, add, base = ev["vals"], ev["add"], ev["base"]
+    mk = ev["makespan"]
+    serial = t_comp + t_comm
+    ideal = np.maximum(t_comp, t_comm)
+    g_gpu = tpl.gpu_of[tpl.gemm_nodes]
+    dil = np.zeros(len(mk))
+    cil_c = np.zeros(len(mk))
+    exposed = np.zeros(len(mk))
+    for g in np.unique(tpl.gpu_of[tpl.gpu_of >= 0]):
+        gi = np.flatnonzero(g_gpu == g)
+        if len(gi):
+            iso = base[:, tpl.gemm_nodes[gi]].sum(1) + tpl.launch * len(gi)
+            ready = vals[:, tpl.gemm_begin[gi]] - tpl.launch
+            actual = (vals[:, tpl.gemm_nodes[gi]] - ready).sum(1)
+            dil = np.maximum(dil, iso / t_comp - 1.0)
+            cil_c = np.maximum(cil_c, actual / iso - 1.0)
+            busy = (vals[:, tpl.gemm_nodes[gi]] - vals[:, tpl.gemm_begin[gi]]).sum(1)
+        else:
+            busy = 0.0
+        exposed = np.maximum(exposed, mk - busy)
+    x = tpl.xfer_nodes
+    if len(x):
+        # approximation of the analytical cil_comm: time from ready to end over the
+        # contention-free durations (queueing behind other commands counts as contention)
+        num = (vals[:, x] - vals[:, tpl.xfer_ready]).sum(1)
+        den = (tpl.const[x] + tpl.coef[x] * ev["nbytes"][:, x]).sum(1)
+        cil_m = np.where(den > 0, num / np.where(den > 0, den, 1.0) - 1.0, 0.0)
+    else:
+        cil_m = np.zeros(len(mk))
+    gain = serial - ideal
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {"makespan": mk, "t_comp_iso": t_comp, "t_comm_iso": t_comm, "serial": serial, "ideal": ideal,
+                "ideal_speedup": serial / ideal, "speedup": t_none / mk,
+                "of_ideal": np.where(gain > 0, (serial - mk) / np.where(gain > 0, gain, 1.0), math.nan),
+                "dil_compute": dil, "cil_compute": cil_c, "cil_comm": cil_m, "exposed_comm": exposed}

@@ -1,0 +1,167 @@
+"""The schedule space of one scenario on one GPU and topology: every point, valid or not.
+
+Dimensions (DESIGN.md, "The design space of schedules"): granularity, pattern, compute
+grouping (1, 2, 4, ... communication steps per GEMM, up to the whole), decomposition
+dimension, engine (SM with the profile's channel count and with half of it; DMA),
+communication priority, shared-memory shaping (0 and the extra bytes per compute block
+that lower the GEMM's resident blocks per SM by one, two, ...), and order (local shard
+first, arrival order: the only order lowered). A point that cannot run keeps its reason.
+
+>>> from ficco_sim.workload import Scenario
+>>> pts = enumerate_space(Scenario("ag-gemm", 4, 4096, 4096, 4096), "h100", "switch:4")
+>>> any(p.reason is None for p in pts) and any(p.reason for p in pts)
+True
+>>> [p.schedule.name for p in pts if p.reason is None][:2]
+['none', 'none-dma']
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..gemm_model import blocks_per_sm, plan_gemm
+from ..hardware import GpuProfile, load_gpu
+from ..schedules import Schedule, basic_schedules, invalid_reason
+from ..topology import Topology, load_topology
+from ..workload import Scenario
+from .library import shard_dim
+
+ORDER = "local-first"
+LEVELS = ("basic", "full")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One schedule of the space; ``reason`` says why it cannot run (None: it can)."""
+
+    schedule: Schedule
+    reason: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.reason is None
+
+
+def steps_of(scenario: Scenario, schedule: Schedule) -> int:
+    """Communication steps (compute grouping units) the lowering makes for ``schedule``."""
+    n = scenario.gpus
+    subs = n if schedule.granularity == "ficco" else 1
+    if not schedule.overlapped:
+        return 1
+    if scenario.kind == "gemm-rs":
+        return subs if schedule.pattern == "a2a" else subs * n
+    return subs if schedule.pattern == "a2a" else subs * (n - 1)
+
+
+def group_sizes(steps: int) -> list[int]:
+    """1, 2, 4, ... below ``steps``, then ``steps`` itself (the whole GEMM after the local part).
+
+    >>> group_sizes(7), group_sizes(8), group_sizes(1)
+    ([1, 2, 4, 7], [1, 2, 4, 8], [1])
+    """
+    out = [g for g in (2 ** i for i in range(0, 16)) if g < steps]
+    return out + [steps]
+
+
+def _fits_every_tile(gpu: GpuProfile, extra: int) -> str | None:
+    """Why ``extra`` bytes cannot be added to every GEMM tile the library may pick, or None
+    (a piece may pick any tile of the profile)."""
+    for tile in gpu.gemm.tiles:
+        smem = tile.block.smem + extra
+        if smem > gpu.sm.max_smem_per_block or blocks_per_sm(gpu.sm, replace(tile.block, smem=smem)) < 1:
+            return f"{extra // 1024} KiB extra leaves no room for the {tile.m}x{tile.n} GEMM block"
+    return None
+
+
+def smem_sizes(scenario: Scenario, gpu: GpuProfile) -> list[int]:
+    """Extra shared memory per compute block (bytes, whole KiB) that lowers the whole
+    GEMM's resident blocks per SM to each smaller count (from the profile's limits).
+
+    >>> smem_sizes(Scenario("ag-gemm", 8, 1024, 1024, 1024), load_gpu("h100"))
+    []
+    """
+    shape = max(scenario.gemm_shapes(), key=lambda g: g.m)
+    if not shape.m:
+        return []
+    # The whole GEMM's tile and a FiCCO piece's (m / N^2 rows), which may pick a smaller tile.
+    piece_m = max(1, shape.m // scenario.gpus ** 2)
+    sizes: set[int] = set()
+    for m in (shape.m, piece_m):
+        plan = plan_gemm(gpu, m, shape.n, shape.k, shape.dtype)
+        base = plan.block
+        for target in range(plan.occupancy - 1, 0, -1):
+            # smallest extra x (whole KiB) with blocks_per_sm(base + x) == target
+            need = gpu.sm.smem // (target + 1) + 1 - base.smem - gpu.sm.reserved_smem_per_block
+            x = max(1024, math.ceil(need / 1024) * 1024)
+            if base.smem + x <= gpu.sm.max_smem_per_block and \
+                    blocks_per_sm(gpu.sm, replace(base, smem=base.smem + x)) == target:
+                sizes.add(x)
+    return sorted(sizes)[:2]
+
+
+def _own_reason(scenario: Scenario, s: Schedule, gpu: GpuProfile, steps: int, shaping: list[int]) -> str | None:
+    layout = shard_dim(scenario)
+    if s.overlapped and scenario.kind == "ag-gemm" and s.dim in ("M", "K") and s.dim != layout:
+        return (f"A arrives in {layout} shards (the scenario's layout); {s.dim} pieces would each need "
+                "every shard")
+    if s.overlapped and s.group > steps:
+        return f"group of {s.group} steps exceeds the {steps} steps of {s.granularity}-{s.pattern}"
+    if s.smem and s.engine == "dma":
+        return "shaping makes room for SM communication blocks; copy engines use no SM"
+    if s.smem and _fits_every_tile(gpu, s.smem) is None and s.smem not in shaping:
+        return "this extra shared memory does not change the GEMM's resident blocks per SM"
+    if s.smem:
+        return _fits_every_tile(gpu, s.smem)
+    if s.channels is not None and s.channels >= gpu.comm_kernel.channels:
+        return f"channels must be below the default {gpu.comm_kernel.channels} to be a distinct point"
+    return None
+
+
+def enumerate_space(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | str, *,
+                    level: str = "full") -> list[Point]:
+    """Every schedule point for ``scenario`` (``level="basic"``: :func:`basic_schedules`),
+    in a deterministic order, each with its reason when invalid."""
+    gpu = load_gpu(gpu)
+    topo = load_topology(topology, gpu)
+    if level == "basic":
+        layout = shard_dim(scenario) if scenario.kind == "ag-gemm" else "M"
+        cands = [replace(s, dim=layout) if s.overlapped else s for s in basic_schedules()]
+    else:
+        cands = _candidates(scenario, gpu)
+    shaping = smem_sizes(scenario, gpu)
+    out, seen = [], set()
+    for s in cands:
+        if s.name in seen:
+            continue
+        seen.add(s.name)
+        reason = invalid_reason(scenario, s, gpu, topo) or _own_reason(scenario, s, gpu, steps_of(scenario, s),
+                                                                        shaping)
+        out.append(Point(s, reason))
+    return out
+
+
+def _candidates(scenario: Scenario, gpu: GpuProfile) -> list[Schedule]:
+    small = max(1, gpu.comm_kernel.channels // 2)
+    shaping = smem_sizes(scenario, gpu) or [64 * 1024]   # listed (invalid) even when nothing changes
+    out = [Schedule("none"), Schedule("none", engine="dma"), Schedule("none", dim="K")]
+    for gran in ("shard", "ficco"):
+        for pattern in ("p2p", "a2a"):
+            probe = Schedule(gran, pattern)
+            for group in group_sizes(steps_of(scenario, probe)) + [steps_of(scenario, probe) * 2]:
+                for dim in ("M", "K", "N"):
+                    base = dict(granularity=gran, pattern=pattern, group=group, dim=dim)
+                    for channels in (None, small):
+                        for prio in ("normal", "high"):
+                            for smem in [0] + shaping:
+                                out.append(Schedule(engine="sm", channels=channels, priority=prio, smem=smem, **base))
+                    out.append(Schedule(engine="dma", **base))
+                    out.append(Schedule(engine="dma", priority="high", **base))
+                    out.append(Schedule(engine="dma", smem=shaping[0], **base))
+    return out
+
+
+def valid_schedules(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | str, *,
+                    level: str = "full") -> list[Schedule]:
+    """The schedules of :func:`enumerate_space` that can run."""
+    return [p.schedule for p in enumerate_space(scenario, gpu, topology, level=level) if p.valid]

@@ -1,0 +1,138 @@
+"""An explore study: scenarios x (GPU, topology) x schedules -> points, per-scenario summary, files.
+
+>>> from ficco_sim.workload import Scenario
+>>> pts, summ = run_study([Scenario("ag-gemm", 2, 2048, 1024, 1024, name="tiny")], [("h100", "switch:2")],
+...                       engine="analytical", progress=False)
+>>> summ.loc[0, "scenario"], bool(summ.loc[0, "speedup"] >= 1.0)
+('tiny', True)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from ..errors import InputError
+from ..schedules import basic_schedules
+from ..topology import BUILDERS
+from ..workload import Scenario
+from .library import MODELS, model_layers
+from .space import enumerate_space
+from .sweep import ENGINES, Job, run_sweep, write_atomic
+
+DEFAULT_PAIRS = (("h100", "switch:8"), ("mi300x", "fc:8"))
+LOSSES = ("dil_compute", "cil_compute", "cil_comm", "exposed_comm")
+
+
+def default_scenarios() -> list[Scenario]:
+    """The built-in default study: a dozen layers on 8 GPUs, at two token counts."""
+    out = []
+    for t in (4096, 16384):
+        out += [s for s in model_layers(MODELS["llama-70b"], t, 8) if s.meta["layer"] in ("qkv", "out", "down")
+                and s.meta["phase"] == "fwd" or s.meta["phase"] == "wgrad" and s.meta["layer"] == "qkv"]
+        out += model_layers(MODELS["mixtral-8x7b"], t, 8)[-1:]   # the EP all-to-all
+    out += [s for s in model_layers(MODELS["gpt3-175b"], 4096, 8) if s.meta["layer"] in ("qkv", "up")
+            and s.meta["phase"] == "fwd"]
+    return out
+
+
+def topology_for(topology: str, gpus: int) -> str | None:
+    """``kind:N`` rescaled to the scenario's GPU count; a file topology as is."""
+    kind, sep, _ = topology.partition(":")
+    if sep and kind in BUILDERS:
+        return f"{kind}:{gpus}"
+    return topology
+
+
+def build_jobs(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *, engine: str = "des",
+               space: str = "basic") -> tuple[list[Job], list[dict]]:
+    """Jobs for every scenario on every (gpu, topology), and the invalid points with reasons."""
+    if engine not in ENGINES:
+        raise InputError("--engine", None, f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    jobs, invalid = [], []
+    for gpu, topo in pairs:
+        fast_batch: dict = {}
+        for sc in scenarios:
+            t = topology_for(topo, sc.gpus)
+            pts = enumerate_space(sc, gpu, t, level=space) if space == "full" else \
+                [p for p in enumerate_space(sc, gpu, t, level="basic")]
+            ok = tuple(p.schedule.name for p in pts if p.valid)
+            invalid += [{"gpu": gpu, "topology": t, "scenario": sc.label(), "schedule": p.schedule.name,
+                         "reason": p.reason} for p in pts if not p.valid]
+            if engine == "fast":
+                fast_batch.setdefault((t, ok), []).append(sc)
+            else:
+                jobs.append(Job(gpu, t, (sc,), ok, engine))
+        jobs += [Job(gpu, t, tuple(scs), ok, engine) for (t, ok), scs in fast_batch.items()]
+    return jobs, invalid
+
+
+def summarize(points: pd.DataFrame) -> pd.DataFrame:
+    """Per (gpu, topology, scenario): the best schedule, its speedup, ideal, share of ideal, losses."""
+    ok = points[points["status"] == "ok"]
+    rows = []
+    for (gpu, topo, sc), grp in ok.groupby(["gpu", "topology", "scenario"], sort=False):
+        best = grp.loc[grp["speedup"].idxmax()]
+        m = int(best["m"]) if best["kind"] != "ag-gemm" or "dimK" not in best["schedule"] else int(best["k"])
+        rows.append({"gpu": gpu, "topology": topo, "scenario": sc, "kind": best["kind"], "best": best["schedule"],
+                     "speedup": best["speedup"], "ideal_speedup": best["ideal_speedup"], "of_ideal": best["of_ideal"],
+                     **{k: best[k] for k in LOSSES}, "t_comp_iso": best["t_comp_iso"],
+                     "t_comm_iso": best["t_comm_iso"], "t_none": best["makespan"] * best["speedup"],
+                     "makespan": best["makespan"], "piece_rows": m / int(best["gpus"]) ** 2,
+                     "schedules": len(grp)})
+    return pd.DataFrame(rows)
+
+
+def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *, engine: str = "des",
+              space: str = "basic", workers: int = 1, ray: bool | str = False, out: str | Path | None = None,
+              progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run the sweep and return (points, summary) DataFrames (SI units)."""
+    jobs, invalid = build_jobs(scenarios, pairs, engine=engine, space=space)
+    rows = run_sweep(jobs, workers=workers, ray=ray, out=out, progress=progress)
+    points = pd.DataFrame(rows)
+    if points.empty:
+        points = pd.DataFrame(columns=["gpu", "topology", "scenario", "schedule", "status", "speedup"])
+    points = points.drop(columns=[c for c in ("gpu_arg", "topology_arg") if c in points])
+    points.attrs["invalid"] = invalid
+    return points, summarize(points)
+
+
+def write_tables(points: pd.DataFrame, summary: pd.DataFrame, out: Path, *, invalid: list[dict] | None = None
+                 ) -> list[Path]:
+    """CSV (and Parquet when pyarrow is there) of points and summary, written atomically."""
+    files = []
+    for name, df in (("points", points), ("summary", summary)) + ((("invalid", pd.DataFrame(invalid)),)
+                                                                   if invalid else ()):
+        p = out / f"{name}.csv"
+        write_atomic(p, lambda tmp, df=df: df.to_csv(tmp, index=False))
+        files.append(p)
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            continue
+        p = out / f"{name}.parquet"
+        write_atomic(p, lambda tmp, df=df: df.to_parquet(tmp, index=False))
+        files.append(p)
+    return files
+
+
+def default_pairs(gpus: Sequence[str], topologies: Sequence[str]) -> list[tuple[str, str]]:
+    """(gpu, topology) pairs from the CLI: one GPU for every topology, or one each, in order."""
+    if not gpus and not topologies:
+        return list(DEFAULT_PAIRS)
+    gpus = list(gpus) or ["h100"]
+    topologies = list(topologies) or ["switch:8"]
+    if len(gpus) == 1:
+        return [(gpus[0], t) for t in topologies]
+    if len(topologies) == 1:
+        return [(g, topologies[0]) for g in gpus]
+    if len(gpus) != len(topologies):
+        raise InputError("--gpu", None, f"give one --gpu, or one per --topology ({len(topologies)}), "
+                         f"got {len(gpus)}")
+    return list(zip(gpus, topologies))
+
+
+__all__ = ["DEFAULT_PAIRS", "basic_schedules", "build_jobs", "default_pairs", "default_scenarios", "run_study", "summarize",
+           "write_tables"]

@@ -1,0 +1,124 @@
+"""explore: schedule space, scenario library, fast estimator, resumable parallel sweeps, CLI."""
+
+import json
+import math
+
+import pytest
+
+from ficco_sim import InputError, Scenario, simulate_many
+from ficco_sim.explore.cli import main
+from ficco_sim.explore.fast import estimate_many
+from ficco_sim.explore.library import builtin_library, load_scenarios
+from ficco_sim.explore.space import enumerate_space, valid_schedules
+from ficco_sim.explore.sweep import POINTS_FILE, Job, read_points, run_sweep
+from ficco_sim.schedules import basic_schedules
+
+SMALL = Scenario("ag-gemm", 4, 4096, 2048, 2048, name="small")
+
+
+def test_space_lists_invalid_points_with_reasons():
+    pts = enumerate_space(SMALL, "h100", "switch:4")
+    bad = [p for p in pts if not p.valid]
+    assert bad and all(p.reason for p in bad)
+    names = [p.schedule.name for p in pts]
+    assert len(names) == len(set(names))
+    assert any("dma" in n and "hi" in n for n in [p.schedule.name for p in bad])   # copy engines ignore priority
+    ok = valid_schedules(SMALL, "h100", "switch:4")
+    assert {"none", "ficco-a2a-dma", "shard-p2p-sm-hi", "ficco-a2a-sm-g4"} <= {s.name for s in ok}
+
+
+def test_k_layout_only_allows_k_decomposition():
+    wgrad = Scenario("ag-gemm", 4, 4096, 1024, 2048, meta={"shard_dim": "K"})
+    ok = {s.name for s in valid_schedules(wgrad, "h100", "switch:4")}
+    assert "ficco-a2a-dma-dimK" in ok and "ficco-a2a-dma" not in ok
+    r = {x.schedule.name: x for x in simulate_many(wgrad, ["none", "shard-p2p-dma-dimK"], "h100", "switch:4",
+                                                  engine="analytical")}
+    accum = [k for k in r["shard-p2p-dma-dimK"].graph.kernels if k.kind == "gemm" and k.gpu == 0 and k.io["accumulate"]]
+    assert len(accum) == 3 and all(k.io["k"] == 512 for k in accum)
+
+
+def test_library_and_yaml(tmp_path):
+    lib = builtin_library()
+    assert {s.meta["model"] for s in lib} >= {"llama3-405b", "llama3-70b", "mixtral-8x7b", "mixtral-8x22b",
+                                              "gpt3-175b"}
+    assert {s.gpus for s in lib} == {4, 8, 16}
+    ep = [s for s in lib if s.kind == "a2a-gemm"]
+    assert ep and all(len(set(r)) > 1 for s in ep for r in s.routing)   # uneven per peer
+    f = tmp_path / "s.yaml"
+    f.write_text("scenarios:\n  - {kind: a2a-gemm, gpus: 4, m: 4096, n: 1024, k: 1024, skew: 1.0}\n"
+                 "models:\n  - {name: tiny, hidden: 1024, ffn: 4096, heads: 8, kv_heads: 8, tokens: [2048], gpus: [4]}\n")
+    got = load_scenarios(f)
+    assert len(got) > 3 and got[0].routing is not None
+    f.write_text("scenarios:\n  - {kind: ag-gemm, gpus: 4, m: -1, n: 1, k: 1}\n")
+    with pytest.raises(InputError) as e:
+        load_scenarios(f)
+    assert e.value.where == str(f) and e.value.field == "scenarios[0].m"
+
+
+@pytest.mark.parametrize("sc,topo", [(SMALL, "fc:4"), (Scenario("gemm-rs", 4, 4096, 2048, 2048), "switch:4"),
+                                     (Scenario("a2a-gemm", 4, 4096, 2048, 2048), "fc:4")])
+def test_fast_estimator_agrees_with_analytical(sc, topo):
+    scheds = basic_schedules()
+    fast = estimate_many([sc], scheds, "h100", topo)
+    slow = simulate_many(sc, scheds, "h100", topo, engine="analytical")
+    for f, a in zip(fast, slow):
+        assert f["makespan"] == pytest.approx(a.makespan, rel=0.02), a.schedule.name
+        assert f["speedup"] == pytest.approx(a.metrics["speedup"], rel=0.02)
+
+
+def _jobs(engine="analytical"):
+    return [Job("h100", "switch:4", (s,), ("none", "shard-p2p-dma", "ficco-a2a-sm"), engine)
+            for s in (SMALL, Scenario("gemm-rs", 4, 2048, 2048, 1024, name="rs"))]
+
+
+def _strip(rows):
+    return [{k: v for k, v in r.items()} for r in rows]
+
+
+def test_sweep_parallel_identical_and_resumable(tmp_path):
+    serial = run_sweep(_jobs(), progress=False)
+    par = run_sweep(_jobs(), workers=2, progress=False)
+    assert _strip(serial) == _strip(par)
+    out = tmp_path / "o"
+    first = run_sweep(_jobs()[:1], out=out, progress=False)
+    log = out / POINTS_FILE
+    with open(log, "a") as f:
+        f.write('{"scenario": "small", "torn')          # a crash mid-write
+    again = run_sweep(_jobs(), out=out, progress=False)
+    rows = read_points(log)
+    keys = [(r["scenario"], r["schedule"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 6
+    assert [json.dumps(r, sort_keys=True) for r in again[:3]] == [json.dumps(r, sort_keys=True) for r in first]
+
+
+def test_sweep_on_ray():
+    ray = pytest.importorskip("ray")
+    rows = run_sweep(_jobs()[:1], ray=True, progress=False)
+    assert [r["schedule"] for r in rows] == ["none", "shard-p2p-dma", "ficco-a2a-sm"]
+    ray.shutdown()
+
+
+def test_ray_missing_is_an_input_error(monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name == "ray":
+            raise ImportError("no ray")
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(InputError, match=r"ficco-sim\[ray\]"):
+        run_sweep(_jobs()[:1], ray=True, progress=False)
+
+
+def test_cli_explore_and_recommend(tmp_path, capsys):
+    f = tmp_path / "s.yaml"
+    f.write_text("scenarios:\n  - {name: a, kind: ag-gemm, gpus: 4, m: 4096, n: 2048, k: 2048}\n")
+    assert main(["explore", "--scenarios", str(f), "--topology", "fc:4", "--engine", "analytical", "--out",
+                 str(tmp_path / "o"), "--quiet", "--show-invalid"]) == 0
+    out = capsys.readouterr().out
+    assert "Best schedule" in out and (tmp_path / "o" / "summary.csv").exists()
+    assert main(["recommend", "--gpu", "mi300x", "--topology", "fc:8", "--scenario", "ag-gemm", "--m", "16384",
+                 "--n", "8192", "--k", "8192"]) == 0
+    assert "ms" in capsys.readouterr().out
+    assert main(["explore", "--scenarios", str(tmp_path / "nope.yaml")]) == 2
