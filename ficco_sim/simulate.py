@@ -55,9 +55,11 @@ class Result:
                 "engine": self.engine, **self.metrics}
 
 
-def _run(graph: TaskGraph, gpu: GpuProfile, topo: Topology, engine: str, policy: str) -> Timeline:
+def _run(graph: TaskGraph, gpu: GpuProfile, topo: Topology, engine: str, policy: str, *,
+         record: bool = False) -> Timeline:
+    """Run one engine; ``record`` keeps the DES's resource counters (only the timeline users see)."""
     if engine == "des":
-        return simulate_graph(graph, gpu, topo, policy=policy)
+        return simulate_graph(graph, gpu, topo, policy=policy, record=record)
     if engine == "analytical":
         return analytical_timeline(graph, gpu, topo)
     raise InputError("--engine", None, f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
@@ -89,7 +91,7 @@ def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProf
     topo = _default_topology(topology, scenario, gpu)
     schedule = parse_schedule(schedule)
     graph = lower(scenario, schedule, gpu, topo)
-    timeline = _run(graph, gpu, topo, engine, policy)
+    timeline = _run(graph, gpu, topo, engine, policy, record=True)
     base = base or baseline(scenario, gpu, topo, engine=engine, policy=policy)
     comm_only = _run(comm_only_graph(graph), gpu, topo, engine, policy)
     metrics = compute_metrics(graph, timeline, gpu, t_comp=base["t_comp"], t_comm=base["t_comm"],

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
+from ficco_sim.engine import des
 from ficco_sim.hardware import load_gpu
 
 
@@ -22,3 +24,48 @@ def ideal(gpu="h100", **changes):
 @pytest.fixture
 def h100_ideal():
     return ideal("h100")
+
+
+def check_timeline(graph, tl, gpu, topo) -> None:
+    """Invariants every simulation must keep: every task ran once, dependencies and stream
+    order respected, all bytes delivered, no SM, copy-engine or link capacity exceeded."""
+    recs = tl.by_id()
+    assert set(recs) == {t.id for t in graph.tasks}
+    for t in graph.tasks:
+        r = recs[t.id]
+        assert all(math.isfinite(x) for x in (r.ready, r.start, r.end)), t.id
+        assert 0 <= r.ready <= r.start + 1e-15 and r.start <= r.end + 1e-15, t.id
+        for d in t.deps:
+            assert r.ready >= recs[d].end - 1e-15, (t.id, d)
+    last: dict = {}
+    for t in graph.tasks:
+        key = graph.stream_of(t)
+        if key:
+            if key in last:
+                assert recs[t.id].ready >= recs[last[key]].end - 1e-15, (t.id, last[key])
+            last[key] = t.id
+    moved = sum(r.nbytes for r in tl.records if r.kind == "transfer")
+    assert moved == pytest.approx(graph.total_bytes())
+    limit = gpu.num_sms * gpu.sm.max_blocks
+    for name, series in tl.counters.items():
+        top = max(v for _, v in series)
+        if ".blocks." in name:
+            assert top <= limit, name
+        elif name.endswith("dma_busy"):
+            assert top <= gpu.dma.engines, name
+        elif name.startswith("link:"):
+            u, v = name[5:].split("->")
+            assert top <= topo.graph.edges[u, v]["bandwidth"] * (1 + 1e-9), name
+
+
+@pytest.fixture(autouse=True)
+def every_simulation_keeps_its_invariants(monkeypatch):
+    """Wrap the engine so that every DES run anywhere in the suite is checked."""
+    run = des.Simulation.run
+
+    def checked(self):
+        tl = run(self)
+        check_timeline(self.g, tl, self.gpu, self.topo)
+        return tl
+
+    monkeypatch.setattr(des.Simulation, "run", checked)

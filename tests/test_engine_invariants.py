@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
+from conftest import check_timeline
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,41 +20,8 @@ SCHEDULES = [s.name for s in basic_schedules()] + ["ficco-p2p-sm", "shard-a2a-dm
 
 
 def check_invariants(graph, tl, gpu, topo, t_comp=None, t_comm=None):
-    recs = tl.by_id()
-    assert set(recs) == {t.id for t in graph.tasks}
-    for t in graph.tasks:
-        r = recs[t.id]
-        assert all(math.isfinite(x) for x in (r.ready, r.start, r.end)), t.id
-        assert 0 <= r.ready <= r.start + 1e-15 and r.start <= r.end + 1e-15, t.id
-        for d in t.deps:                                   # dependencies respected
-            assert r.ready >= recs[d].end - 1e-15, (t.id, d)
-    # Stream order: a task becomes ready only after its predecessor on the stream finished.
-    last: dict = {}
-    for t in graph.tasks:
-        key = graph.stream_of(t)
-        if key:
-            if key in last:
-                assert recs[t.id].ready >= recs[last[key]].end - 1e-15
-            last[key] = t.id
-    # All bytes delivered.
-    assert sum(r.nbytes for r in tl.records if r.kind == "transfer") == pytest.approx(graph.total_bytes())
-    # No capacity exceeded: resident blocks per GPU and link rates.
-    limit = gpu.num_sms * gpu.sm.max_blocks
-    for g in range(graph.num_gpus):
-        comp = dict(tl.counters.get(f"gpu{g}.blocks.compute", [(0.0, 0.0)]))
-        comm = dict(tl.counters.get(f"gpu{g}.blocks.comm", [(0.0, 0.0)]))
-        for t in set(comp) | set(comm):
-            c = max((v for s, v in tl.counters.get(f"gpu{g}.blocks.compute", [(0, 0)]) if s <= t), default=0)
-            assert c <= limit
-        for name, series in tl.counters.items():
-            if name.startswith(f"gpu{g}.dma_busy"):
-                assert max(v for _, v in series) <= gpu.dma.engines
-    for name, series in tl.counters.items():
-        if name.startswith("link:"):
-            u, v = name[5:].split("->")
-            assert max(x for _, x in series) <= topo.graph.edges[u, v]["bandwidth"] * (1 + 1e-9)
-    # Lower bounds.
-    if t_comp is not None:
+    check_timeline(graph, tl, gpu, topo)
+    if t_comp is not None:                     # lower bound: no schedule beats either side alone
         assert tl.makespan >= max(t_comp, t_comm) * (1 - 1e-9)
 
 

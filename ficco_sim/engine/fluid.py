@@ -64,6 +64,8 @@ def max_min_rates(activities: list[Activity], capacity: Mapping[str, float]) -> 
     full = np.fromiter((capacity.get(r, 0.0) for r in res), float, m)
     slack = full.copy()
     tol = 1e-9 * np.maximum(1.0, full)
+    if np.isfinite(cap).all() and (use.T @ cap <= full + tol).all():
+        return {a.id: float(c) for a, c in zip(activities, cap)}   # nothing saturates: all at cap
     rate = np.zeros(n)
     live = cap > 0
     # Zero-capacity resources stop their users at once.
