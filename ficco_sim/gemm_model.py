@@ -106,18 +106,24 @@ def plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16", *
     return best
 
 
-def wave_time(gpu: GpuProfile, plan: GemmPlan, blocks: int) -> float:
-    """Duration of one wave of ``blocks`` concurrent blocks: compute-bound block time,
-    or the HBM bound when the wave's traffic outruns the GPU's effective bandwidth."""
-    return max(plan.block_time, blocks * plan.block_hbm_bytes / gpu.hbm_effective)
+def waves_time(gpu: GpuProfile, grid: int, occupancy: int, block_time: float, block_hbm_bytes: float, *,
+               sms: int | None = None) -> float:
+    """Closed-form time (s) of ``grid`` identical blocks alone on ``sms`` SMs (default all):
+    full waves of ``sms * occupancy`` blocks, then a partial one. Each wave takes the block
+    time, or the HBM bound when its traffic outruns the GPU's effective bandwidth."""
+    slots = (sms or gpu.num_sms) * max(1, occupancy)
+    full, rest = divmod(grid, slots)
+
+    def wave(blocks: int) -> float:
+        return max(block_time, blocks * block_hbm_bytes / gpu.hbm_effective)
+
+    return full * wave(slots) + (wave(rest) if rest else 0.0)
 
 
 def isolated_time(gpu: GpuProfile, plan: GemmPlan, *, sms: int | None = None,
                   launch: bool = True) -> float:
     """Closed-form time (s) of the GEMM alone on ``sms`` SMs (default: all), launch included."""
-    slots = (sms or gpu.num_sms) * plan.occupancy
-    full, rest = divmod(plan.grid, slots)
-    t = full * wave_time(gpu, plan, slots) + (wave_time(gpu, plan, rest) if rest else 0.0)
+    t = waves_time(gpu, plan.grid, plan.occupancy, plan.block_time, plan.block_hbm_bytes, sms=sms)
     return t + (gpu.launch_overhead if launch else 0.0)
 
 

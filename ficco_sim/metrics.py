@@ -19,8 +19,10 @@ All times in seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+from .gemm_model import blocks_per_sm, waves_time
 from .hardware import GpuProfile
 from .taskgraph import Kernel, TaskGraph
 from .timeline import Timeline, union_length
@@ -28,14 +30,8 @@ from .timeline import Timeline, union_length
 
 def kernel_isolated_time(gpu: GpuProfile, k: Kernel, *, launch: bool = True) -> float:
     """Closed-form time of one compute/memory kernel alone on its GPU (waves x wave time)."""
-    from .gemm_model import blocks_per_sm
-    slots = gpu.num_sms * max(1, blocks_per_sm(gpu.sm, k.block))
-    full, rest = divmod(k.grid, slots)
-
-    def wave(blocks: int) -> float:
-        return max(k.block_time, blocks * k.block_hbm_bytes / gpu.hbm_effective)
-
-    return full * wave(slots) + (wave(rest) if rest else 0.0) + (gpu.launch_overhead if launch else 0.0)
+    t = waves_time(gpu, k.grid, blocks_per_sm(gpu.sm, k.block), k.block_time, k.block_hbm_bytes)
+    return t + (gpu.launch_overhead if launch else 0.0)
 
 
 def compute_metrics(graph: TaskGraph, timeline: Timeline, gpu: GpuProfile, *, t_comp: float, t_comm: float,
@@ -81,7 +77,6 @@ def comm_only_graph(graph: TaskGraph) -> TaskGraph:
     """The graph with compute (GEMM) kernels removed and dependencies through them dropped:
     communication as it would run alone."""
     drop = {k.id for k in graph.kernels if k.kind == "gemm"}
-    import dataclasses
     tasks = [dataclasses.replace(t, deps=tuple(d for d in t.deps if d not in drop))
              for t in graph.tasks if t.id not in drop]
     return TaskGraph.build(graph.num_gpus, graph.streams, tasks, buffers=graph.buffers, meta=graph.meta)

@@ -159,9 +159,8 @@ class Simulation:
         else:
             usage[f"send:{t.drivers[0]}"] = 1.0
             usage[f"recv:{t.drivers[-1]}"] = 1.0
-        act = Activity(t.id, t.nbytes, usage, cap=cap, gpu=t.dst, kind="transfer",
+        act = Activity(t.id, t.nbytes, usage, cap=cap, gpu=t.dst, kind="transfer", ends=(t.src, t.dst),
                        on_done=lambda t=t: self._finish_transfer(t))
-        act.src, act.dst = t.src, t.dst  # type: ignore[attr-defined]
         self._add_activity(act)
 
     def _finish_transfer(self, t: Transfer) -> None:
@@ -299,7 +298,7 @@ class Simulation:
             if a.kind == "compute":
                 r /= 1.0 + ct.compute_per_hbm_util * comm_hbm[a.gpu] / peak
             else:
-                u = max(comp_hbm[a.src], comp_hbm[a.dst]) / peak  # type: ignore[attr-defined]
+                u = max(comp_hbm[e] for e in a.ends) / peak
                 r /= 1.0 + ct.comm_per_hbm_util * u
             a.rate = r
 

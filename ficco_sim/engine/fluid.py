@@ -38,6 +38,7 @@ class Activity:
     weight: float = 1.0
     gpu: int = -1
     kind: str = "transfer"          # transfer | compute
+    ends: tuple[int, ...] = ()      # a transfer's source and destination GPUs
     rate: float = 0.0
     on_done: Callable[[], None] | None = field(default=None, repr=False)
     hbm: list = field(default_factory=list, repr=False)     # (gpu, bytes per unit), filled by the engine
