@@ -1,6 +1,6 @@
 """Speed of explore: schedule points per second for the DES, the analytical model and the
 vectorized fast estimator on the built-in default study, and the wall time of the full
-default ``ficco-sim explore`` (2 local workers).
+default ``ficco-sim explore`` with 1 and 2 local workers.
 
     python benchmarks/explore_speed.py
 """
@@ -49,9 +49,13 @@ def main() -> None:
             table.add_row(f"fast, {label} ({'templates cached' if warm else 'incl. template build'})", str(n),
                           f"{dt:.2f}", f"{n / dt:,.0f}")
     Console(width=120).print(table)
-    t0 = time.perf_counter()
-    pts, _ = run_study(study, DEFAULT_PAIRS, engine="des", workers=2, progress=False)
-    print(f"full default explore (DES, {len(pts)} points, 2 workers): {time.perf_counter() - t0:.1f} s wall")
+    wall = {}
+    for jobs in (1, 2):
+        t0 = time.perf_counter()
+        pts, _ = run_study(study, DEFAULT_PAIRS, engine="des", workers=jobs, progress=False)
+        wall[jobs] = time.perf_counter() - t0
+        print(f"full default explore (DES, {len(pts)} points, --jobs {jobs}): {wall[jobs]:.1f} s wall")
+    print(f"--jobs 2 vs --jobs 1 speed-up: {wall[1] / wall[2]:.2f}x")
 
 
 if __name__ == "__main__":

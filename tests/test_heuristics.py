@@ -26,3 +26,20 @@ def test_fit_is_no_worse_than_the_prior_on_its_training_table():
     table = oracle_table(cases)
     fitted = fit(table)
     assert score(fitted, table)["within5"] >= score(Heuristic(), table)["within5"]
+
+
+def test_pipeline_prediction_and_tie_aware_score():
+    f = features(Scenario("ag-gemm", 8, 32768, 8192, 8192), "mi300x", "fc:8")
+    t = Heuristic().predict(f)
+    assert set(t) == set(candidate_schedules(8)) and all(v > 0 for v in t.values())
+    # one GEMM per step loses more to decomposition than one GEMM for the whole gather
+    dils = [f["parts"][f"ficco-a2a-dma{s}"]["dil"] for s in ("-g8", "")]
+    assert 0.0 <= dils[0] <= dils[1] + 1e-9
+    table = [{"features": f, "speedups": {c: 1.0 for c in candidate_schedules(8)}}]
+    s = score(Heuristic(), table)
+    assert s["top1"] == s["top1_ties"] == s["within5"] == 1.0
+
+
+def test_rules_explain_the_pick():
+    rec = recommend(Scenario("gemm-rs", 4, 8192, 4096, 4096), "h100", "switch:4")
+    assert any("ratio" in w for w in rec["reasons"]) and any("next best" in w for w in rec["reasons"])

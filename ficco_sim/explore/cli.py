@@ -95,7 +95,8 @@ def run_explore(args: argparse.Namespace) -> int:
         path = Path(args.fit_heuristics or THRESHOLDS_FILE)
         doc = fit_and_save(path)
         con.print(f"wrote {path}: thresholds {doc['thresholds']}")
-        con.print(f"held-out: top-1 {doc['held_out']['top1']:.0%}, within 5% {doc['held_out']['within5']:.0%} "
+        con.print(f"held-out: top-1 {doc['held_out']['top1']:.0%} (with ties within 1%: "
+                  f"{doc['held_out'].get('top1_ties', float('nan')):.0%}), within 5% {doc['held_out']['within5']:.0%} "
                   f"of {doc['held_out']['cases']} cases (train top-1 {doc['train']['top1']:.0%})")
         return 0
     t0 = time.perf_counter()

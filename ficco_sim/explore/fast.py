@@ -262,73 +262,73 @@ def _run(tpl: Template, add: np.ndarray) -> np.ndarray:
     return vals
 
 
-def _union_fraction(s: np.ndarray, e: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray) -> np.ndarray:
-    """Per (P, A): fraction of [s, e) covered by the union of spans (P, A, B)."""
-    cs = np.clip(spans_s, s[..., None], e[..., None])
-    ce = np.clip(spans_e, s[..., None], e[..., None])
-    order = np.argsort(cs, axis=-1)
-    cs = np.take_along_axis(cs, order, -1)
-    ce = np.take_along_axis(ce, order, -1)
-    run = np.maximum.accumulate(ce, axis=-1)
-    prev = np.concatenate([cs[..., :1], run[..., :-1]], axis=-1)
-    cov = np.maximum(0.0, ce - np.maximum(cs, prev)).sum(-1)
+def _disjoint(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Spans (..., B) rewritten as disjoint spans with the same union (sorted, empty ones
+    allowed): span i keeps only what lies past the ends of the spans before it."""
+    order = np.argsort(starts, axis=-1)
+    a = np.take_along_axis(starts, order, -1)
+    b = np.take_along_axis(ends, order, -1)
+    run = np.maximum.accumulate(b, axis=-1)
+    prev = np.concatenate([np.full(a[..., :1].shape, -np.inf), run[..., :-1]], axis=-1)
+    return np.maximum(a, prev), np.maximum(b, prev)
+
+
+def _covered(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per (P, A): fraction of [s, e) covered by disjoint spans (P, A, B)."""
+    cov = np.maximum(0.0, np.minimum(e[..., None], hi) - np.maximum(s[..., None], lo)).sum(-1)
     width = e - s
     return np.where(width > 0, cov / np.where(width > 0, width, 1.0), 0.0)
 
 
 def _contention(tpl: Template, gpu: GpuProfile, vals: np.ndarray, add: np.ndarray, nbytes: np.ndarray,
                 gemm_hbm: np.ndarray) -> np.ndarray:
-    """(P, nodes) slowdown factors from the overlaps of a contention-free pass."""
+    """(P, nodes) slowdown factors from the overlaps of a contention-free pass.
+
+    All GPUs at once: the spans a GEMM (transfer) may meet are merged into disjoint spans
+    once per GPU (per source/destination pair), spans of other GPUs masked to +inf."""
     slow = np.ones_like(add)
     ct = gpu.contention
     gs, ge = vals[:, tpl.gemm_begin], vals[:, tpl.gemm_nodes]
     xs, xe = vals[:, tpl.xfer_begin], vals[:, tpl.xfer_nodes]
-    xrate = np.where(xe > xs, nbytes[:, tpl.xfer_nodes] / np.where(xe > xs, xe - xs, 1.0), 0.0)
     xmask = xe > xs
+    xrate = np.where(xmask, nbytes[:, tpl.xfer_nodes] / np.where(xmask, xe - xs, 1.0), 0.0)
     cs, ce = vals[:, tpl.comm_begin], vals[:, tpl.comm_nodes]
     g_gpu = tpl.gpu_of[tpl.gemm_nodes]
     x_src, x_dst = tpl.gpu_of[tpl.xfer_nodes], tpl.dst_of[tpl.xfer_nodes]
     c_gpu = tpl.gpu_of[tpl.comm_nodes]
     grate = np.where(ge > gs, gemm_hbm / np.where(ge > gs, ge - gs, 1.0), 0.0)
-    for gid in np.unique(g_gpu):
-        gi = np.flatnonzero(g_gpu == gid)
-        s, e = gs[:, gi], ge[:, gi]
-        ci = np.flatnonzero(c_gpu == gid)
-        if len(ci):
-            f_sm = _union_fraction(s, e, cs[:, None, ci], ce[:, None, ci])
-            over = (cs[:, None, ci] < e[..., None]) & (ce[:, None, ci] > s[..., None])
-            channels = np.where(over, tpl.comm_grid[ci], 0.0).max(-1)
-            loss = np.minimum(0.9, channels / gpu.num_sms)
-        else:
-            f_sm, loss = 0.0, 0.0
-        xi = np.flatnonzero((x_src == gid) | (x_dst == gid))
-        if len(xi):
-            xs_i = np.where(xmask[:, xi], xs[:, xi], np.inf)[:, None, :]
-            xe_i = np.where(xmask[:, xi], xe[:, xi], np.inf)[:, None, :]
-            f_hbm = _union_fraction(s, e, xs_i, xe_i)
-            over = (xs[:, None, xi] < e[..., None]) & (xe[:, None, xi] > s[..., None]) & xmask[:, None, xi]
-            rate = np.where(over, xrate[:, None, xi], 0.0).max(-1)
-        else:
-            f_hbm, rate = 0.0, 0.0
-        slow[:, tpl.gemm_nodes[gi]] = 1.0 + f_sm * loss / (1.0 - loss) + \
-            f_hbm * ct.compute_per_hbm_util * rate / gpu.hbm_bandwidth
-    if len(tpl.xfer_nodes) and len(tpl.gemm_nodes):
+    if not len(g_gpu):
+        return slow
+    gpus = np.unique(g_gpu)
+    row = np.searchsorted(gpus, g_gpu)                                    # GEMM -> row of gpus
+    s, e = gs[..., None], ge[..., None]                                   # (P, G, 1)
+    f_sm = loss = 0.0
+    if len(c_gpu):
+        own = gpus[:, None] == c_gpu[None, :]                             # (U, C)
+        lo, hi = _disjoint(np.where(own, cs[:, None, :], np.inf), np.where(own, ce[:, None, :], np.inf))
+        f_sm = _covered(gs, ge, lo[:, row], hi[:, row])
+        over = own[row] & (cs[:, None, :] < e) & (ce[:, None, :] > s)
+        loss = np.minimum(0.9, np.where(over, tpl.comm_grid, 0.0).max(-1) / gpu.num_sms)
+    f_hbm = rate = 0.0
+    if len(x_src):
+        near = (gpus[:, None] == x_src[None, :]) | (gpus[:, None] == x_dst[None, :])   # (U, X)
+        ok = near[None] & xmask[:, None, :]
+        lo, hi = _disjoint(np.where(ok, xs[:, None, :], np.inf), np.where(ok, xe[:, None, :], np.inf))
+        f_hbm = _covered(gs, ge, lo[:, row], hi[:, row])
+        over = ok[:, row] & (xs[:, None, :] < e) & (xe[:, None, :] > s)
+        rate = np.where(over, xrate[:, None, :], 0.0).max(-1)
+    slow[:, tpl.gemm_nodes] = 1.0 + f_sm * loss / (1.0 - loss) + f_hbm * ct.compute_per_hbm_util * rate / \
+        gpu.hbm_bandwidth
+    if len(x_src):
         # a transfer meets the GEMMs of its source and of its destination
-        gpus = int(max(tpl.gpu_of.max(), tpl.dst_of.max())) + 1
-        per_gpu = [np.flatnonzero(g_gpu == g) for g in range(gpus)]
-        for src in range(gpus):
-            for dst in range(gpus):
-                xi = np.flatnonzero((x_src == src) & (x_dst == dst))
-                if not len(xi):
-                    continue
-                gi = np.concatenate([per_gpu[src], per_gpu[dst]]) if src != dst else per_gpu[src]
-                if not len(gi):
-                    continue
-                s, e = xs[:, xi], xe[:, xi]
-                f = _union_fraction(s, e, gs[:, None, gi], ge[:, None, gi])
-                over = (gs[:, None, gi] < e[..., None]) & (ge[:, None, gi] > s[..., None])
-                rate = np.where(over, grate[:, None, gi], 0.0).max(-1)
-                slow[:, tpl.xfer_nodes[xi]] = 1.0 + f * ct.comm_per_hbm_util * rate / gpu.hbm_bandwidth
+        pairs, prow = np.unique(np.stack([x_src, x_dst], 1), axis=0, return_inverse=True)
+        prow = prow.reshape(-1)
+        near = (pairs[:, :1] == g_gpu[None, :]) | (pairs[:, 1:] == g_gpu[None, :])    # (pairs, G)
+        lo, hi = _disjoint(np.where(near, gs[:, None, :], np.inf), np.where(near, ge[:, None, :], np.inf))
+        f = _covered(xs, xe, lo[:, prow], hi[:, prow])
+        over = near[prow] & (gs[:, None, :] < xe[..., None]) & (ge[:, None, :] > xs[..., None])
+        rate = np.where(over, grate[:, None, :], 0.0).max(-1)
+        slow[:, tpl.xfer_nodes] = 1.0 + f * ct.comm_per_hbm_util * rate / gpu.hbm_bandwidth
     return slow
 
 
@@ -388,8 +388,12 @@ def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | 
     for idx in groups.values():
         scs = [scenarios[i] for i in idx]
         ref = scs[0]
-        t_comp = np.array([max(gemm_times(gpu, [g.m], [g.n], [g.k], g.dtype)[0] for g in s.gemm_shapes() if g.m)
-                           for s in scs]) + gpu.launch_overhead
+        # the slowest GPU's whole GEMM, all scenarios in one vector call
+        shapes = [[g for g in s.gemm_shapes() if g.m] for s in scs]
+        flat = np.array([(g.m, g.n, g.k) for gs in shapes for g in gs], dtype=float).reshape(-1, 3)
+        times = gemm_times(gpu, flat[:, 0], flat[:, 1], flat[:, 2], ref.dtype)
+        bounds = np.cumsum([0] + [len(gs) for gs in shapes])
+        t_comp = np.array([times[a:b].max() for a, b in zip(bounds[:-1], bounds[1:])]) + gpu.launch_overhead
         t_none = evaluate(template(ref, "none", gpu, topo), gpu, scs)["makespan"]
         t_comm = evaluate(template(ref, "none", gpu, topo, comm_only=True), gpu, scs)["makespan"]
         for j, sch in enumerate(schedules):
