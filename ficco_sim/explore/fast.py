@@ -105,8 +105,7 @@ class Template:
     coef: np.ndarray           # XFER: s per byte at ref; GEMM: unused
     ref_bytes: np.ndarray      # XFER: ref bytes
     gemm_shape: np.ndarray     # GEMM node -> index into shapes
-    shapes: list[tuple[int, int, int, bool]]
-    extra_smem: int
+    shapes: list[tuple[int, int, int, bool, int]]   # (m, n, k, accumulate, extra shared memory) at ref
     gpu_of: np.ndarray         # node -> GPU (kernels: their GPU; transfers: src)
     dst_of: np.ndarray         # transfers: dst, else -1
     begin_of: dict             # task index -> begin node
@@ -119,6 +118,7 @@ class Template:
     xfer_begin: np.ndarray
     xfer_ready: np.ndarray
     launch: float
+    groups: "Groups | None" = None
 
 
 def compile_graph(graph: TaskGraph, scenario: Scenario, gpu: GpuProfile, topo: Topology, extra_smem: int = 0
@@ -133,6 +133,7 @@ def compile_graph(graph: TaskGraph, scenario: Scenario, gpu: GpuProfile, topo: T
         return len(nodes) - 1
 
     begin, end, ready = {}, {}, {}
+    latency: dict[tuple[int, int], float] = {}     # path latencies, computed once per pair
     shapes: dict[tuple, int] = {}
     prev: dict[str, str | None] = {}
     last: dict = {}
@@ -146,7 +147,7 @@ def compile_graph(graph: TaskGraph, scenario: Scenario, gpu: GpuProfile, topo: T
             begin[t.id] = node(CONST, const=gpu.launch_overhead, gpu=t.gpu)
             if t.kind == "gemm":
                 io = t.io
-                sh = (int(io["m"]), int(io["n"]), int(io["k"]), bool(io.get("accumulate")))
+                sh = (int(io["m"]), int(io["n"]), int(io["k"]), bool(io.get("accumulate")), extra_smem)
                 end[t.id] = node(GEMM, shape=shapes.setdefault(sh, len(shapes)), gpu=t.gpu)
             elif t.kind == "comm":
                 end[t.id] = node(ZERO, gpu=t.gpu)
@@ -156,7 +157,9 @@ def compile_graph(graph: TaskGraph, scenario: Scenario, gpu: GpuProfile, topo: T
             ready[t.id] = node(ZERO, gpu=t.src, dst=t.dst)
             begin[t.id] = node(ZERO, gpu=t.src, dst=t.dst) if t.engine == "sm" else ready[t.id]
             full = p.transfer_time(t)
-            fixed = (gpu.dma.command_overhead if t.engine == "dma" else 0.0) + topo.path_latency(t.src, t.dst)
+            if (t.src, t.dst) not in latency:
+                latency[(t.src, t.dst)] = topo.path_latency(t.src, t.dst)
+            fixed = (gpu.dma.command_overhead if t.engine == "dma" else 0.0) + latency[(t.src, t.dst)]
             end[t.id] = node(XFER, const=fixed, coef=(full - fixed) / t.nbytes if t.nbytes else 0.0,
                              bytes=t.nbytes, gpu=t.src, dst=t.dst)
     for t in graph.tasks:
@@ -187,33 +190,88 @@ def compile_graph(graph: TaskGraph, scenario: Scenario, gpu: GpuProfile, topo: T
     ix = lambda d, ts: np.array([d[t.id] for t in ts], dtype=np.int64)  # noqa: E731
     return Template(
         ref=scenario, num_nodes=n, levels=levels, kind=arr("kind", np.int64), const=arr("const"), coef=arr("coef"),
-        ref_bytes=arr("bytes"), gemm_shape=arr("shape", np.int64), shapes=list(shapes), extra_smem=extra_smem,
+        ref_bytes=arr("bytes"), gemm_shape=arr("shape", np.int64), shapes=list(shapes),
         gpu_of=arr("gpu", np.int64), dst_of=arr("dst", np.int64), begin_of=begin,
         gemm_nodes=ix(end, gemms), gemm_begin=ix(begin, gemms), comm_nodes=ix(end, comms),
         comm_begin=ix(begin, comms), comm_grid=np.array([k.grid for k in comms], dtype=float),
         xfer_nodes=ix(end, xfers), xfer_begin=ix(begin, xfers), xfer_ready=ix(ready, xfers),
-        launch=gpu.launch_overhead)
+        launch=gpu.launch_overhead,
+        groups=_groups(np.array([t.gpu for t in gemms], dtype=np.int64), np.array([k.gpu for k in comms], dtype=np.int64),
+                       np.array([k.grid for k in comms], dtype=float), np.array([t.src for t in xfers], dtype=np.int64),
+                       np.array([t.dst for t in xfers], dtype=np.int64)))
+
+
+def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
+    """Templates of one scenario shape as one block-diagonal template (one evaluation for
+    all: numpy's per-call cost is paid once), and each one's first node (plus the total).
+
+    GPUs (and source/destination pairs) of different templates stay apart in the
+    contention pass: they are renumbered ``gpu + i * G`` for template ``i``. All must be
+    built from the same reference scenario (sizes scale from it)."""
+    assert all(t.ref == tpls[0].ref for t in tpls), "templates of different reference scenarios"
+    offs = np.cumsum([0] + [t.num_nodes for t in tpls])
+    N = int(offs[-1])
+    shapes: dict[tuple, int] = {}
+    remap = [np.array([shapes.setdefault(sh, len(shapes)) for sh in t.shapes] + [-1], dtype=np.int64) for t in tpls]
+    depth = max(len(t.levels) for t in tpls)
+    levels = []
+    for lv in range(depth):
+        got = [(t.levels[lv], o) for t, o in zip(tpls, offs) if lv < len(t.levels)]
+        width = max(pad.shape[1] for (_, pad), _ in got)
+        ids = np.concatenate([i + o for (i, _), o in got])
+        pad = np.full((len(ids), width), N, dtype=np.int64)
+        r = 0
+        for ((i, p), o), t in zip(got, [t for t in tpls if lv < len(t.levels)]):
+            pad[r:r + len(i), :p.shape[1]] = np.where(p == t.num_nodes, N, p + o)
+            r += len(i)
+        levels.append((ids, pad))
+    cat = lambda f: np.concatenate([getattr(t, f) for t in tpls])  # noqa: E731
+    at = lambda f: np.concatenate([getattr(t, f) + o for t, o in zip(tpls, offs)])  # noqa: E731
+    G = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
+    gpu_of = np.concatenate([np.where(t.gpu_of >= 0, t.gpu_of + i * G, -1) for i, t in enumerate(tpls)])
+    dst_of = np.concatenate([np.where(t.dst_of >= 0, t.dst_of + i * G, -1) for i, t in enumerate(tpls)])
+    gemm_nodes, comm_nodes, xfer_nodes = at("gemm_nodes"), at("comm_nodes"), at("xfer_nodes")
+    comm_grid = cat("comm_grid")
+    out = Template(
+        ref=tpls[0].ref, num_nodes=N, levels=levels, kind=cat("kind"), const=cat("const"), coef=cat("coef"),
+        ref_bytes=cat("ref_bytes"), gemm_shape=np.concatenate([r[t.gemm_shape] for r, t in zip(remap, tpls)]),
+        shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, begin_of={}, gemm_nodes=gemm_nodes,
+        gemm_begin=at("gemm_begin"), comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid,
+        xfer_nodes=xfer_nodes, xfer_begin=at("xfer_begin"), xfer_ready=at("xfer_ready"), launch=tpls[0].launch,
+        groups=_groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]))
+    return out, offs
+
+
+def _part(ev: dict, a: int, b: int) -> dict[str, np.ndarray]:
+    """One template's share of a merged evaluation (nodes ``a:b``, sentinel column kept)."""
+    cols = np.r_[a:b, ev["vals"].shape[1] - 1]
+    part = {k: ev[k][:, cols] for k in ("vals", "add", "base", "nbytes")}
+    part["makespan"] = ev["vals"][:, a:b].max(axis=1)
+    return part
 
 
 def _levels(nodes: list[dict]) -> np.ndarray:
-    """Longest-path depth of every node (inputs first), by Kahn's algorithm."""
+    """Longest-path depth of every node (inputs first), by Kahn's algorithm (plain lists:
+    numpy scalar indexing would dominate template building)."""
     n = len(nodes)
-    outs = defaultdict(list)
-    indeg = np.zeros(n, dtype=np.int64)
+    outs: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
     for i, x in enumerate(nodes):
         for j in x["inputs"]:
             outs[j].append(i)
         indeg[i] = len(x["inputs"])
-    level = np.ones(n, dtype=np.int64)
+    level = [1] * n
     stack = [i for i in range(n) if indeg[i] == 0]
     while stack:
         i = stack.pop()
+        li = level[i] + 1
         for j in outs[i]:
-            level[j] = max(level[j], level[i] + 1)
+            if level[j] < li:
+                level[j] = li
             indeg[j] -= 1
             if indeg[j] == 0:
                 stack.append(j)
-    return level
+    return np.array(level, dtype=np.int64)
 
 
 # ----------------------------------------------------------------------------------------
@@ -239,9 +297,9 @@ def _durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario]
         dt = tpl.ref.dtype
         e = DTYPE_BYTES[dt]
         times, traffic = [], []
-        for m, n, k, acc in tpl.shapes:
+        for m, n, k, acc, smem in tpl.shapes:
             m, n, k = (np.maximum(1, np.round(x * f)) for x, f in ((m, fm), (n, fn), (k, fk)))
-            times.append(gemm_times(gpu, m, n, k, dt, extra_smem=tpl.extra_smem, accumulate=acc))
+            times.append(gemm_times(gpu, m, n, k, dt, extra_smem=smem, accumulate=acc))
             traffic.append(((m * k + k * n) + m * n * (2 if acc else 1)) * e)
         times, traffic = np.stack(times, axis=1), np.stack(traffic, axis=1)   # (P, shapes)
         g = np.flatnonzero(kind == GEMM)
@@ -280,56 +338,105 @@ def _covered(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np
     return np.where(width > 0, cov / np.where(width > 0, width, 1.0), 0.0)
 
 
+def _members(member: np.ndarray) -> np.ndarray:
+    """Row r's member columns of a boolean (R, B) matrix, padded with B (a sentinel column).
+
+    >>> _members(np.array([[True, False, True], [False, True, False]])).tolist()
+    [[0, 2], [1, 3]]
+    """
+    width = max(1, int(member.sum(1).max())) if member.size else 1
+    out = np.full((member.shape[0], width), member.shape[1], dtype=np.int64)
+    for r, row in enumerate(member):
+        ids = np.flatnonzero(row)
+        out[r, :len(ids)] = ids
+    return out
+
+
+def _pad(x: np.ndarray, fill: float) -> np.ndarray:
+    """``x`` (P, B) with one more column of ``fill`` (what sentinel indices gather)."""
+    return np.concatenate([x, np.full((x.shape[0], 1), fill)], axis=1)
+
+
 def _contention(tpl: Template, gpu: GpuProfile, vals: np.ndarray, add: np.ndarray, nbytes: np.ndarray,
                 gemm_hbm: np.ndarray) -> np.ndarray:
     """(P, nodes) slowdown factors from the overlaps of a contention-free pass.
 
-    All GPUs at once: the spans a GEMM (transfer) may meet are merged into disjoint spans
-    once per GPU (per source/destination pair), spans of other GPUs masked to +inf."""
+    All GPUs at once: a GEMM (transfer) meets only the spans of its GPU (of its source and
+    destination), gathered through the template's padded member lists (:class:`Groups`);
+    padding gathers an empty span at +inf. The spans are merged into disjoint spans once
+    per GPU (per source/destination pair)."""
     slow = np.ones_like(add)
+    grp = tpl.groups
+    if grp is None:
+        return slow
     ct = gpu.contention
+    inf = np.inf
     gs, ge = vals[:, tpl.gemm_begin], vals[:, tpl.gemm_nodes]
     xs, xe = vals[:, tpl.xfer_begin], vals[:, tpl.xfer_nodes]
     xmask = xe > xs
     xrate = np.where(xmask, nbytes[:, tpl.xfer_nodes] / np.where(xmask, xe - xs, 1.0), 0.0)
-    cs, ce = vals[:, tpl.comm_begin], vals[:, tpl.comm_nodes]
-    g_gpu = tpl.gpu_of[tpl.gemm_nodes]
-    x_src, x_dst = tpl.gpu_of[tpl.xfer_nodes], tpl.dst_of[tpl.xfer_nodes]
-    c_gpu = tpl.gpu_of[tpl.comm_nodes]
     grate = np.where(ge > gs, gemm_hbm / np.where(ge > gs, ge - gs, 1.0), 0.0)
-    if not len(g_gpu):
-        return slow
-    gpus = np.unique(g_gpu)
-    row = np.searchsorted(gpus, g_gpu)                                    # GEMM -> row of gpus
+    row = grp.row
     s, e = gs[..., None], ge[..., None]                                   # (P, G, 1)
     f_sm = loss = 0.0
-    if len(c_gpu):
-        own = gpus[:, None] == c_gpu[None, :]                             # (U, C)
-        lo, hi = _disjoint(np.where(own, cs[:, None, :], np.inf), np.where(own, ce[:, None, :], np.inf))
+    if len(tpl.comm_nodes):
+        a = _pad(vals[:, tpl.comm_begin], inf)[:, grp.comm]               # (P, U, Wc)
+        b = _pad(vals[:, tpl.comm_nodes], inf)[:, grp.comm]
+        lo, hi = _disjoint(a, b)
         f_sm = _covered(gs, ge, lo[:, row], hi[:, row])
-        over = own[row] & (cs[:, None, :] < e) & (ce[:, None, :] > s)
-        loss = np.minimum(0.9, np.where(over, tpl.comm_grid, 0.0).max(-1) / gpu.num_sms)
+        over = (a[:, row] < e) & (b[:, row] > s)
+        loss = np.minimum(0.9, np.where(over, grp.comm_grid[row], 0.0).max(-1) / gpu.num_sms)
     f_hbm = rate = 0.0
-    if len(x_src):
-        near = (gpus[:, None] == x_src[None, :]) | (gpus[:, None] == x_dst[None, :])   # (U, X)
-        ok = near[None] & xmask[:, None, :]
-        lo, hi = _disjoint(np.where(ok, xs[:, None, :], np.inf), np.where(ok, xe[:, None, :], np.inf))
+    if len(tpl.xfer_nodes):
+        a = _pad(np.where(xmask, xs, inf), inf)[:, grp.near]              # (P, U, Wx)
+        b = _pad(np.where(xmask, xe, inf), inf)[:, grp.near]
+        lo, hi = _disjoint(a, b)
         f_hbm = _covered(gs, ge, lo[:, row], hi[:, row])
-        over = ok[:, row] & (xs[:, None, :] < e) & (xe[:, None, :] > s)
-        rate = np.where(over, xrate[:, None, :], 0.0).max(-1)
+        over = (a[:, row] < e) & (b[:, row] > s)
+        rate = np.where(over, _pad(xrate, 0.0)[:, grp.near][:, row], 0.0).max(-1)
     slow[:, tpl.gemm_nodes] = 1.0 + f_sm * loss / (1.0 - loss) + f_hbm * ct.compute_per_hbm_util * rate / \
         gpu.hbm_bandwidth
-    if len(x_src):
+    if len(tpl.xfer_nodes):
         # a transfer meets the GEMMs of its source and of its destination
-        pairs, prow = np.unique(np.stack([x_src, x_dst], 1), axis=0, return_inverse=True)
-        prow = prow.reshape(-1)
-        near = (pairs[:, :1] == g_gpu[None, :]) | (pairs[:, 1:] == g_gpu[None, :])    # (pairs, G)
-        lo, hi = _disjoint(np.where(near, gs[:, None, :], np.inf), np.where(near, ge[:, None, :], np.inf))
+        prow = grp.pair_row
+        a = _pad(gs, inf)[:, grp.pair_gemms]                              # (P, pairs, Wg)
+        b = _pad(ge, inf)[:, grp.pair_gemms]
+        lo, hi = _disjoint(a, b)
         f = _covered(xs, xe, lo[:, prow], hi[:, prow])
-        over = near[prow] & (gs[:, None, :] < xe[..., None]) & (ge[:, None, :] > xs[..., None])
-        rate = np.where(over, grate[:, None, :], 0.0).max(-1)
+        over = (a[:, prow] < xe[..., None]) & (b[:, prow] > xs[..., None])
+        rate = np.where(over, _pad(grate, 0.0)[:, grp.pair_gemms][:, prow], 0.0).max(-1)
         slow[:, tpl.xfer_nodes] = 1.0 + f * ct.comm_per_hbm_util * rate / gpu.hbm_bandwidth
     return slow
+
+
+@dataclass
+class Groups:
+    """Who meets whom in the contention pass, as padded index lists (sentinel: the count).
+
+    ``row``: GEMM -> GPU row; ``comm`` (U, Wc): comm kernels per GPU row; ``near`` (U, Wx):
+    transfers from or to each GPU row; ``pair_gemms`` (pairs, Wg): GEMMs on the source or
+    destination of each (src, dst) pair; ``pair_row``: transfer -> pair."""
+
+    row: np.ndarray
+    comm: np.ndarray
+    comm_grid: np.ndarray      # (U, Wc) grid of each listed comm kernel, 0 for padding
+    near: np.ndarray
+    pair_gemms: np.ndarray
+    pair_row: np.ndarray
+
+
+def _groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x_src: np.ndarray,
+            x_dst: np.ndarray) -> Groups | None:
+    if not len(gemm_gpu):
+        return None
+    gpus = np.unique(gemm_gpu)
+    comm = _members(gpus[:, None] == comm_gpu[None, :])
+    near = _members((gpus[:, None] == x_src[None, :]) | (gpus[:, None] == x_dst[None, :]))
+    pairs, prow = np.unique(np.stack([x_src, x_dst], 1).reshape(-1, 2), axis=0, return_inverse=True)
+    pair_gemms = _members((pairs[:, :1] == gemm_gpu[None, :]) | (pairs[:, 1:] == gemm_gpu[None, :]))
+    return Groups(row=np.searchsorted(gpus, gemm_gpu), comm=comm,
+                  comm_grid=np.append(comm_grid, 0.0)[comm], near=near, pair_gemms=pair_gemms,
+                  pair_row=prow.reshape(-1))
 
 
 def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario], *, contention: bool = True
@@ -367,11 +474,15 @@ def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo
     schedule = parse_schedule(schedule)
     key = (_key(scenario), schedule.name, gpu.name, id(gpu), topo.name, comm_only)
     if key not in _CACHE:
-        graph = lower(scenario, schedule, gpu, topo)
+        gkey = ("graph", *key[:-1])      # the comm-only template reuses the lowered graph
+        graph = _CACHE.pop(gkey, None) or lower(scenario, schedule, gpu, topo)
+        if not comm_only and schedule.name == "none":
+            _CACHE[gkey] = graph
         if comm_only:
             graph = comm_only_graph(graph)
-        _CACHE[key] = compile_graph(graph, scenario, gpu, topo, schedule.smem)
-    return _CACHE[key]
+        # the profile is kept with its template: while it lives, its id() names no other profile
+        _CACHE[key] = (gpu, compile_graph(graph, scenario, gpu, topo, schedule.smem))
+    return _CACHE[key][1]
 
 
 def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | str], gpu: GpuProfile | str,
@@ -394,11 +505,20 @@ def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | 
         times = gemm_times(gpu, flat[:, 0], flat[:, 1], flat[:, 2], ref.dtype)
         bounds = np.cumsum([0] + [len(gs) for gs in shapes])
         t_comp = np.array([times[a:b].max() for a, b in zip(bounds[:-1], bounds[1:])]) + gpu.launch_overhead
-        t_none = evaluate(template(ref, "none", gpu, topo), gpu, scs)["makespan"]
-        t_comm = evaluate(template(ref, "none", gpu, topo, comm_only=True), gpu, scs)["makespan"]
+        tpls = [template(ref, "none", gpu, topo), template(ref, "none", gpu, topo, comm_only=True)] + \
+            [template(ref, sch, gpu, topo) for sch in schedules]
+        if all(t.ref == tpls[0].ref for t in tpls):
+            mkey = ("merged", *(id(t) for t in tpls))
+            if mkey not in _CACHE:
+                _CACHE[mkey] = merge(tpls)
+            merged, offs = _CACHE[mkey]
+            ev = evaluate(merged, gpu, scs)
+            parts = [_part(ev, a, b) for a, b in zip(offs[:-1], offs[1:])]
+        else:   # built from differently sized scenarios: sizes scale differently
+            parts = [evaluate(t, gpu, scs) for t in tpls]
+        t_none, t_comm = parts[0]["makespan"], parts[1]["makespan"]
         for j, sch in enumerate(schedules):
-            tpl = template(ref, sch, gpu, topo)
-            metrics = _metrics(tpl, gpu, evaluate(tpl, gpu, scs), t_comp, t_comm, t_none)
+            metrics = _metrics(tpls[2 + j], gpu, parts[2 + j], t_comp, t_comm, t_none)
             for a, i in enumerate(idx):
                 s = scenarios[i]
                 out[i * len(schedules) + j] = {
