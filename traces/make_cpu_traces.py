@@ -14,7 +14,8 @@ Two programs:
   gather is in flight, waits, then multiplies the gathered 512 x 384 matrix by its
   384 x 384 weight: the all-gather -> GEMM pair ficco-sim studies.
 
-Traces are made compact before saving: only complete (``ph: X``) events and the
+Traces are made compact before saving (``ficco_sim.traces.kineto.compact_trace``, shared
+with ``ficco-sim validate --profile``): only complete (``ph: X``) events and the
 metadata/flow events ficco-sim reads are kept, numbers rounded to 0.001 us.
 """
 
@@ -33,21 +34,9 @@ import torch.multiprocessing as mp
 from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
 
 HERE = Path(__file__).resolve().parent
-KEEP_PH = {"X", "M", "s", "f", "i"}
+sys.path.insert(0, str(HERE.parent))   # run from a checkout without installing
 
-
-def compact(raw_path: Path, out_path: Path) -> None:
-    """Drop what ficco-sim never reads and gzip the rest."""
-    data = json.loads(raw_path.read_text())
-    events = [e for e in data.get("traceEvents", []) if e.get("ph") in KEEP_PH]
-    for e in events:
-        for key in ("ts", "dur"):
-            if isinstance(e.get(key), float):
-                e[key] = round(e[key], 3)
-    data["traceEvents"] = events
-    with gzip.open(out_path, "wt") as f:
-        json.dump(data, f, separators=(",", ":"))
-    raw_path.unlink()
+from ficco_sim.traces.kineto import compact_trace as compact  # noqa: E402 - after the path fix
 
 
 def compact_et(raw_path: Path, out_path: Path) -> None:

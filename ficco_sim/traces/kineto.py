@@ -22,6 +22,16 @@ events (``ph: s/f``, other than the launch flows ``ac2g``) and, on CPU traces, t
 launch of an async collective and the first later op on the launching thread that
 reads a tensor of the collective's shape (the ``work.wait()`` consumer).
 
+**Executor traces** (``ficco-sim validate --profile``; CPU traces with
+``ficco:<kind>:<op id>`` ranges): each range is one op on its thread (``gemm`` ->
+gemm with the shapes of the ``aten::mm`` inside, ``reduce``/``copy`` -> memory,
+``send``/``recv`` -> the host work of posting the message), named after the task it
+replays. The ``gloo:send``/``gloo:recv`` annotation that a posting starts is the message
+itself, on its own ``gloo.<n>`` stream (as many as messages in flight at once); it
+waits for the op before its posting, and the first op after its ``ficco:wait:<op id>``
+range waits for it. Everything outside the ranges (barriers, the profiler's own ops) is
+left out.
+
 >>> from pathlib import Path
 >>> t = load_kineto([Path(__file__).parents[2] / "traces" / "cpu_mm_chain.json.gz"])
 >>> t.num_ranks, len(t.ops), t.on_gpu
@@ -66,6 +76,35 @@ def read_json(path: str | Path) -> Any:
     except json.JSONDecodeError as exc:
         what = "truncated JSON" if exc.pos >= len(raw.rstrip()) - 1 else "malformed JSON"
         raise InputError(str(p), None, f"{what} at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+KEEP_PH = {"X", "M", "s", "f", "i"}
+
+
+def compact_trace(raw_path: str | Path, out_path: str | Path, meta: dict | None = None) -> Path:
+    """Shrink a raw ``export_chrome_trace`` file for shipping: keep only what ficco-sim
+    reads (``ph`` X/M/s/f/i events), round ``ts``/``dur`` to 0.001 us (1 ns), add ``meta``
+    under the top-level key ``ficco``, gzip to ``out_path`` (written to a temporary name
+    and renamed, so a failure leaves no half file) and delete ``raw_path``."""
+    raw_path, out_path = Path(raw_path), Path(out_path)
+    data = json.loads(raw_path.read_text())
+    events = [e for e in data.get("traceEvents", []) if e.get("ph") in KEEP_PH]
+    for e in events:
+        for key in ("ts", "dur"):
+            if isinstance(e.get(key), float):
+                e[key] = round(e[key], 3)
+    data["traceEvents"] = events
+    if meta:
+        data["ficco"] = meta
+    tmp = out_path.with_name(f".{out_path.name}.partial")
+    try:
+        with gzip.open(tmp, "wt") as f:
+            json.dump(data, f, separators=(",", ":"))
+        tmp.replace(out_path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    raw_path.unlink()
+    return out_path
 
 
 def _events(data: Any, where: str) -> list[dict]:
@@ -434,6 +473,10 @@ def _cpu_ops(f: _File) -> list[TraceOp]:
             n = str((e.get("args") or {}).get("name", ""))
             m = re.search(r"\((.*)\)", n)
             names[e.get("tid")] = (m.group(1) if m else n) or "thread"
+    from .executor_trace import EXECUTOR_RANGE, executor_ops   # ficco-sim's own executor traces
+    if any(e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(EXECUTOR_RANGE)
+           for e in f.events):
+        return executor_ops(f, names)
     by_tid: dict[Any, list[tuple[float, float, int, dict]]] = {}
     for i, e in enumerate(f.events):
         if e.get("ph") != "X" or e.get("cat") not in CPU_CATS:
@@ -484,8 +527,9 @@ def _cpu_comm_deps(ops: list[TraceOp]) -> None:
         before = [o for o in ops if o.stream == lo.stream and o.end <= lo.start]
         if before:
             c.deps.append(max(before, key=lambda x: x.end).id)
-        touched = {tuple(d) for d in lo.shapes if isinstance(d, list) and d}
+        # repr: c10d ops list their tensors one level deeper ([[[256, 384]], [], ...]).
+        touched = {repr(d) for d in lo.shapes if isinstance(d, list) and d}
         for o in sorted((o for o in ops if o.stream == lo.stream and o.start >= c.end), key=lambda x: x.start):
-            if touched & {tuple(d) for d in o.shapes if isinstance(d, list) and d}:
+            if touched & {repr(d) for d in o.shapes if isinstance(d, list) and d}:
                 o.deps.append(c.id)
                 break

@@ -51,6 +51,8 @@ examples:
   ficco-sim validate --device cpu --world-size 2 --scenarios ag-gemm:m=512,n=512,k=512 \\
       --schedules none,shard-p2p-sm,ficco-a2a-sm --repeats 7
   ficco-sim validate --device cuda --single-gpu --world-size 4 --gpu h100
+  ficco-sim validate --device cpu --world-size 2 --scenarios ag-gemm:m=512,n=384,k=384 \
+      --schedules shard-p2p-sm --repeats 3 --profile prof/     (then: ficco-sim trace replay prof/*.rank*.json.gz)
   ficco-sim validate --device cuda --world-size 8 --gpu h100 --topology dgx-h100 --allow-fallback
   ficco-sim validate --import runs.csv --gpu h100 --topology switch:8
       (runs.csv columns: kind,m,n,k,gpus,schedule,measured_s[,dtype]; measured_s in seconds)
@@ -91,6 +93,10 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1, help="untimed runs first (default 1)")
     p.add_argument("--allow-fallback", action="store_true",
                    help="let NCCL replay copy-engine transfers as send/recv (recorded as not honoured)")
+    p.add_argument("--profile", metavar="DIR",
+                   help="after the timed runs, replay each schedule once more under torch.profiler and write "
+                   "one Kineto trace per rank to DIR/<scenario>_<schedule>.rank<r>.json.gz (ranges named "
+                   "after the task ids; read them with `ficco-sim trace import|replay`)")
     p.add_argument("--out", default="validation", metavar="DIR", help="output folder (default validation/)")
     p.add_argument("--import", dest="import_csv", metavar="CSV",
                    help="do not replay: compare measured runs from CSV (kind,m,n,k,gpus,schedule,measured_s) "
@@ -112,7 +118,7 @@ def cmd_validate(args) -> int:
         mode = "single-gpu" if args.single_gpu else "single-process" if args.single_process else "distributed"
         df, paths = validate(args.device, args.world_size, args.gpu, args.scenarios, _csv_list(args.schedules),
                              args.repeats, args.warmup, args.out, mode=mode, topology=args.topology,
-                             allow_fallback=args.allow_fallback, command=command)
+                             allow_fallback=args.allow_fallback, command=command, profile_dir=args.profile)
     from .compare import summarize
     _, overall = summarize(df)
     print(df[["scenario", "schedule", "predicted_s", "measured_s", "err", "correct"]].to_string(index=False))

@@ -10,6 +10,11 @@ message. Stream order is already part of every op's dependencies (see :mod:`.pla
 On two cores real CPU GEMMs and gloo's threads fight for the same cores, so overlap is
 mostly lost (``reference/torch_executor.md`` 4.1): the CPU runner validates ordering,
 dependencies and data, not hardware timing.
+
+``run(label=True)`` (the profiled replay) wraps every posted send/recv, every compute op
+and every wait for a message in a ``ficco:<kind>:<op id>`` profiler range (kinds
+``send``, ``recv``, ``gemm``, ``reduce``, ``copy``, ``wait``); gloo records the message
+itself as ``gloo:send``/``gloo:recv``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ..taskgraph import TaskGraph
-from .executor import compute_fn, view
+from .executor import compute_fn, op_range, view
 from .plan import Op, Program
 
 
@@ -54,7 +59,9 @@ class CpuRankRunner:
         else:
             view(self.bufs, dst).copy_(view(self.bufs, src))
 
-    def run(self) -> tuple[float, float]:
+    def run(self, label: bool = False) -> tuple[float, float]:
+        """Replay once; (start, end) in ``time.perf_counter`` seconds. ``label``: profiler
+        ranges around every op (see module docstring)."""
         by_id = {op.id: op for op in self.ops}
         waiting = {op.id: len(set(op.deps)) for op in self.ops}
         ready_comm: list[str] = []
@@ -77,19 +84,21 @@ class CpuRankRunner:
         while finished < len(self.ops):
             while ready_comm:
                 op = by_id[ready_comm.pop(0)]
-                if op.kind == "send":
-                    w = dist.isend(view(self.bufs, op.io["src"]).contiguous(), dst=op.peer, tag=op.tag)
-                else:
-                    target = self.temps.get(op.id)
-                    w = dist.irecv(target if target is not None else view(self.bufs, op.io["dst"]),
-                                   src=op.peer, tag=op.tag)
+                with op_range(label, op.kind, op.id):
+                    if op.kind == "send":
+                        w = dist.isend(view(self.bufs, op.io["src"]).contiguous(), dst=op.peer, tag=op.tag)
+                    else:
+                        target = self.temps.get(op.id)
+                        w = dist.irecv(target if target is not None else view(self.bufs, op.io["dst"]),
+                                       src=op.peer, tag=op.tag)
                 pending.append((op.id, w))
             # Harvest whatever finished meanwhile.
             for _ in range(len(pending)):
                 oid, w = pending.popleft()
                 if w.is_completed():
-                    w.wait()
-                    self._finish_recv(by_id[oid])
+                    with op_range(label, "wait", oid):
+                        w.wait()
+                        self._finish_recv(by_id[oid])
                     done(oid)
                 else:
                     pending.append((oid, w))
@@ -101,15 +110,18 @@ class CpuRankRunner:
                 oid = ready_other.pop(0)
                 op = by_id[oid]
                 if op.kind == "copy":
-                    self._copy(op)
+                    with op_range(label, "copy", oid):
+                        self._copy(op)
                 elif oid in self.fns:
-                    self.fns[oid]()
+                    with op_range(label, op.kind, oid):
+                        self.fns[oid]()
                 done(oid)
                 continue
             if pending:
                 oid, w = pending.popleft()
-                w.wait()
-                self._finish_recv(by_id[oid])
+                with op_range(label, "wait", oid):
+                    w.wait()
+                    self._finish_recv(by_id[oid])
                 done(oid)
                 continue
             raise RuntimeError("CPU runner stalled: ops wait on dependencies that can never finish")

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from ..taskgraph import TaskGraph
-from .executor import compute_fn, to_torch_priority, view
+from .executor import compute_fn, op_range, to_torch_priority, view
 from .plan import Op, Program, batches
 
 _STREAMS: dict[tuple[int, str, int], "torch.cuda.Stream"] = {}
@@ -98,7 +98,7 @@ class CudaRunner:
             elif op.kind == "recv" and op.reduce:
                 self.temps[op.id] = torch.empty_like(view(bufs[op.rank], op.io["dst"]))
             elif op.kind == "copy":
-                (sr, ss), (dr, ds) = op.io["src"], op.io["dst"]
+                (sr, _), (dr, ds) = op.io["src"], op.io["dst"]
                 if op.reduce and device_of[sr] != device_of[dr]:
                     self.temps[op.id] = torch.empty_like(view(bufs[dr], ds))
         self.batches = self._batches(program.ops)
@@ -182,8 +182,10 @@ class CudaRunner:
             if op.id in self.temps:
                 view(self.bufs[op.rank], op.io["dst"]).add_(self.temps[op.id])
 
-    def run(self) -> float:
-        """Issue the whole program once; return the makespan in seconds."""
+    def run(self, label: bool = False) -> float:
+        """Issue the whole program once; return the makespan in seconds. ``label``: a
+        ``ficco:<kind>:<op id>[+<op id>...]`` profiler range around the issue of every
+        batch (the profiled replay; kernels inherit it as ``gpu_user_annotation``)."""
         issued_on: dict = {}
         with torch.cuda.stream(self.gate):
             if hasattr(torch.cuda, "_sleep"):
@@ -194,8 +196,8 @@ class CudaRunner:
         for batch in self.batches:
             stream = self.streams[batch[0].stream]
             self._wait(stream, batch, issued_on)
-            with torch.cuda.stream(stream):
-                kind = batch[0].kind
+            kind = batch[0].kind
+            with torch.cuda.stream(stream), op_range(label, kind, "+".join(op.id for op in batch)):
                 if kind in ("send", "recv"):
                     self._p2p_batch(batch, stream)
                 elif kind == "copy":

@@ -16,6 +16,14 @@ shapes (``mode``):
 * ``single-process`` — like single-gpu, but rank g lives on ``cuda:g`` (copy engines move
   data between GPUs with ``cudaMemcpyPeerAsync``).
 
+With ``ReplayOptions.profile_dir`` set, each rank replays every job once more after the
+timed repeats (and after the result check), under ``torch.profiler`` with a
+``record_function`` range ``ficco:<kind>:<op id>`` around every op it issues (op ids
+are the task graph's task ids, transfer halves ``<transfer id>@send``/``@recv``), and
+writes a compact Kineto trace ``<profile_dir>/<job>.rank<r>.json.gz`` (see
+:func:`trace_path`); ``ficco-sim trace import|replay`` read it back. The timed repeats
+never run under the profiler.
+
 What a device cannot do is never silently substituted: it is listed in
 ``ReplayResult.not_honoured`` (and the CSV/report), and a DMA transfer that would have to
 run as send/recv on GPUs is refused unless ``allow_fallback`` is set.
@@ -26,9 +34,14 @@ and the tensor work of one op (GEMM into preallocated views, reductions, copies)
 
 from __future__ import annotations
 
+import contextlib
+import os
 import platform
+import re
+import tempfile
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterator
 
 import torch
 
@@ -44,7 +57,8 @@ DEVICES = ("cpu", "cuda")
 @dataclass(frozen=True)
 class ReplayOptions:
     """How to replay. ``warmup``/``repeats`` are counts; ``timeout`` (s) bounds the whole
-    replay (processes are killed past it); ``seed`` picks the input data."""
+    replay (processes are killed past it); ``seed`` picks the input data; ``profile_dir``:
+    where to write one profiled replay per job and rank (None: no profiling)."""
 
     device: str = "cpu"
     world_size: int = 2
@@ -54,6 +68,7 @@ class ReplayOptions:
     allow_fallback: bool = False
     seed: int = 0
     timeout: float = 600.0
+    profile_dir: str | None = None
 
     def check(self) -> None:
         if self.device not in DEVICES:
@@ -106,6 +121,50 @@ def device_name(device: str) -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "cpu"
+
+
+# ----------------------------------------------------------------------------------------
+# Profiling: one extra replay per job under torch.profiler, ranges named after the tasks.
+
+RANGE_PREFIX = "ficco:"
+
+
+def op_range(on: bool, kind: str, op_id: str):
+    """The profiler range of one issued op (``ficco:<kind>:<op id>``) when ``on``, else a
+    no-op, so that timed repeats pay nothing for profiling."""
+    return torch.profiler.record_function(f"{RANGE_PREFIX}{kind}:{op_id}") if on else contextlib.nullcontext()
+
+
+def trace_path(profile_dir: str | Path, job: str, rank: int | None = None) -> Path:
+    """Where the profiled replay of ``job`` on ``rank`` goes (``rank=None``: a one-process
+    replay holding every rank).
+
+    >>> trace_path("p", "ag-gemm m=512 n=384 k=384 x2|shard-p2p-sm", 1).name
+    'ag-gemm_m512_n384_k384_x2_shard-p2p-sm.rank1.json.gz'
+    """
+    name = re.sub(r"[^A-Za-z0-9.+-]+", "_", job.replace("=", "")).strip("_.") or "job"
+    return Path(profile_dir) / (f"{name}.rank{rank}.json.gz" if rank is not None else f"{name}.json.gz")
+
+
+@contextlib.contextmanager
+def profiled(path: Path, device: str, meta: dict) -> Iterator[dict]:
+    """Run the body under ``torch.profiler.profile`` (CPU activities, plus CUDA on GPUs)
+    and save the compact trace to ``path``. The body may add entries to the yielded
+    ``meta`` (stored under the trace's top-level ``ficco`` key). On an error nothing is
+    written and the raw export is removed."""
+    from torch.profiler import ProfilerActivity, profile
+    from ..traces.kineto import compact_trace
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = dict(meta)
+    with tempfile.TemporaryDirectory(prefix="ficco-profile-") as tmp:
+        raw = Path(tmp) / f"raw.{os.getpid()}.json"
+        with profile(activities=acts, record_shapes=True) as prof:
+            with torch.profiler.record_function("warm-up"):
+                pass   # the profiler's first range costs ~1 ms; keep it out of the replay
+            yield meta
+        prof.export_chrome_trace(str(raw))
+        compact_trace(raw, path, meta)
 
 
 # ----------------------------------------------------------------------------------------
@@ -325,6 +384,11 @@ def oracle(graph: TaskGraph, seed: int = 0) -> list[dict[str, torch.Tensor]]:
 def replay(jobs: list[Job], opts: ReplayOptions) -> list[ReplayResult]:
     """Replay every job under ``opts`` (see module docstring)."""
     opts.check()
+    if opts.profile_dir:   # fail before spawning anything
+        try:
+            Path(opts.profile_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError("--profile", None, f"cannot create {opts.profile_dir}: {exc.strerror}") from None
     for job in jobs:
         prepare(job.graph)
         if opts.mode == "distributed" and job.graph.num_gpus != opts.world_size:

@@ -6,7 +6,9 @@ past it, or when one rank fails, every still-running child is killed and joined,
 process outlives :func:`run_distributed`. Each rank initialises ``torch.distributed``
 (gloo on CPU, NCCL with ``device_id`` on GPUs) with ``timeout=60 s`` so a broken
 schedule fails instead of hanging, replays all jobs (spawning once per run, not per
-job), and rank 0 writes the gathered results to a JSON file the parent reads.
+job), and rank 0 writes the gathered results to a JSON file the parent reads. With
+``profile_dir`` each rank then replays the job once more under the profiler and writes
+its own trace (:func:`_profile_rank`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from . import reference
-from .executor import Job, ReplayOptions, ReplayResult, audit, device_name, oracle, verify
+from .executor import Job, ReplayOptions, ReplayResult, audit, device_name, oracle, profiled, trace_path, verify
 from .plan import plan_rank
 
 INIT_TIMEOUT = timedelta(seconds=60)
@@ -98,7 +100,27 @@ def _replay_rank(job: Job, rank: int, opts: ReplayOptions, feats: dict) -> dict:
     ok, err = verify(graph, rank, bufs, opts.seed, ref_bufs)
     if ref_bufs is not None:
         notes.append("no meta.reference: checked against a sequential CPU replay of the same graph")
+    if opts.profile_dir:
+        _profile_rank(job, rank, opts, runner, bufs, inputs)
     return {"times": times, "ok": ok, "err": err, "notes": notes}
+
+
+def _profile_rank(job: Job, rank: int, opts: ReplayOptions, runner, bufs: dict, inputs) -> None:
+    """One more replay of ``job`` under the profiler, after the timed repeats and the
+    check; the trace records this rank's own start/end (perf_counter s on CPU) or its
+    event-timed makespan (s, GPU) under ``ficco``."""
+    graph = job.graph
+    reference.reset(bufs, graph, rank, inputs, opts.seed)
+    if opts.device == "cuda":
+        torch.cuda.synchronize()
+    meta = {"job": job.name, "rank": rank, "world_size": dist.get_world_size(), "device": opts.device,
+            "mode": opts.mode, "schedule": graph.meta.get("schedule"), "scenario": graph.meta.get("scenario")}
+    with profiled(trace_path(opts.profile_dir, job.name, rank), opts.device, meta) as m:
+        dist.barrier()
+        if opts.device == "cuda":
+            m["makespan_s"] = runner.run(label=True)
+        else:
+            m["run_start_s"], m["run_end_s"] = runner.run(label=True)
 
 
 def _worker(rank: int, world: int, port: int, jobs: list[Job], opts: ReplayOptions, out: str) -> None:

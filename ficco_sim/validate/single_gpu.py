@@ -6,7 +6,8 @@ kernel on the communication kernel's stream. Streams keep their priorities, so o
 validates the GPU-internal part of the model — contention between GEMM and copies,
 priority, decomposition into pieces — without a second GPU or NCCL. On CPU the same
 program runs sequentially in issue order (a correctness check; its time is the serial
-sum and means little).
+sum and means little). With ``profile_dir`` one profiled replay per job is written to
+``<profile_dir>/<job>.json.gz`` (one process, so one trace for all ranks).
 
 ``mode="single-process"`` places rank g on ``cuda:g`` instead (needs as many GPUs as
 ranks): copies between GPUs then run on copy engines over NVLink/PCIe.
@@ -26,14 +27,15 @@ import torch
 
 from ..taskgraph import TaskGraph
 from . import reference
-from .executor import (Job, ReplayOptions, ReplayResult, audit, compute_fn, device_name, oracle, verify,
-                       view)
+from .executor import (Job, ReplayOptions, ReplayResult, audit, compute_fn, device_name, op_range, oracle,
+                       profiled, trace_path, verify, view)
 from .plan import plan_local
 
 
 def run_local_cpu(graph: TaskGraph, bufs: list[dict[str, torch.Tensor]], notes: list[str] | None = None,
-                  fns: dict | None = None) -> None:
-    """Run the local program sequentially on CPU tensors (``bufs[r]`` = rank r's)."""
+                  fns: dict | None = None, label: bool = False) -> None:
+    """Run the local program sequentially on CPU tensors (``bufs[r]`` = rank r's);
+    ``label``: a ``ficco:<kind>:<op id>`` profiler range around every op."""
     notes = [] if notes is None else notes
     program = plan_local(graph)
     if fns is None:
@@ -43,9 +45,11 @@ def run_local_cpu(graph: TaskGraph, bufs: list[dict[str, torch.Tensor]], notes: 
         if op.kind == "copy":
             (sr, ss), (dr, ds) = op.io["src"], op.io["dst"]
             dst, src = view(bufs[dr], ds), view(bufs[sr], ss)
-            dst.add_(src) if op.reduce else dst.copy_(src)
+            with op_range(label, "copy", op.id):
+                dst.add_(src) if op.reduce else dst.copy_(src)
         elif op.id in fns:
-            fns[op.id]()
+            with op_range(label, op.kind, op.id):
+                fns[op.id]()
 
 
 def _devices(graph: TaskGraph, opts: ReplayOptions) -> dict[int, torch.device]:
@@ -81,23 +85,24 @@ def run_single(jobs: list[Job], opts: ReplayOptions) -> list[ReplayResult]:
             program = plan_local(graph)
             fns = {op.id: compute_fn(op, bufs[op.rank], graph, notes) for op in program.ops
                    if op.kind in ("gemm", "reduce")}
-            for i in range(opts.warmup + opts.repeats):
-                for r in bufs:
-                    reference.reset(bufs[r], graph, r, inputs, opts.seed)
+
+            def once(label: bool = False) -> float:
                 t0 = time.perf_counter()
-                run_local_cpu(graph, [bufs[r] for r in range(graph.num_gpus)], notes, fns)
-                if i >= opts.warmup:
-                    times.append(time.perf_counter() - t0)
+                run_local_cpu(graph, [bufs[r] for r in range(graph.num_gpus)], notes, fns, label)
+                return time.perf_counter() - t0
         else:
             from .cuda import CudaRunner
             runner = CudaRunner(graph, plan_local(graph), bufs, devices, notes)
-            for i in range(opts.warmup + opts.repeats):
-                for r in bufs:
-                    reference.reset(bufs[r], graph, r, inputs, opts.seed)
+
+            def once(label: bool = False) -> float:
                 torch.cuda.synchronize()
-                t = runner.run()
-                if i >= opts.warmup:
-                    times.append(t)
+                return runner.run(label)
+        for i in range(opts.warmup + opts.repeats):
+            for r in bufs:
+                reference.reset(bufs[r], graph, r, inputs, opts.seed)
+            t = once()
+            if i >= opts.warmup:
+                times.append(t)
         ref_bufs = None if reference.ref_spec(graph) else oracle(graph, opts.seed)
         ok, err = True, 0.0
         for r in range(graph.num_gpus):
@@ -105,6 +110,13 @@ def run_single(jobs: list[Job], opts: ReplayOptions) -> list[ReplayResult]:
             ok, err = ok and o, max(err, e)
         if ref_bufs is not None:
             notes.append("no meta.reference: checked against a sequential CPU replay of the same graph")
+        if opts.profile_dir:   # after the timed repeats and the check
+            for r in bufs:
+                reference.reset(bufs[r], graph, r, inputs, opts.seed)
+            meta = {"job": job.name, "ranks": graph.num_gpus, "device": opts.device, "mode": opts.mode,
+                    "schedule": graph.meta.get("schedule"), "scenario": graph.meta.get("scenario")}
+            with profiled(trace_path(opts.profile_dir, job.name), opts.device, meta) as m:
+                m["makespan_s"] = once(label=True)
         results.append(ReplayResult(job.name, times, ok, err, not_honoured, sorted(set(notes)),
                                     device_name(opts.device)))
     return results

@@ -108,14 +108,16 @@ def cpu_share(gpu, ranks: int):
 def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None = None,
              scenarios: list | None = None, schedules: list[str] | None = None, repeats: int = 5, warmup: int = 1,
              out_dir: str | Path = "validation", *, mode: str | None = None, topology: str | None = None,
-             allow_fallback: bool = False, command: str = "", stamp: str | None = None) -> tuple[pd.DataFrame, dict]:
+             allow_fallback: bool = False, command: str = "", stamp: str | None = None,
+             profile_dir: str | Path | None = None) -> tuple[pd.DataFrame, dict]:
     """Simulate every (scenario, schedule) with ``gpu_profile``, replay the same task graphs
     on ``device`` (warm-up, ``repeats`` timed runs, median), check every result against
     the unscheduled reference, and write ``<out_dir>/<machine>/<date>.{csv,md,png}``.
-    Returns the table and the written paths."""
+    ``profile_dir``: also write one profiled replay per pair and rank there (Kineto
+    traces, see :func:`.executor.trace_path`). Returns the table and the written paths."""
     mode = mode or "distributed"
     opts = ReplayOptions(device=device, world_size=world_size, mode=mode, warmup=warmup, repeats=repeats,
-                         allow_fallback=allow_fallback)
+                         allow_fallback=allow_fallback, profile_dir=str(profile_dir) if profile_dir else None)
     opts.check()
     gpu_profile = gpu_profile or default_profile(device)
     dtype = "float32" if device == "cpu" else "float16"
