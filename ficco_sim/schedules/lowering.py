@@ -118,6 +118,46 @@ def _comm_kernels(b: GraphBuilder, prefix: str, nsteps: int, deps=None) -> list[
 # ----------------------------------------------------------------------------------------
 # all-gather -> GEMM (gather A along M)
 
+def _gather_pieces(b: GraphBuilder, sch: Schedule, topo: Topology, buffer: str, shard: int, row_bytes: int):
+    """The all-gather half of an overlapped AG -> GEMM: every GPU's ``shard`` rows of ``buffer``
+    cut into pieces (one per peer for shard, ``gpus`` per peer for ficco) and moved step by
+    step (see :func:`_steps`); on a ring, p2p pieces are forwarded by the left neighbour.
+
+    Returns ``steps[g][s]`` (pieces (owner, sub) GPU g receives at step s), the rows of each
+    sub-piece, ``arrived[(gpu, owner, sub)]`` (the transfer that brings it) and
+    ``piece(buffer, owner, sub)``, the rows of a piece in any buffer laid out like ``buffer``.
+    """
+    n = b.num_gpus
+    subs = n if sch.granularity == "ficco" else 1
+    sub_rows = split_rows(shard, subs)
+    sub_off = [sum(sub_rows[:j]) for j in range(subs)]
+
+    def piece(buf: str, owner: int, j: int) -> Slice:
+        return row_slice(buf, owner * shard + sub_off[j], sub_rows[j])
+
+    steps = [_steps(sch, n, g, subs) for g in range(n)]
+    nsteps = len(steps[0])
+    forward = sch.pattern == "p2p" and topo.kind == "ring"
+    arrived: dict[tuple[int, int, int], str] = {}
+    kern = _comm_kernels(b, "ag", nsteps) if sch.engine == "sm" else None
+    one_engine = 0 if sch.pattern == "p2p" else None   # p2p: one peer per step, copies in step order
+    for s in range(nsteps):
+        for g in range(n):
+            for owner, j in steps[g][s]:
+                src = (g - 1) % n if forward else owner
+                deps = [arrived[(src, owner, j)]] if forward and src != owner else []
+                tid = f"ag.s{s}.{owner}.{j}->{g}"
+                io = {"src": piece(buffer, owner, j), "dst": piece(buffer, owner, j)}
+                if sch.engine == "sm":
+                    b.sm_transfer(tid, src, g, sub_rows[j] * row_bytes, (kern[src][s], kern[g][s]), deps=deps,
+                                  label=f"AG step {s}", io=io)
+                else:
+                    b.dma_transfer(tid, g, src, g, sub_rows[j] * row_bytes, deps=deps, engine=one_engine,
+                                   label=f"AG step {s}", io=io)
+                arrived[(g, owner, j)] = tid
+    return steps, sub_rows, arrived, piece
+
+
 def _ag_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str) -> None:
     n, S, dt = sc.gpus, sc.shard_rows, sc.dtype
     b.buffer("A", sc.m, sc.k, dt)
@@ -134,32 +174,8 @@ def _ag_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
     if sch.dim == "K":
         _ag_gemm_k(b, sc, sch, topo)
         return
-    subs = n if sch.granularity == "ficco" else 1
-    sub_rows = split_rows(S, subs)
-    sub_off = [sum(sub_rows[:j]) for j in range(subs)]
-    piece = lambda owner, j: row_slice("A", owner * S + sub_off[j], sub_rows[j])  # noqa: E731
-    steps = [_steps(sch, n, g, subs) for g in range(n)]
+    steps, sub_rows, arrived, piece = _gather_pieces(b, sch, topo, "A", S, sc.k * sc.element_bytes)
     nsteps = len(steps[0])
-    forward = sch.pattern == "p2p" and topo.kind == "ring"
-    arrived: dict[tuple[int, int, int], str] = {}  # (gpu, owner, sub) -> transfer id
-    kern = _comm_kernels(b, "ag", nsteps) if sch.engine == "sm" else None
-    # p2p moves one peer per step: its copies queue on one engine, in step order.
-    one_engine = 0 if sch.pattern == "p2p" else None
-
-    for s in range(nsteps):
-        for g in range(n):
-            for owner, j in steps[g][s]:
-                src = (g - 1) % n if forward else owner
-                deps = [arrived[(src, owner, j)]] if forward and src != owner else []
-                tid = f"ag.s{s}.{owner}.{j}->{g}"
-                nbytes = sub_rows[j] * sc.k * sc.element_bytes
-                io = {"src": piece(owner, j), "dst": piece(owner, j)}
-                if sch.engine == "sm":
-                    b.sm_transfer(tid, src, g, nbytes, (kern[src][s], kern[g][s]), deps=deps, label=f"AG step {s}",
-                                  io=io)
-                else:
-                    b.dma_transfer(tid, g, src, g, nbytes, deps=deps, engine=one_engine, label=f"AG step {s}", io=io)
-                arrived[(g, owner, j)] = tid
 
     for g in range(n):
         b.gemm(f"gemm{g}.local", g, S, sc.n, sc.k, dt, label="GEMM local",
@@ -169,8 +185,7 @@ def _ag_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
             rows = sum(sub_rows[j] for _, j in pieces)
             deps = [arrived[(g, o, j)] for o, j in pieces]
             b.gemm(f"gemm{g}.{i}", g, rows, sc.n, sc.k, dt, deps=deps, label=f"GEMM piece {i}",
-                   io={"a": [piece(o, j) for o, j in pieces],
-                       "c": [Slice("C", piece(o, j).start, piece(o, j).stop) for o, j in pieces]})
+                   io={"a": [piece("A", o, j) for o, j in pieces], "c": [piece("C", o, j) for o, j in pieces]})
 
 
 def _ag_gemm_k(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology) -> None:
@@ -189,31 +204,8 @@ def _ag_gemm_k(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology) -> 
     b.buffer("B", sc.k, sc.n, dt)
     b.buffer("C", sc.m, sc.n, dt)
     b.meta["reference"] = {"kind": "ag-gemm", "dim": "K", "At": "At", "B": "B", "C": "C", "shard_rows": S}
-    subs = n if sch.granularity == "ficco" else 1
-    sub_rows = split_rows(S, subs)
-    sub_off = [sum(sub_rows[:j]) for j in range(subs)]
-    piece = lambda buf, owner, j: row_slice(buf, owner * S + sub_off[j], sub_rows[j])  # noqa: E731
-    steps = [_steps(sch, n, g, subs) for g in range(n)]
+    steps, sub_rows, arrived, piece = _gather_pieces(b, sch, topo, "At", S, sc.m * sc.element_bytes)
     nsteps = len(steps[0])
-    forward = sch.pattern == "p2p" and topo.kind == "ring"
-    arrived: dict[tuple[int, int, int], str] = {}
-    kern = _comm_kernels(b, "ag", nsteps) if sch.engine == "sm" else None
-    # p2p moves one peer per step: its copies queue on one engine, in step order.
-    one_engine = 0 if sch.pattern == "p2p" else None
-    for s in range(nsteps):
-        for g in range(n):
-            for owner, j in steps[g][s]:
-                src = (g - 1) % n if forward else owner
-                deps = [arrived[(src, owner, j)]] if forward and src != owner else []
-                tid = f"ag.s{s}.{owner}.{j}->{g}"
-                nbytes = sub_rows[j] * sc.m * sc.element_bytes
-                io = {"src": piece("At", owner, j), "dst": piece("At", owner, j)}
-                if sch.engine == "sm":
-                    b.sm_transfer(tid, src, g, nbytes, (kern[src][s], kern[g][s]), deps=deps, label=f"AG step {s}",
-                                  io=io)
-                else:
-                    b.dma_transfer(tid, g, src, g, nbytes, deps=deps, engine=one_engine, label=f"AG step {s}", io=io)
-                arrived[(g, owner, j)] = tid
     whole_c = [Slice("C", 0, sc.m)]
     for g in range(n):
         b.gemm(f"gemm{g}.local", g, sc.m, sc.n, S, dt, label="GEMM local (K shard)",
