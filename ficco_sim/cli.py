@@ -173,10 +173,14 @@ def cmd_simulate(args) -> int:
     results = simulate_many(scenario, schedules, gpu, topo, engine=args.engine, policy=args.policy)
     if names and "none" not in names and names != ["all"]:
         results = results[1:]
-    if args.trace:
-        from .traces.export import write_chrome_trace
+    if args.trace or args.gantt:
+        from .traces.export import write_chrome_trace, write_gantt
         best = min(results, key=lambda r: r.makespan)
-        write_chrome_trace(best.timeline, args.trace, best.graph)
+        if args.trace:
+            write_chrome_trace(best.timeline, args.trace, best.graph)
+        if args.gantt:
+            write_gantt(best.timeline, args.gantt, title=f"{best.schedule.name}: {scenario.label()} on {gpu.name} "
+                        f"{topo.name}")
     title = f"{scenario.label()} on {gpu.name} {topo.name} ({args.engine})"
     emit([r.row() for r in results], args.format, args.output, SIM_COLUMNS, title)
     return 0
@@ -255,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", default="table", choices=["table", "csv", "json"])
     s.add_argument("--output", "-o", help="write the table/CSV/JSON here (atomically) instead of stdout")
     s.add_argument("--trace", help="also write the fastest schedule's timeline as Chrome/Perfetto JSON")
+    s.add_argument("--gantt", help="also draw the fastest schedule's timeline as a Gantt chart (PNG)")
     s.set_defaults(func=cmd_simulate)
 
     pr = sub.add_parser("predict", help="isolated time of one GEMM or one collective")

@@ -2,7 +2,8 @@
 
 Both engines return a :class:`Timeline`. One :class:`TaskRecord` per task of the task
 graph: ``ready`` (dependencies done and the task launched), ``start`` (first block
-resident, or first byte moving), ``end``; for kernels the grid and peak resident
+resident; for a copy, when its engine takes the command; for an SM transfer, when it may
+begin, its path latency included), ``end``; for kernels the grid and peak resident
 blocks; for transfers the endpoints, bytes and engine. ``counters`` holds step
 functions ``name -> [(time, value), ...]`` such as ``gpu0.sm_blocks`` (resident blocks),
 ``gpu0.dma_busy`` (busy copy engines) and ``link.gpu0->sw0`` (bytes/s in flight).

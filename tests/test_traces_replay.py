@@ -158,3 +158,20 @@ def test_help_teaches(capsys):
     assert main(["trace", "--help"]) == 0
     out = capsys.readouterr().out
     assert "ncclSymk" in out and "cudaStreamWaitEvent" in out and "examples:" in out
+
+
+def test_an_export_replays_on_the_hardware_it_was_simulated_on(tmp_path):
+    """A ficco-sim export names its profile and topology; replay picks them up by itself."""
+    from ficco_sim import Scenario, simulate
+    from ficco_sim.traces.export import write_chrome_trace
+    from ficco_sim.traces.kineto import load_kineto
+    from ficco_sim.traces.replay import replay as replay_trace
+    r = simulate(Scenario("ag-gemm", 4, 8192, 2048, 2048), "ficco-a2a-dma", "mi300x", "fc:4")
+    trace = load_kineto([write_chrome_trace(r.timeline, tmp_path / "t.json", r.graph)])
+    assert trace.topology == "fc:4" and "mi300x" in trace.device
+    res = replay_trace(trace, footprints=False)
+    assert (res.gpu, res.topology) == ("mi300x", "fc:4")
+    # Copies are re-modelled on replay, without the slowdown the GEMM beside them caused: ~0.6%.
+    assert abs(res.error) < 0.01
+    # With footprints, waves replay on SMs again; measured durations already hold the contention.
+    assert abs(replay_trace(trace).error) < 0.05

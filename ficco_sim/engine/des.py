@@ -123,6 +123,7 @@ class Simulation:
                 engine = self.engines[t.gpu][t.dma_engine % len(self.engines[t.gpu])]
                 with engine.request() as req:
                     yield req
+                    rec.start = env.now   # the engine starts the command: its fixed cost is part of it
                     self._count(f"gpu{t.gpu}.dma_busy", +1)
                     wait = self.gpu.dma.command_overhead + self.topo.path_latency(t.src, t.dst)
                     if wait:
@@ -135,7 +136,7 @@ class Simulation:
         env = self.env
         waits = [self.done[d] for d in t.deps] + [self.started[k] for k in t.drivers]
         yield simpy.AllOf(env, waits)
-        self.records[t.id].ready = env.now
+        self.records[t.id].ready = self.records[t.id].start = env.now   # latency is part of the transfer
         latency = self.topo.path_latency(t.src, t.dst)
         if latency:
             yield env.timeout(latency)
@@ -143,8 +144,7 @@ class Simulation:
 
     # -- fluid activities ------------------------------------------------------------------
     def _start_transfer(self, t: Transfer) -> None:
-        rec = self.records[t.id]
-        rec.start = self.env.now
+        """The bytes start moving (after the command cost and the path latency)."""
         if t.nbytes <= 0:
             self._finish_transfer(t)
             return

@@ -175,6 +175,12 @@ class _File:
                 self.pg_ranks[str(pg.get("pg_name"))] = _ranks(pg.get("ranks"))
         props = meta.get("deviceProperties") or []
         self.device_name = props[0].get("name", "") if props and isinstance(props[0], dict) else ""
+        # A timeline exported by ficco-sim names the profile and topology it was simulated on.
+        other = meta.get("otherData") if isinstance(meta.get("otherData"), dict) else {}
+        self.topology = ""
+        if other.get("generator") == "ficco-sim":
+            self.device_name = self.device_name or str(other.get("gpu", ""))
+            self.topology = str(other.get("topology", ""))
         self.on_gpu = any(e.get("cat") in GPU_CATS and e.get("ph") == "X" for e in self.events)
 
 
@@ -209,7 +215,8 @@ def load_kineto(paths: Sequence[str | Path]) -> Trace:
     world = next((f.world for f in files if f.world), None)
     if world and len(files) > 1:
         num = max(num, world)
-    return Trace(ops, num, [f.where for f in files], "kineto", files[0].device_name, files[0].on_gpu, prio, notes)
+    return Trace(ops, num, [f.where for f in files], "kineto", files[0].device_name, files[0].on_gpu, prio, notes,
+                 topology=files[0].topology)
 
 
 def _check_ranks(files: list[_File]) -> None:

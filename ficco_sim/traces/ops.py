@@ -136,6 +136,7 @@ class Trace:
     on_gpu: bool = True                        # False: CPU trace (ops are host operators)
     stream_priority: dict = field(default_factory=dict)   # (rank, stream) -> priority
     notes: list[str] = field(default_factory=list)
+    topology: str = ""                         # the topology a ficco-sim export was simulated on
 
     @property
     def span(self) -> tuple[float, float]:

@@ -80,6 +80,8 @@ def default_topology(trace: Trace, gpu: GpuProfile, topology: str | Topology | N
             raise InputError("--topology", None, f"{topo.name} has {topo.num_gpus} GPUs; the trace has "
                              f"{trace.num_ranks} ranks")
         return topo
+    if trace.topology:   # a ficco-sim export: replay on what it was simulated on
+        return load_topology(trace.topology, gpu)
     return load_topology(f"switch:{max(2, trace.num_ranks)}", gpu)
 
 
