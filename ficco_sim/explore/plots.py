@@ -14,6 +14,23 @@ def _plt():
     return plt
 
 
+def _bars(plt, table: pd.DataFrame, title: str, xlabel: str, path: Path, *, stacked: bool = False,
+          ref: float | None = None) -> Path:
+    """Horizontal bars, one row per index entry (scenario names are long), legend outside."""
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.32 * len(table) * (1 if stacked else max(1, table.shape[1] / 3))))
+    table.iloc[::-1].plot.barh(ax=ax, stacked=stacked, width=0.8, colormap="tab20" if table.shape[1] > 10 else None)
+    if ref is not None:
+        ax.axvline(ref, color="k", lw=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_plots(points: pd.DataFrame, summary: pd.DataFrame, out: Path) -> list[Path]:
     """Speedup per scenario and schedule, loss breakdown, best-schedule map, topologies side by side."""
     plt = _plt()
@@ -22,29 +39,15 @@ def write_plots(points: pd.DataFrame, summary: pd.DataFrame, out: Path) -> list[
     ok = points[points["status"] == "ok"]
     for (gpu, topo), grp in ok.groupby(["gpu", "topology"], sort=False):
         piv = grp.pivot_table(index="scenario", columns="schedule", values="speedup", sort=False)
-        fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(piv)), 4.5))
-        piv.plot.bar(ax=ax, width=0.85)
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_ylabel("speedup over none")
-        ax.set_title(f"Speedup per scenario and schedule ({gpu}, {topo})")
-        ax.legend(fontsize=6, ncol=2)
-        fig.tight_layout()
-        files.append(out / f"speedup_{gpu}_{topo.replace(':', '')}.png")
-        fig.savefig(files[-1], dpi=110)
-        plt.close(fig)
+        files.append(_bars(plt, piv, f"Speedup per scenario and schedule ({gpu}, {topo})", "speedup over none",
+                           out / f"speedup_{gpu}_{topo.replace(':', '')}.png", ref=1.0))
     if len(summary):
         losses = ["dil_compute", "cil_compute", "cil_comm"]
-        lab = summary["scenario"] + " | " + summary["topology"]
-        fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(summary)), 4.5))
-        summary.set_index(lab)[losses].plot.bar(ax=ax, stacked=True)
-        ax.set_ylabel("loss (fraction of isolated time)")
-        ax.set_title("Loss breakdown of the best schedule")
-        fig.tight_layout()
-        files.append(out / "losses.png")
-        fig.savefig(files[-1], dpi=110)
-        plt.close(fig)
+        lab = summary["scenario"] + " | " + summary["gpu"] + " " + summary["topology"]
+        files.append(_bars(plt, summary.set_index(lab)[losses], "Losses of the best schedule",
+                           "loss (fraction of isolated time)", out / "losses.png", stacked=True))
 
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
         piece = summary["piece_rows"].clip(lower=1)
         for name, grp in summary.groupby("best", sort=True):
             ax.scatter(grp["t_comm_iso"] / grp["t_comp_iso"], piece[grp.index], label=name, s=30)
@@ -53,20 +56,14 @@ def write_plots(points: pd.DataFrame, summary: pd.DataFrame, out: Path) -> list[
         ax.set_xlabel("comm / compute ratio (isolated)")
         ax.set_ylabel("FiCCO piece size (rows of M or K)")
         ax.set_title("Best schedule over (comm/compute, piece size)")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         fig.tight_layout()
         files.append(out / "best_map.png")
         fig.savefig(files[-1], dpi=110)
         plt.close(fig)
 
-        piv = summary.pivot_table(index="scenario", columns="topology", values="speedup", sort=False)
-        fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(piv)), 4.5))
-        piv.plot.bar(ax=ax)
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_ylabel("best speedup over none")
-        ax.set_title("Topologies side by side")
-        fig.tight_layout()
-        files.append(out / "topologies.png")
-        fig.savefig(files[-1], dpi=110)
-        plt.close(fig)
+        piv = summary.assign(hw=summary["gpu"] + " " + summary["topology"]).pivot_table(
+            index="scenario", columns="hw", values="speedup", sort=False)
+        files.append(_bars(plt, piv, "Best speedup over no overlap, side by side", "speedup over none",
+                           out / "topologies.png", ref=1.0))
     return files
