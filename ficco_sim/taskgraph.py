@@ -33,7 +33,7 @@ range, see :class:`Slice`); the engines ignore it. ``role`` (``"compute"`` or
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Union
 
 from .hardware import BlockShape
@@ -194,3 +194,27 @@ class TaskGraph:
 
     def total_bytes(self) -> float:
         return sum(t.nbytes for t in self.transfers)
+
+    def folded(self) -> "TaskGraph":
+        """The same graph with every rank on GPU 0, as a single-GPU replay runs it: each rank
+        keeps its own streams (named ``<stream>@r<rank>``), and every transfer becomes a local
+        copy of the same bytes on the same engine (through HBM, on GPU 0's SMs or copy engines).
+
+        >>> from ficco_sim.schedules import lower
+        >>> from ficco_sim.workload import Scenario
+        >>> g = lower(Scenario("ag-gemm", 2, 1024, 512, 512), "shard-p2p-dma", "h100", "switch:2").folded()
+        >>> g.num_gpus, {(t.src, t.dst) for t in g.transfers}
+        (1, {(0, 0)})
+        """
+        def name(stream: str | None, rank: int) -> str | None:
+            return None if stream is None else f"{stream}@r{rank}"
+
+        streams = [replace(s, gpu=0, name=name(s.name, s.gpu)) for s in self.streams]
+        tasks: list[Task] = []
+        for t in self.tasks:
+            if isinstance(t, Kernel):
+                tasks.append(replace(t, gpu=0, stream=name(t.stream, t.gpu)))
+            else:
+                tasks.append(replace(t, gpu=0, src=0, dst=0, stream=name(t.stream, t.gpu)))
+        meta = dict(self.meta, folded_from=self.num_gpus)
+        return TaskGraph.build(1, streams, tasks, buffers=self.buffers, meta=meta)

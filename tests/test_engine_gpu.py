@@ -152,3 +152,17 @@ def test_comm_kernel_starved_on_one_gpu_stalls_its_peer():
     tl = _priority_case(priority=0)
     assert tl.by_id()["x"].start >= tl.by_id()["comm"].start
     assert tl.by_id()["peer"].end >= tl.by_id()["x"].end
+
+
+def test_a_folded_graph_runs_every_rank_on_one_gpu():
+    """Single-GPU validation predicts the folded program: both ranks' GEMMs share one GPU's
+    SMs (about twice the time of one), and transfers become local copies that use no link."""
+    from ficco_sim import Scenario, lower
+    from ficco_sim.gemm_model import gemm_time
+    gpu = ideal()
+    g = lower(Scenario("ag-gemm", 2, 8192, 4096, 4096), "shard-p2p-dma", gpu, TOPO1)
+    folded = g.folded()
+    tl = simulate_graph(folded, gpu, TOPO1)
+    assert folded.num_gpus == 1 and all(t.src == t.dst == 0 for t in folded.transfers)
+    assert not any(name.startswith("link:") for name in tl.counters)
+    assert tl.makespan >= 1.8 * gemm_time(gpu, 8192, 4096, 4096)

@@ -1,15 +1,19 @@
 """The CUDA runner: the same program, issued asynchronously onto prioritised streams.
 
-* Streams are created once per (device, stream name, priority) and kept for the whole
-  process (torch hands out streams from pools of 32 per priority, round robin: creating
-  more would silently alias them). A ficco priority (larger = more urgent) maps to a
-  CUDA priority with :func:`.executor.to_torch_priority` inside
+* Streams are created once per (device, task-graph GPU and stream name, priority) and
+  kept for the whole process (torch hands out streams from pools of 32 per priority,
+  round robin: creating more would silently alias them). In single-GPU mode every
+  emulated rank keeps its own CUDA streams, so independent ranks are not serialised
+  behind each other on one shared stream. A ficco priority (larger = more urgent) maps
+  to a CUDA priority with :func:`.executor.to_torch_priority` inside
   ``torch.cuda.Stream.priority_range()``.
 * One event per op; an op's stream waits on the events of its dependencies issued on
   other streams (same-stream order is free).
 * A ``torch.cuda._sleep`` gate holds every stream until the host has finished issuing,
   so launch latency does not masquerade as overlap; the makespan is the time from the
   gate's start event to the last stream's end event (``reference/torch_executor.md`` 6).
+  If the gate had already opened when the host finished issuing, the sleep was too
+  short: it is doubled for the next run and the result carries a note.
 * GEMMs are ``torch.mm(..., out=view)``; reductions ``add``; DMA transfers are
   contiguous ``copy_`` (a copy engine), SM transfers in one process are copy kernels
   (``torch._foreach_copy_``), and across processes NCCL ``batch_isend_irecv`` groups.
@@ -30,7 +34,9 @@ from .executor import compute_fn, op_range, to_torch_priority, view
 from .plan import Op, Program, batches
 
 _STREAMS: dict[tuple[int, str, int], "torch.cuda.Stream"] = {}
-SLEEP_CYCLES_PER_OP = 20_000      # ~10 us of host issue time per op at ~2 GHz
+SLEEP_CYCLES_PER_OP = 100_000     # ~50 us of host issue time per op at ~2 GHz (Python issue is slow)
+SLEEP_CYCLES_MAX = 2_000_000_000  # ~1 s at ~2 GHz
+STREAM_POOL = 32                  # torch's streams per (device, priority) before they alias
 
 
 def features() -> dict:
@@ -63,6 +69,32 @@ def stream_for(device: torch.device, name: str, priority: int) -> "torch.cuda.St
     return _STREAMS[key]
 
 
+def stream_name(gpu: int, name: str) -> str:
+    """The cache name of task-graph GPU ``gpu``'s stream ``name``: ranks never share one."""
+    return f"g{gpu}/{name}"
+
+
+def aliased_pools(keys) -> list[str]:
+    """(device, priority) pools asked for more than :data:`STREAM_POOL` streams."""
+    count: dict = {}
+    for dev, _, prio in keys:
+        count[(dev, prio)] = count.get((dev, prio), 0) + 1
+    return [f"cuda:{d} priority {p}: {n} streams" for (d, p), n in sorted(count.items()) if n > STREAM_POOL]
+
+
+def foreach_is_kernel(dsts: list, srcs: list) -> bool:
+    """Whether ``torch._foreach_copy_(dsts, srcs)`` takes its fused CUDA kernel: one
+    device and dtype for all, and every pair of equal sizes and strides, non-overlapping
+    and dense (``ForeachUtils.h``); otherwise it silently runs per-tensor ``copy_``."""
+    dev, dt = dsts[0].device, dsts[0].dtype
+    for d, s in zip(dsts, srcs):
+        if d.device != dev or s.device != dev or d.dtype != dt or s.dtype != dt:
+            return False
+        if d.shape != s.shape or d.stride() != s.stride() or not (d.is_contiguous() and s.is_contiguous()):
+            return False
+    return True
+
+
 class CudaRunner:
     """Prepared replay of a program on CUDA.
 
@@ -77,13 +109,16 @@ class CudaRunner:
         self.bufs = bufs
         self.device_of = device_of
         self.distributed = distributed
+        self.notes = notes
         rng = tuple(torch.cuda.Stream.priority_range())
         prios = sorted(set(program.streams.values()))
-        self.streams = {key: stream_for(device_of[key[0]], key[1], to_torch_priority(p, prios, rng))
+        self.streams = {key: stream_for(device_of[key[0]], stream_name(*key), to_torch_priority(p, prios, rng))
                         for key, p in program.streams.items()}
         for op in program.ops:   # streams the planner did not list (defensive)
             if op.stream not in self.streams:
-                self.streams[op.stream] = stream_for(device_of[op.stream[0]], op.stream[1], 0)
+                self.streams[op.stream] = stream_for(device_of[op.stream[0]], stream_name(*op.stream), rng[0])
+        for line in aliased_pools(_STREAMS):
+            notes.append(f"stream pool exhausted ({line}): torch reuses streams round robin, so some share a queue")
         main = device_of[min(device_of)]
         self.gate = stream_for(main, "__gate", rng[0])
         self.start = torch.cuda.Event(enable_timing=True)
@@ -102,7 +137,8 @@ class CudaRunner:
                 if op.reduce and device_of[sr] != device_of[dr]:
                     self.temps[op.id] = torch.empty_like(view(bufs[dr], ds))
         self.batches = self._batches(program.ops)
-        self.sleep_cycles = min(200_000_000, SLEEP_CYCLES_PER_OP * max(1, len(program.ops)))
+        self.sleep_cycles = min(SLEEP_CYCLES_MAX, SLEEP_CYCLES_PER_OP * max(1, len(program.ops)))
+        self.gate_short = 0      # runs whose gate opened before the host finished issuing
 
     def _batches(self, ops: list[Op]) -> list[list[Op]]:
         if not self.distributed:
@@ -138,7 +174,7 @@ class CudaRunner:
             src, dst = view(self.bufs[sr], ss), view(self.bufs[dr], ds)
             if self.device_of[sr] != self.device_of[dr]:
                 other = self.device_of[sr] if stream.device == self.device_of[dr] else self.device_of[dr]
-                mirror = stream_for(other, f"{op.stream[1]}~peer", 0)
+                mirror = stream_for(other, stream_name(*op.stream) + "~peer", 0)
                 mirror.wait_stream(stream)
                 with torch.cuda.stream(mirror):
                     if op.reduce:
@@ -156,9 +192,11 @@ class CudaRunner:
                 srcs.append(src)
                 dsts.append(dst)
         if dsts:
-            if hasattr(torch, "_foreach_copy_"):
+            if hasattr(torch, "_foreach_copy_") and foreach_is_kernel(dsts, srcs):
                 torch._foreach_copy_(dsts, srcs)             # one multi-tensor copy kernel on SMs
             else:
+                # _foreach_copy_ falls back to per-tensor copy_ (cudaMemcpyAsync on a copy
+                # engine) for pairs it cannot fuse; an elementwise add is always an SM kernel.
                 for d, s in zip(dsts, srcs):
                     torch.add(s, 0, out=d)
         for d, s in adds:
@@ -209,7 +247,15 @@ class CudaRunner:
             self.stream_end[key].record(s)
             self.gate.wait_event(self.stream_end[key])
         self.end.record(self.gate)
+        if self.start.query():
+            # The gate opened while the host was still issuing: host launch time leaked
+            # into the makespan. Sleep longer next time, and say so.
+            self.gate_short += 1
+            self.sleep_cycles = min(SLEEP_CYCLES_MAX, 2 * self.sleep_cycles)
+            if self.gate_short == 1:
+                self.notes.append("sleep gate opened before the host finished issuing at least once (host launch "
+                                  "time in the makespan); its sleep was doubled for later runs")
         self.end.synchronize()
         for dev in set(self.device_of.values()):
             torch.cuda.synchronize(dev)
-        return self.start.elapsed_time(self.end) / 1e3
+        return self.start.elapsed_time(self.end) / 1e3    # elapsed_time is in ms

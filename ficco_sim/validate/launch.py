@@ -81,9 +81,11 @@ def _replay_rank(job: Job, rank: int, opts: ReplayOptions, feats: dict) -> dict:
     else:
         from .cpu import CpuRankRunner
         runner = CpuRankRunner(graph, program, bufs, notes)
+    from .single_gpu import _restorer
+    restore = _restorer({rank: bufs}, graph, inputs, opts)   # GPU: a device copy, not new host inputs
     times = []
     for i in range(opts.warmup + opts.repeats):
-        reference.reset(bufs, graph, rank, inputs, opts.seed)
+        restore()
         if opts.device == "cuda":
             torch.cuda.synchronize()
         dist.barrier()
@@ -101,16 +103,16 @@ def _replay_rank(job: Job, rank: int, opts: ReplayOptions, feats: dict) -> dict:
     if ref_bufs is not None:
         notes.append("no meta.reference: checked against a sequential CPU replay of the same graph")
     if opts.profile_dir:
-        _profile_rank(job, rank, opts, runner, bufs, inputs)
+        _profile_rank(job, rank, opts, runner, restore)
     return {"times": times, "ok": ok, "err": err, "notes": notes}
 
 
-def _profile_rank(job: Job, rank: int, opts: ReplayOptions, runner, bufs: dict, inputs) -> None:
+def _profile_rank(job: Job, rank: int, opts: ReplayOptions, runner, restore) -> None:
     """One more replay of ``job`` under the profiler, after the timed repeats and the
     check; the trace records this rank's own start/end (perf_counter s on CPU) or its
     event-timed makespan (s, GPU) under ``ficco``."""
     graph = job.graph
-    reference.reset(bufs, graph, rank, inputs, opts.seed)
+    restore()
     if opts.device == "cuda":
         torch.cuda.synchronize()
     meta = {"job": job.name, "rank": rank, "world_size": dist.get_world_size(), "device": opts.device,

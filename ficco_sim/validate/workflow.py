@@ -64,7 +64,8 @@ def default_scenarios(device: str, gpus: int) -> list[Scenario]:
     return [Scenario(kind, gpus, m, n, k, dtype=dtype) for kind in SCENARIO_KINDS]
 
 
-def simulate_pairs(scenarios: list[Scenario], schedules: list[str] | None, gpu, topology: str | None):
+def simulate_pairs(scenarios: list[Scenario], schedules: list[str] | None, gpu, topology: str | None, *,
+                   fold: bool = False):
     """(scenario, schedule, task graph, predicted makespan or NaN) for every valid pair,
     plus notes on skipped pairs and failed predictions. The graph is the one the
     simulator timed, so the executor replays exactly what was predicted."""
@@ -85,7 +86,8 @@ def simulate_pairs(scenarios: list[Scenario], schedules: list[str] | None, gpu, 
                 continue
             graph = lower(sc, s, gpu, topo)
             try:
-                predicted = simulate_graph(graph, gpu, topo).makespan
+                # Single-GPU replays run every rank on one device: predict that folded program.
+                predicted = simulate_graph(graph.folded() if fold else graph, gpu, topo).makespan
             except InputError as e:
                 predicted = float("nan")
                 notes.append(f"no prediction for {sc.label()} / {s.name} (replayed anyway): {e.line()}")
@@ -129,7 +131,7 @@ def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None =
     profile = load_gpu(gpu_profile)
     if device == "cpu" and mode == "distributed":
         profile = cpu_share(profile, world_size)
-    pairs, pair_notes = simulate_pairs(scens, schedules, profile, topology)
+    pairs, pair_notes = simulate_pairs(scens, schedules, profile, topology, fold=mode == "single-gpu")
     if not pairs:
         raise InputError("--schedules", None, "no valid (scenario, schedule) pair to validate")
     from .executor import prepare
