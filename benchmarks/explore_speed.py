@@ -2,9 +2,12 @@
 vectorized fast estimator on the built-in default study, and the wall time of the full
 default ``ficco-sim explore`` with 1 and 2 local workers.
 
-    python benchmarks/explore_speed.py
+    python benchmarks/explore_speed.py [--fast-only]
+
+``--fast-only`` keeps the fast estimator's rows and skips the DES and analytical timings.
 """
 
+import sys
 import time
 
 from rich.console import Console
@@ -30,7 +33,8 @@ def main() -> None:
     for c in ("engine", "points", "seconds", "points/s"):
         table.add_column(c, justify="right")
     study = default_scenarios()
-    for engine, limit in (("des", 3), ("analytical", None)):
+    fast_only = "--fast-only" in sys.argv[1:]
+    for engine, limit in () if fast_only else (("des", 3), ("analytical", None)):
         n, dt = rate(engine, study, limit)
         table.add_row(f"{engine} (default study{', 3 scenarios' if limit else ''})", str(n), f"{dt:.2f}",
                       f"{n / dt:,.0f}")
@@ -49,6 +53,8 @@ def main() -> None:
             table.add_row(f"fast, {label} ({'templates cached' if warm else 'incl. template build'})", str(n),
                           f"{dt:.2f}", f"{n / dt:,.0f}")
     Console(width=120).print(table)
+    if fast_only:
+        return
     wall = {}
     for jobs in (1, 2):
         t0 = time.perf_counter()

@@ -97,6 +97,24 @@ def plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16", *
     ``accumulate`` means C += A @ B (beta = 1): the output is read as well as written.
     """
     check_shape(m, n, k, dtype)
+    # a pure function of its arguments, called for every GEMM piece of every lowering:
+    # memoized per profile object (kept alive with its plans, so its id() names no other)
+    key = (id(gpu), m, n, k, dtype, extra_smem, accumulate)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= 200_000:
+            _PLANS.clear()
+            _PLAN_GPUS.clear()
+        plan = _PLANS[key] = _plan_gemm(gpu, m, n, k, dtype, extra_smem, accumulate)
+        _PLAN_GPUS[id(gpu)] = gpu
+    return plan
+
+
+_PLANS: dict[tuple, GemmPlan] = {}
+_PLAN_GPUS: dict[int, GpuProfile] = {}
+
+
+def _plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str, extra_smem: int, accumulate: bool) -> GemmPlan:
     best = min(
         (_plan_with_tile(gpu, m, n, k, dtype, t, 0, accumulate) for t in gpu.gemm.tiles),
         key=lambda p: isolated_time(gpu, p),

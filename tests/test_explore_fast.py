@@ -6,6 +6,7 @@ import pytest
 from ficco_sim import Scenario
 from ficco_sim.analytical import analytical_timeline
 from ficco_sim.explore import fast
+from ficco_sim.explore.symmetry import rotation_symmetric
 from ficco_sim.explore.fast import estimate_many, evaluate, merge, template
 from ficco_sim.hardware import load_gpu
 from ficco_sim.schedules import lower
@@ -140,3 +141,32 @@ def test_templates_reused_across_sizes_still_agree_with_the_analytical_model(gpu
             sc = later if row["scenario"] == later.label() else first
             ref = analytical_timeline(lower(sc, row["schedule"], gpu, topo), gpu, topo).makespan
             assert row["makespan"] == pytest.approx(ref, rel=1e-9), (kind, row["schedule"], sc.label())
+
+
+@pytest.mark.parametrize("sc,topo,collapses", [
+    (Scenario("ag-gemm", 4, 4096, 2048, 1024), "switch:4", True),
+    (Scenario("gemm-rs", 4, 4096, 2048, 1024), "fc:4", True),
+    (Scenario("a2a-gemm", 4, 4096, 2048, 1024), "switch:4", True),
+    (Scenario("ag-gemm", 8, 4096, 2048, 1024), "fc:8", True),
+    (Scenario("ag-gemm", 4, 4096, 2048, 1024), "ring:4", None),     # only some schedules are symmetric
+    (Scenario("a2a-gemm", 4, 4096, 2048, 1024, routing=((1500, 1000, 1000, 596),) * 4), "fc:4", False)])
+def test_rotation_quotient_equals_the_full_evaluation(sc, topo, collapses):
+    """Merging with ``rotations`` evaluates one task per symmetry class; the times of every
+    node must equal the full evaluation's, and asymmetric cases must not collapse (the test
+    of each template is applied even where the caller would not ask for it, as on rings)."""
+    gpu, t = _setup(topo)
+    other = Scenario(sc.kind, sc.gpus, sc.m * 2, sc.n, sc.k // 2,
+                     routing=tuple(tuple(2 * x for x in r) for r in sc.routing) if sc.routing else None)
+    fast._CACHE.clear()
+    tpls = [template(sc, s, gpu, t) for s in SCHEDS] + [template(sc, "none", gpu, t, comm_only=True)]
+    full, _ = merge(tpls)
+    quot, _ = merge(tpls, rotations=True)
+    if collapses is not None:
+        assert (quot.quotient is not None) == collapses
+    if collapses:
+        assert quot.quotient.num_nodes * 2 < full.num_nodes
+        assert len(quot.quotient.gemm_targets) * 2 < len(full.gemm_nodes)
+    want, got = evaluate(full, gpu, [sc, other]), evaluate(quot, gpu, [sc, other])
+    for k in ("vals", "add", "nbytes", "makespan"):
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-12, err_msg=k)
+    assert rotation_symmetric(sc, t) == bool(collapses)

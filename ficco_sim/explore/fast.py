@@ -37,7 +37,7 @@ from typing import Sequence
 import numpy as np
 
 from ..analytical import _Pass
-from ..gemm_model import blocks_per_sm, plan_gemm
+from ..gemm_model import blocks_per_sm
 from ..hardware import DTYPE_BYTES, GpuProfile, load_gpu
 from ..metrics import comm_only_graph, kernel_isolated_time
 from ..schedules import Schedule, lower, parse_schedule
@@ -119,6 +119,10 @@ class Template:
     xfer_ready: np.ndarray
     launch: float
     groups: "Groups | None" = None
+    gemm_targets: np.ndarray | None = None   # GEMMs (xfers) whose slowdown the contention pass computes;
+    xfer_targets: np.ndarray | None = None   # None: all (a quotient computes one per class)
+    quotient: "Template | None" = None       # evaluated instead when set (:func:`ficco_sim.explore.symmetry.quotient`)
+    orbit: np.ndarray | None = None          # node (and sentinel) -> quotient node
 
 
 def compile_graph(graph: TaskGraph, scenario: Scenario, gpu: GpuProfile, topo: Topology, extra_smem: int = 0
@@ -201,9 +205,11 @@ def compile_graph(graph: TaskGraph, scenario: Scenario, gpu: GpuProfile, topo: T
                        np.array([t.dst for t in xfers], dtype=np.int64)))
 
 
-def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
+def merge(tpls: Sequence[Template], *, rotations: bool = False) -> tuple[Template, np.ndarray]:
     """Templates of one scenario shape as one block-diagonal template (one evaluation for
     all: numpy's per-call cost is paid once), and each one's first node (plus the total).
+    With ``rotations``, templates found symmetric under rotation of GPU ids are evaluated
+    one task per class (:func:`ficco_sim.explore.symmetry.quotient`).
 
     GPUs (and source/destination pairs) of different templates stay apart in the
     contention pass: they are renumbered ``gpu + i * G`` for template ``i``. All must be
@@ -227,7 +233,7 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         levels.append((ids, pad))
     cat = lambda f: np.concatenate([getattr(t, f) for t in tpls])  # noqa: E731
     at = lambda f: np.concatenate([getattr(t, f) + o for t, o in zip(tpls, offs)])  # noqa: E731
-    G = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
+    G = max(tpls[0].ref.gpus, 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls))
     gpu_of = np.concatenate([np.where(t.gpu_of >= 0, t.gpu_of + i * G, -1) for i, t in enumerate(tpls)])
     dst_of = np.concatenate([np.where(t.dst_of >= 0, t.dst_of + i * G, -1) for i, t in enumerate(tpls)])
     gemm_nodes, comm_nodes, xfer_nodes = at("gemm_nodes"), at("comm_nodes"), at("xfer_nodes")
@@ -239,6 +245,9 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         gemm_begin=at("gemm_begin"), comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid,
         xfer_nodes=xfer_nodes, xfer_begin=at("xfer_begin"), xfer_ready=at("xfer_ready"), launch=tpls[0].launch,
         groups=_groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]))
+    if rotations:
+        from .symmetry import quotient
+        out.quotient, out.orbit = quotient(out, G, tpls[0].ref.gpus)
     return out, offs
 
 
@@ -371,11 +380,15 @@ def _contention(tpl: Template, gpu: GpuProfile, vals: np.ndarray, add: np.ndarra
         return slow
     ct = gpu.contention
     inf = np.inf
-    gs, ge = vals[:, tpl.gemm_begin], vals[:, tpl.gemm_nodes]
-    xs, xe = vals[:, tpl.xfer_begin], vals[:, tpl.xfer_nodes]
-    xmask = xe > xs
-    xrate = np.where(xmask, nbytes[:, tpl.xfer_nodes] / np.where(xmask, xe - xs, 1.0), 0.0)
-    grate = np.where(ge > gs, gemm_hbm / np.where(ge > gs, ge - gs, 1.0), 0.0)
+    tg = slice(None) if tpl.gemm_targets is None else tpl.gemm_targets
+    tx = slice(None) if tpl.xfer_targets is None else tpl.xfer_targets
+    gs_all, ge_all = vals[:, tpl.gemm_begin], vals[:, tpl.gemm_nodes]
+    xs_all, xe_all = vals[:, tpl.xfer_begin], vals[:, tpl.xfer_nodes]
+    xmask = xe_all > xs_all
+    xrate = np.where(xmask, nbytes[:, tpl.xfer_nodes] / np.where(xmask, xe_all - xs_all, 1.0), 0.0)
+    grate = np.where(ge_all > gs_all, gemm_hbm / np.where(ge_all > gs_all, ge_all - gs_all, 1.0), 0.0)
+    gs, ge = gs_all[:, tg], ge_all[:, tg]
+    xs, xe = xs_all[:, tx], xe_all[:, tx]
     row = grp.row
     s, e = gs[..., None], ge[..., None]                                   # (P, G, 1)
     f_sm = loss = 0.0
@@ -388,24 +401,24 @@ def _contention(tpl: Template, gpu: GpuProfile, vals: np.ndarray, add: np.ndarra
         loss = np.minimum(0.9, np.where(over, grp.comm_grid[row], 0.0).max(-1) / gpu.num_sms)
     f_hbm = rate = 0.0
     if len(tpl.xfer_nodes):
-        a = _pad(np.where(xmask, xs, inf), inf)[:, grp.near]              # (P, U, Wx)
-        b = _pad(np.where(xmask, xe, inf), inf)[:, grp.near]
+        a = _pad(np.where(xmask, xs_all, inf), inf)[:, grp.near]          # (P, U, Wx)
+        b = _pad(np.where(xmask, xe_all, inf), inf)[:, grp.near]
         lo, hi = _disjoint(a, b)
         f_hbm = _covered(gs, ge, lo[:, row], hi[:, row])
         over = (a[:, row] < e) & (b[:, row] > s)
         rate = np.where(over, _pad(xrate, 0.0)[:, grp.near][:, row], 0.0).max(-1)
-    slow[:, tpl.gemm_nodes] = 1.0 + f_sm * loss / (1.0 - loss) + f_hbm * ct.compute_per_hbm_util * rate / \
+    slow[:, tpl.gemm_nodes[tg]] = 1.0 + f_sm * loss / (1.0 - loss) + f_hbm * ct.compute_per_hbm_util * rate / \
         gpu.hbm_bandwidth
     if len(tpl.xfer_nodes):
         # a transfer meets the GEMMs of its source and of its destination
         prow = grp.pair_row
-        a = _pad(gs, inf)[:, grp.pair_gemms]                              # (P, pairs, Wg)
-        b = _pad(ge, inf)[:, grp.pair_gemms]
+        a = _pad(gs_all, inf)[:, grp.pair_gemms]                          # (P, pairs, Wg)
+        b = _pad(ge_all, inf)[:, grp.pair_gemms]
         lo, hi = _disjoint(a, b)
         f = _covered(xs, xe, lo[:, prow], hi[:, prow])
         over = (a[:, prow] < xe[..., None]) & (b[:, prow] > xs[..., None])
         rate = np.where(over, _pad(grate, 0.0)[:, grp.pair_gemms][:, prow], 0.0).max(-1)
-        slow[:, tpl.xfer_nodes] = 1.0 + f * ct.comm_per_hbm_util * rate / gpu.hbm_bandwidth
+        slow[:, tpl.xfer_nodes[tx]] = 1.0 + f * ct.comm_per_hbm_util * rate / gpu.hbm_bandwidth
     return slow
 
 
@@ -426,15 +439,19 @@ class Groups:
 
 
 def _groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x_src: np.ndarray,
-            x_dst: np.ndarray) -> Groups | None:
+            x_dst: np.ndarray, gemm_targets: np.ndarray | None = None, xfer_targets: np.ndarray | None = None
+            ) -> Groups | None:
+    """Rows for the target GEMMs and transfers (default: all); member lists over all."""
     if not len(gemm_gpu):
         return None
-    gpus = np.unique(gemm_gpu)
+    tg = slice(None) if gemm_targets is None else gemm_targets
+    tx = slice(None) if xfer_targets is None else xfer_targets
+    gpus = np.unique(gemm_gpu[tg])
     comm = _members(gpus[:, None] == comm_gpu[None, :])
     near = _members((gpus[:, None] == x_src[None, :]) | (gpus[:, None] == x_dst[None, :]))
-    pairs, prow = np.unique(np.stack([x_src, x_dst], 1).reshape(-1, 2), axis=0, return_inverse=True)
+    pairs, prow = np.unique(np.stack([x_src[tx], x_dst[tx]], 1).reshape(-1, 2), axis=0, return_inverse=True)
     pair_gemms = _members((pairs[:, :1] == gemm_gpu[None, :]) | (pairs[:, 1:] == gemm_gpu[None, :]))
-    return Groups(row=np.searchsorted(gpus, gemm_gpu), comm=comm,
+    return Groups(row=np.searchsorted(gpus, gemm_gpu[tg]), comm=comm,
                   comm_grid=np.append(comm_grid, 0.0)[comm], near=near, pair_gemms=pair_gemms,
                   pair_row=prow.reshape(-1))
 
@@ -442,6 +459,10 @@ def _groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x
 def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario], *, contention: bool = True
              ) -> dict[str, np.ndarray]:
     """Makespan and per-task times for every scenario (arrays over scenarios)."""
+    if tpl.quotient is not None:
+        ev = evaluate(tpl.quotient, gpu, scenarios, contention=contention)
+        out = {k: ev[k][:, tpl.orbit] for k in ("vals", "add", "base", "nbytes")}
+        return {**out, "makespan": ev["makespan"]}
     base, nbytes, gemm_hbm = _durations(tpl, gpu, scenarios)
     xfer = np.flatnonzero(tpl.kind == XFER)
     add = base.copy()
@@ -489,6 +510,7 @@ def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | 
                   topology: Topology | str) -> list[dict]:
     """Rows like :meth:`ficco_sim.Result.row` (engine ``fast``) for every scenario x schedule,
     scenario-major. Scenarios of one kind, GPU count, dtype and routing share templates."""
+    from .symmetry import rotation_symmetric
     gpu = load_gpu(gpu)
     topo = load_topology(topology, gpu)
     schedules = [parse_schedule(s) for s in schedules]
@@ -510,7 +532,7 @@ def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | 
         if all(t.ref == tpls[0].ref for t in tpls):
             mkey = ("merged", *(id(t) for t in tpls))
             if mkey not in _CACHE:
-                _CACHE[mkey] = merge(tpls)
+                _CACHE[mkey] = merge(tpls, rotations=rotation_symmetric(ref, topo))
             merged, offs = _CACHE[mkey]
             ev = evaluate(merged, gpu, scs)
             parts = [_part(ev, a, b) for a, b in zip(offs[:-1], offs[1:])]
@@ -518,18 +540,19 @@ def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | 
             parts = [evaluate(t, gpu, scs) for t in tpls]
         t_none, t_comm = parts[0]["makespan"], parts[1]["makespan"]
         for j, sch in enumerate(schedules):
-            metrics = _metrics(tpls[2 + j], gpu, parts[2 + j], t_comp, t_comm, t_none)
+            metrics = {k: v.tolist() for k, v in _metrics(tpls[2 + j], gpu, parts[2 + j], t_comp, t_comm,
+                                                           t_none).items()}
             for a, i in enumerate(idx):
                 s = scenarios[i]
                 out[i * len(schedules) + j] = {
                     "scenario": s.label(), "kind": s.kind, "gpus": s.gpus, "m": s.m, "n": s.n, "k": s.k,
                     "dtype": s.dtype, "gpu": gpu.name, "topology": topo.name, "schedule": sch.name, "engine": "fast",
-                    **{k: float(v[a]) for k, v in metrics.items()}}
+                    **{k: v[a] for k, v in metrics.items()}}
     return out  # type: ignore[return-value]
 
 
 def _metrics(tpl: Template, gpu: GpuProfile, ev: dict, t_comp, t_comm, t_none) -> dict[str, np.ndarray]:
-    vals, add, base = ev["vals"], ev["add"], ev["base"]
+    vals, base = ev["vals"], ev["base"]
     mk = ev["makespan"]
     serial = t_comp + t_comm
     ideal = np.maximum(t_comp, t_comm)
