@@ -51,7 +51,7 @@ def _files(p: argparse.ArgumentParser) -> None:
 def _hw(p: argparse.ArgumentParser, *, gpu_help: str) -> None:
     p.add_argument("--gpu", help=gpu_help)
     p.add_argument("--topology", help="interconnect, e.g. switch:8, fc:8, ring:8 or a YAML file "
-                   "(default: switch:<ranks>)")
+                   "(default: the topology a ficco-sim export names, else switch:<ranks>)")
 
 
 def add_trace_parser(subparsers) -> argparse.ArgumentParser:
@@ -75,7 +75,8 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
                        "kernels hold their measured time, copies are modelled from their bytes. Reports the "
                        "simulated makespan against the trace's own (first op start to last op end).")
     _files(p)
-    _hw(p, gpu_help="profile of the GPU the trace ran on (default: from deviceProperties, else h100)")
+    _hw(p, gpu_help="profile of the GPU the trace ran on "
+        "(default: from deviceProperties or a ficco-sim export, else h100)")
     p.add_argument("--exact", action="store_true", help="one block per kernel: no SM re-sharing "
                    "(checks dependencies and pacing only)")
     p.add_argument("--out", help="also write the replayed timeline as Chrome-trace JSON (.json or .json.gz)")
