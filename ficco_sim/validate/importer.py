@@ -78,22 +78,24 @@ def compare_measured(csv_path: str | Path, gpu: str, topology: str | None = None
                      *, stamp: str | None = None, command: str = "") -> tuple[pd.DataFrame, dict]:
     """Predict every row of ``csv_path`` on ``gpu``/``topology`` (default ``switch:<gpus>``)
     and write ``<out_dir>/<profile>-import/<date>.{csv,md,png}``."""
+    from ..engine.des import simulate_graph
     from ..hardware import load_gpu
-    from ..schedules.schedule import parse_schedule
-    from ..simulate import simulate
+    from ..schedules import lower, parse_schedule
+    from ..topology import load_topology
     rows = read_measured(csv_path)
     profile = load_gpu(gpu)
     now = dt.datetime.now(dt.timezone.utc)
     recs = []
     for sc, sched, measured in rows:
         s = parse_schedule(sched)
-        res = simulate(sc, s, profile, topology or f"switch:{sc.gpus}")
-        recs.append({"scenario": sc.label(), "schedule": s.name, "predicted_s": res.makespan, "measured_s": measured,
-                     "err": (res.makespan - measured) / measured, "correct": float("nan"), "not_honoured": "",
+        topo = load_topology(topology or f"switch:{sc.gpus}", profile)
+        predicted = simulate_graph(lower(sc, s, profile, topo), profile, topo, record=False).makespan
+        recs.append({"scenario": sc.label(), "schedule": s.name, "predicted_s": predicted, "measured_s": measured,
+                     "err": (predicted - measured) / measured, "correct": float("nan"), "not_honoured": "",
                      "torch": "", "device": f"imported from {Path(csv_path).name}",
                      "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "kind": sc.kind, "gpus": sc.gpus, "m": sc.m,
                      "n": sc.n, "k": sc.k, "dtype": sc.dtype, "gpu_profile": profile.name,
-                     "topology": res.topology})
+                     "topology": topo.name})
     df = pd.DataFrame(recs)
     context = {"title": f"imported {Path(csv_path).name} vs profile {profile.name}", "source": str(csv_path),
                "date": now.strftime("%Y-%m-%d %H:%M UTC"), "command": command, "gpu_profile": profile.name,
