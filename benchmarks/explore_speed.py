@@ -1,20 +1,15 @@
-"""Speed of explore: schedule points per second for the DES, the analytical model and the
-vectorized fast estimator on the built-in default study, and the wall time of the full
-default ``ficco-sim explore`` with 1 and 2 local workers.
+"""Speed of explore: schedule points per second for the DES and the closed-form engine on the
+built-in default study, and the wall time of the full default ``ficco-sim explore`` with 1 and
+2 local workers. The closed-form engine over the whole library: ``benchmarks/closed_form_speed.py``.
 
-    python benchmarks/explore_speed.py [--fast-only]
-
-``--fast-only`` keeps the fast estimator's rows and skips the DES and analytical timings.
+    python benchmarks/explore_speed.py
 """
 
-import sys
 import time
 
 from rich.console import Console
 from rich.table import Table
 
-from ficco_sim.explore.fast import _CACHE, estimate_many
-from ficco_sim.explore.library import builtin_library
 from ficco_sim.explore.study import DEFAULT_PAIRS, default_scenarios, run_study
 from ficco_sim.explore.sweep import Job, run_sweep
 from ficco_sim.schedules import basic_schedules
@@ -33,28 +28,11 @@ def main() -> None:
     for c in ("engine", "points", "seconds", "points/s"):
         table.add_column(c, justify="right")
     study = default_scenarios()
-    fast_only = "--fast-only" in sys.argv[1:]
-    for engine, limit in () if fast_only else (("des", 3), ("analytical", None)):
+    for engine, limit in (("des", 3), ("analytical", None)):
         n, dt = rate(engine, study, limit)
         table.add_row(f"{engine} (default study{', 3 scenarios' if limit else ''})", str(n), f"{dt:.2f}",
                       f"{n / dt:,.0f}")
-    scheds = [s.name for s in basic_schedules()]
-    for label, scs in (("default study", study), ("builtin library <= 8 GPUs", [s for s in builtin_library()
-                                                                                 if s.gpus <= 8])):
-        for warm in (False, True):
-            if not warm:
-                _CACHE.clear()
-            t0 = time.perf_counter()
-            n = sum(len(estimate_many(scs, scheds, g, t.replace(":8", ":8"))) for g, t in DEFAULT_PAIRS
-                    for _ in [0]) if label == "default study" else \
-                sum(len(estimate_many([s for s in scs if s.gpus == k], scheds, g, f"{t.split(':')[0]}:{k}"))
-                    for g, t in DEFAULT_PAIRS for k in (4, 8))
-            dt = time.perf_counter() - t0
-            table.add_row(f"fast, {label} ({'templates cached' if warm else 'incl. template build'})", str(n),
-                          f"{dt:.2f}", f"{n / dt:,.0f}")
     Console(width=120).print(table)
-    if fast_only:
-        return
     wall = {}
     for jobs in (1, 2):
         t0 = time.perf_counter()

@@ -126,7 +126,8 @@ SIM_COLUMNS = [("schedule", "schedule", 1.0), ("makespan", "time ms", 1e3), ("sp
 
 
 def add_scenario_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", default="ag-gemm", choices=["ag-gemm", "gemm-rs", "a2a-gemm"],
+    from .workload import KINDS
+    p.add_argument("--scenario", default="ag-gemm", choices=list(KINDS),
                    help="ag-gemm: all-gather A along M then GEMM; gemm-rs: GEMM then reduce-scatter along M; "
                         "a2a-gemm: MoE all-to-all dispatch then expert GEMM (default ag-gemm)")
     p.add_argument("--m", type=positive_int("--m"), default=16384, help="rows of A and C over all GPUs "
@@ -137,16 +138,23 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=positive_int("--gpus"), help="GPUs (default: the topology's)")
     p.add_argument("--skew", type=float, default=0.0, help="a2a-gemm: extra share of tokens sent to one hot "
                    "peer (0 = uniform routing; 2 = the hot peer gets 3x a normal share)")
+    p.add_argument("--shard-dim", default="M", choices=["M", "K"], help="dimension A is sharded along: M (token "
+                   "rows, default) or K (ag-gemm weight gradients: tokens are the reduction dimension; "
+                   "overlapped schedules then decompose along K, e.g. ficco-a2a-dma-dimK)")
 
 
 def make_scenario(args, gpus: int):
     from .workload import Scenario, skewed_routing
+    from .workload import scenario_kind
     routing = None
-    if args.scenario == "a2a-gemm" and args.skew:
+    if args.skew:
+        if not scenario_kind(args.scenario, "--scenario").routed:
+            raise InputError("--skew", None, f"{args.scenario} takes no routing; --skew is for a2a-gemm")
         if args.skew < 0:
             raise InputError("--skew", None, f"must not be negative, got {args.skew}")
         routing = skewed_routing(gpus, args.m, args.skew)
-    return Scenario(args.scenario, gpus, args.m, args.n, args.k, args.dtype, routing=routing)
+    return Scenario(args.scenario, gpus, args.m, args.n, args.k, args.dtype, routing=routing,
+                    shard_dim=getattr(args, "shard_dim", "M"))
 
 
 def resolve_topology(args):

@@ -23,8 +23,9 @@ True
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from .errors import InputError
 from .hardware import DTYPE_BYTES, BlockShape, GemmTile, GpuProfile, SmLimits
@@ -38,6 +39,21 @@ def blocks_per_sm(limits: SmLimits, block: BlockShape) -> int:
     by_regs = limits.registers // max(1, block.threads * block.registers)
     by_threads = limits.max_threads // block.threads
     return int(min(limits.max_blocks, by_threads, by_regs, by_smem))
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """The GEMM a kernel computes, as the cost model sees it: C[m, n] (+)= A[m, k] @ B[k, n]
+    in ``dtype``; ``accumulate``: C is read too (beta = 1); ``extra_smem``: occupancy
+    shaping added to every block (bytes). A kernel of kind ``gemm`` carries one
+    (:attr:`ficco_sim.taskgraph.Kernel.gemm`), so engines can re-cost it at other sizes."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "float16"
+    accumulate: bool = False
+    extra_smem: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,27 +88,81 @@ def check_shape(m: int, n: int, k: int, dtype: str, where: str = "gemm") -> None
         raise InputError(where, "dtype", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
 
 
-def _plan_with_tile(gpu: GpuProfile, m: int, n: int, k: int, dtype: str, tile: GemmTile,
-                    extra_smem: int, accumulate: bool) -> GemmPlan:
-    block = replace(tile.block, smem=tile.block.smem + extra_smem)
-    occ = blocks_per_sm(gpu.sm, block)
-    if occ < 1 or block.smem > gpu.sm.max_smem_per_block:
-        raise InputError("schedule", "smem", f"{extra_smem} extra bytes of shared memory per block leave no room "
-                         f"for a {tile.m}x{tile.n} GEMM block on {gpu.name}")
+# ----------------------------------------------------------------------------------------
+# The cost: one formula, on arrays (scalars are 0-d arrays)
+
+def hbm_traffic(m, n, k, dtype: str, accumulate: bool = False):
+    """HBM bytes of a GEMM with ideal L2 reuse: read A and B, write C (and read it when
+    accumulating). Works on numbers and arrays alike."""
+    size = DTYPE_BYTES[dtype]
+    return (m * k + k * n) * size + m * n * size * (2 if accumulate else 1)
+
+
+def _efficiency(gpu: GpuProfile, dtype: str) -> float:
     eff = gpu.gemm.efficiency.get(dtype)
     if eff is None:
         raise InputError(gpu.path or gpu.name, "gemm.efficiency", f"no efficiency for dtype {dtype!r}")
-    grid = math.ceil(m / tile.m) * math.ceil(n / tile.n)
-    block_time = occ * 2.0 * tile.m * tile.n * (k + gpu.gemm.k_overhead) / (gpu.flops_per_sm(dtype) * eff)
-    size = DTYPE_BYTES[dtype]
-    hbm = (m * k + k * n) * size + m * n * size * (2 if accumulate else 1)
-    return GemmPlan(m, n, k, dtype, tile, block, grid, occ, block_time, hbm / grid)
+    return eff
+
+
+def tile_costs(gpu: GpuProfile, tile: GemmTile, m, n, k, dtype: str, *, extra_smem: int = 0,
+               accumulate: bool = False) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """(grid, occupancy, block time s, block HBM bytes) of GEMMs of shapes ``m, n, k`` (arrays)
+    cut into ``tile`` with ``extra_smem`` of shaping; occupancy 0 when the block does not fit."""
+    block = replace(tile.block, smem=tile.block.smem + extra_smem)
+    occ = blocks_per_sm(gpu.sm, block) if block.smem <= gpu.sm.max_smem_per_block else 0
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    grid = np.ceil(m / tile.m) * np.ceil(n / tile.n)
+    block_time = occ * 2.0 * tile.m * tile.n * (k + gpu.gemm.k_overhead) / (gpu.flops_per_sm(dtype) *
+                                                                             _efficiency(gpu, dtype))
+    return grid, occ, block_time, hbm_traffic(m, n, k, dtype, accumulate) / grid
+
+
+def waves_time(gpu: GpuProfile, grid, occupancy: int, block_time, block_hbm_bytes, *, sms: int | None = None):
+    """Closed-form time (s) of ``grid`` identical blocks alone on ``sms`` SMs (default all):
+    full waves of ``sms * occupancy`` blocks, then a partial one. Each wave takes the block
+    time, or the HBM bound when its traffic outruns the GPU's effective bandwidth. Works
+    on numbers and arrays alike."""
+    slots = (sms or gpu.num_sms) * max(1, occupancy)
+    full, rest = np.floor_divide(grid, slots), np.mod(grid, slots)
+    wave_full = np.maximum(block_time, slots * block_hbm_bytes / gpu.hbm_effective)
+    wave_rest = np.maximum(block_time, rest * block_hbm_bytes / gpu.hbm_effective)
+    return full * wave_full + np.where(rest > 0, wave_rest, 0.0)
+
+
+def gemm_times(gpu: GpuProfile, m, n, k, dtype: str = "float16", *, extra_smem: int = 0,
+               accumulate: bool = False, tiles: bool = False):
+    """Isolated times (s, launch excluded) of GEMMs of shapes ``m, n, k`` (arrays): every tile
+    of the profile is costed, the one with the smallest unshaped time is what a library
+    picks, then ``extra_smem`` is applied to it. With ``tiles``, also the picked tile index.
+
+    This is the GEMM cost: the DES's blocks (:func:`plan_gemm`), the closed-form engine,
+    the heuristic and the calibration fit all come here.
+
+    >>> from ficco_sim.hardware import load_gpu
+    >>> g = load_gpu("h100")
+    >>> t = gemm_times(g, np.array([8192]), np.array([8192]), np.array([8192]))[0]
+    >>> bool(abs(t + g.launch_overhead - gemm_time(g, 8192, 8192, 8192)) < 1e-15)
+    True
+    """
+    m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k)))
+    iso = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, accumulate=accumulate))
+                    for t in gpu.gemm.tiles])                     # (tiles, ...)
+    # first minimum, as min() picks; compared launch included (ties between HBM-bound tiles
+    # resolve as they always have)
+    best = np.argmin(iso + gpu.launch_overhead, axis=0)
+    out = np.take_along_axis(iso, best[None], 0)[0]
+    if extra_smem:
+        shaped = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, extra_smem=extra_smem,
+                                                       accumulate=accumulate)) for t in gpu.gemm.tiles])
+        out = np.take_along_axis(shaped, best[None], 0)[0]
+    return (out, best) if tiles else out
 
 
 def plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16", *,
               extra_smem: int = 0, accumulate: bool = False) -> GemmPlan:
-    """Pick the tile a library would (fastest in isolation, chosen without shaping),
-    then apply ``extra_smem`` bytes of occupancy shaping to every block.
+    """The blocks of one GEMM: the tile :func:`gemm_times` picks, with ``extra_smem`` bytes of
+    occupancy shaping on every block.
 
     ``accumulate`` means C += A @ B (beta = 1): the output is read as well as written.
     """
@@ -115,34 +185,23 @@ _PLAN_GPUS: dict[int, GpuProfile] = {}
 
 
 def _plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str, extra_smem: int, accumulate: bool) -> GemmPlan:
-    best = min(
-        (_plan_with_tile(gpu, m, n, k, dtype, t, 0, accumulate) for t in gpu.gemm.tiles),
-        key=lambda p: isolated_time(gpu, p),
-    )
-    if extra_smem:
-        best = _plan_with_tile(gpu, m, n, k, dtype, best.tile, extra_smem, accumulate)
-    return best
-
-
-def waves_time(gpu: GpuProfile, grid: int, occupancy: int, block_time: float, block_hbm_bytes: float, *,
-               sms: int | None = None) -> float:
-    """Closed-form time (s) of ``grid`` identical blocks alone on ``sms`` SMs (default all):
-    full waves of ``sms * occupancy`` blocks, then a partial one. Each wave takes the block
-    time, or the HBM bound when its traffic outruns the GPU's effective bandwidth."""
-    slots = (sms or gpu.num_sms) * max(1, occupancy)
-    full, rest = divmod(grid, slots)
-
-    def wave(blocks: int) -> float:
-        return max(block_time, blocks * block_hbm_bytes / gpu.hbm_effective)
-
-    return full * wave(slots) + (wave(rest) if rest else 0.0)
+    _efficiency(gpu, dtype)
+    _, best = gemm_times(gpu, m, n, k, dtype, accumulate=accumulate, tiles=True)
+    tile = gpu.gemm.tiles[int(best)]
+    grid, occ, block_time, per_block = tile_costs(gpu, tile, m, n, k, dtype, extra_smem=extra_smem,
+                                                  accumulate=accumulate)
+    if occ < 1:
+        raise InputError("schedule", "smem", f"{extra_smem} extra bytes of shared memory per block leave no room "
+                         f"for a {tile.m}x{tile.n} GEMM block on {gpu.name}")
+    return GemmPlan(m, n, k, dtype, tile, replace(tile.block, smem=tile.block.smem + extra_smem), int(grid), occ,
+                    float(block_time), float(per_block))
 
 
 def isolated_time(gpu: GpuProfile, plan: GemmPlan, *, sms: int | None = None,
                   launch: bool = True) -> float:
     """Closed-form time (s) of the GEMM alone on ``sms`` SMs (default: all), launch included."""
     t = waves_time(gpu, plan.grid, plan.occupancy, plan.block_time, plan.block_hbm_bytes, sms=sms)
-    return t + (gpu.launch_overhead if launch else 0.0)
+    return float(t) + (gpu.launch_overhead if launch else 0.0)
 
 
 def gemm_time(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") -> float:

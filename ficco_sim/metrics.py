@@ -1,4 +1,5 @@
-"""Metrics of a simulated schedule (DESIGN.md's definitions, written out).
+"""Metrics of a simulated schedule (DESIGN.md's definitions), one vectorized implementation
+for single simulations (one row) and sweeps (one row per scenario) alike.
 
 With isolated, undecomposed compute ``T_comp`` and communication ``T_comm``:
 
@@ -8,10 +9,11 @@ With isolated, undecomposed compute ``T_comp`` and communication ``T_comm``:
 * ``dil_compute`` (decomposition inefficiency): sum of the GEMM pieces' isolated times /
   the whole GEMM's isolated time - 1 (the worst GPU). Shaping costs show up here too,
   since a piece is timed as lowered.
-* ``cil_compute`` (contention inefficiency of compute): sum over pieces of (end - launch)
-  / sum of isolated piece times - 1; waiting for SMs held by communication counts.
+* ``cil_compute`` (contention inefficiency of compute): sum over pieces of (end - ready)
+  / sum of isolated piece times - 1 (the worst GPU); waiting for SMs held by
+  communication counts.
 * ``cil_comm``: sum of transfer durations (ready to end) / the same transfers' durations
-  with no compute in the graph - 1.
+  with no compute in the graph (:func:`comm_only_graph`, same engine) - 1.
 * ``exposed_comm``: makespan minus the time some compute kernel runs, on the worst GPU.
 
 All times in seconds.
@@ -20,57 +22,82 @@ All times in seconds.
 from __future__ import annotations
 
 import dataclasses
-import math
 
-from .gemm_model import blocks_per_sm, waves_time
-from .hardware import GpuProfile
-from .taskgraph import Kernel, TaskGraph
-from .timeline import Timeline, union_length
+import numpy as np
 
+from .engine.closed_form_overlap import disjoint
+from .taskgraph import TaskGraph
+from .timeline import Timeline
 
-def kernel_isolated_time(gpu: GpuProfile, k: Kernel, *, launch: bool = True) -> float:
-    """Closed-form time of one compute/memory kernel alone on its GPU (waves x wave time)."""
-    t = waves_time(gpu, k.grid, blocks_per_sm(gpu.sm, k.block), k.block_time, k.block_hbm_bytes)
-    return t + (gpu.launch_overhead if launch else 0.0)
+NAMES = ("makespan", "t_comp_iso", "t_comm_iso", "serial", "ideal", "ideal_speedup", "speedup", "of_ideal",
+         "dil_compute", "cil_compute", "cil_comm", "exposed_comm")
 
 
-def compute_metrics(graph: TaskGraph, timeline: Timeline, gpu: GpuProfile, *, t_comp: float, t_comm: float,
-                    t_none: float | None, comm_only: Timeline | None) -> dict[str, float]:
-    makespan = timeline.makespan
+def _div(a, b):
+    return np.where(b != 0, a / np.where(b != 0, b, 1.0), np.nan)
+
+
+def union_lengths(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Length of the union of spans (P, B) per row (empty spans allowed).
+
+    >>> union_lengths(np.array([[0.0, 1.0, 5.0]]), np.array([[2.0, 3.0, 6.0]])).tolist()
+    [4.0]
+    """
+    if starts.shape[-1] == 0:
+        return np.zeros(starts.shape[:-1])
+    lo, hi = disjoint(starts, ends)
+    return (hi - lo).sum(-1)
+
+
+def schedule_metrics(*, makespan, t_comp, t_comm, t_none, num_gpus: int, gemm_gpu, gemm_ready, gemm_start,
+                     gemm_end, gemm_iso, xfer_span, xfer_span_alone) -> dict[str, np.ndarray]:
+    """Every metric for P rows at once. ``makespan, t_comp, t_comm, t_none``: (P,);
+    ``gemm_*``: (P, G) per GEMM kernel (``gemm_gpu``: (G,) GPU ids; ``gemm_iso``: isolated
+    time, launch included); ``xfer_span``: (P, X) ready-to-end time of each transfer, and
+    ``xfer_span_alone`` the same transfers in the communication-only run."""
+    makespan, t_comp, t_comm, t_none = (np.asarray(x, dtype=float) for x in (makespan, t_comp, t_comm, t_none))
+    P = makespan.shape[0]
     serial = t_comp + t_comm
-    ideal = max(t_comp, t_comm)
-    recs = timeline.by_id()
-    dil, cil_c, exposed = 0.0, 0.0, 0.0
-    for g in range(graph.num_gpus):
-        gemms = [k for k in graph.kernels if k.gpu == g and k.kind == "gemm"]
-        if gemms:
-            iso = sum(kernel_isolated_time(gpu, k) for k in gemms)
-            actual = sum(recs[k.id].end - recs[k.id].ready for k in gemms)
-            dil = max(dil, iso / t_comp - 1.0 if t_comp else 0.0)
-            cil_c = max(cil_c, actual / iso - 1.0)
-        busy = union_length([(recs[k.id].start, recs[k.id].end) for k in gemms])
-        exposed = max(exposed, makespan - busy)
-    cil_m = 0.0
-    if comm_only is not None:
-        alone = comm_only.by_id()
-        num = sum(recs[t.id].end - recs[t.id].ready for t in graph.transfers if t.id in alone)
-        den = sum(alone[t.id].end - alone[t.id].ready for t in graph.transfers if t.id in alone)
-        cil_m = num / den - 1.0 if den > 0 else 0.0
+    ideal = np.maximum(t_comp, t_comm)
+    dil, cil_c, exposed = np.zeros(P), np.zeros(P), np.zeros(P)
+    for g in range(num_gpus):
+        gi = np.flatnonzero(gemm_gpu == g)
+        if len(gi):
+            iso = gemm_iso[:, gi].sum(1)
+            actual = (gemm_end[:, gi] - gemm_ready[:, gi]).sum(1)
+            dil = np.maximum(dil, np.where(t_comp > 0, iso / np.where(t_comp > 0, t_comp, 1.0) - 1.0, 0.0))
+            cil_c = np.maximum(cil_c, actual / iso - 1.0)
+        busy = union_lengths(gemm_start[:, gi], gemm_end[:, gi])
+        exposed = np.maximum(exposed, makespan - busy)
+    if xfer_span.shape[1]:
+        num, den = xfer_span.sum(1), xfer_span_alone.sum(1)
+        cil_m = np.where(den > 0, num / np.where(den > 0, den, 1.0) - 1.0, 0.0)
+    else:
+        cil_m = np.zeros(P)
     gain = serial - ideal
-    return {
-        "makespan": makespan,
-        "t_comp_iso": t_comp,
-        "t_comm_iso": t_comm,
-        "serial": serial,
-        "ideal": ideal,
-        "ideal_speedup": serial / ideal if ideal else math.nan,
-        "speedup": (t_none / makespan) if t_none else math.nan,
-        "of_ideal": (serial - makespan) / gain if gain > 0 else math.nan,
-        "dil_compute": dil,
-        "cil_compute": cil_c,
-        "cil_comm": cil_m,
-        "exposed_comm": exposed,
-    }
+    return {"makespan": makespan, "t_comp_iso": t_comp, "t_comm_iso": t_comm, "serial": serial, "ideal": ideal,
+            "ideal_speedup": _div(serial, ideal), "speedup": _div(t_none, makespan),
+            "of_ideal": np.where(gain > 0, (serial - makespan) / np.where(gain > 0, gain, 1.0), np.nan),
+            "dil_compute": dil, "cil_compute": cil_c, "cil_comm": cil_m, "exposed_comm": exposed}
+
+
+def compute_metrics(graph: TaskGraph, timeline: Timeline, gemm_iso: dict[str, float], *, t_comp: float,
+                    t_comm: float, t_none: float | None, comm_only: Timeline | None) -> dict[str, float]:
+    """:func:`schedule_metrics` of one simulated graph (floats). ``gemm_iso``: isolated time
+    (launch included) of each GEMM kernel, by id."""
+    recs = timeline.by_id()
+    gemms = [k for k in graph.kernels if k.kind == "gemm"]
+    row = lambda vals: np.array([vals], dtype=float).reshape(1, -1)  # noqa: E731
+    alone = comm_only.by_id() if comm_only is not None else {}
+    xs = [t for t in graph.transfers if t.id in alone]
+    out = schedule_metrics(
+        makespan=[timeline.makespan], t_comp=[t_comp], t_comm=[t_comm], t_none=[t_none or np.nan],
+        num_gpus=graph.num_gpus, gemm_gpu=np.array([k.gpu for k in gemms], dtype=np.int64),
+        gemm_ready=row([recs[k.id].ready for k in gemms]), gemm_start=row([recs[k.id].start for k in gemms]),
+        gemm_end=row([recs[k.id].end for k in gemms]), gemm_iso=row([gemm_iso[k.id] for k in gemms]),
+        xfer_span=row([recs[t.id].end - recs[t.id].ready for t in xs]),
+        xfer_span_alone=row([alone[t.id].end - alone[t.id].ready for t in xs]))
+    return {k: float(v[0]) for k, v in out.items()}
 
 
 def comm_only_graph(graph: TaskGraph) -> TaskGraph:

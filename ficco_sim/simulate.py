@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from .analytical import analytical_timeline
+from .engine.closed_form import closed_form_timeline, kernel_isolated_time
 from .engine.des import simulate_graph
 from .errors import InputError
 from .gemm_model import gemm_time as _gemm_time
@@ -51,7 +51,7 @@ class Result:
         """A flat record (SI units) for tables, CSV and pandas."""
         s = self.scenario
         return {"scenario": s.label(), "kind": s.kind, "gpus": s.gpus, "m": s.m, "n": s.n, "k": s.k,
-                "dtype": s.dtype, "gpu": self.gpu, "topology": self.topology, "schedule": self.schedule.name,
+                "dtype": s.dtype, "shard_dim": s.shard_dim, "gpu": self.gpu, "topology": self.topology, "schedule": self.schedule.name,
                 "engine": self.engine, **self.metrics}
 
 
@@ -61,7 +61,7 @@ def _run(graph: TaskGraph, gpu: GpuProfile, topo: Topology, engine: str, policy:
     if engine == "des":
         return simulate_graph(graph, gpu, topo, policy=policy, record=record)
     if engine == "analytical":
-        return analytical_timeline(graph, gpu, topo)
+        return closed_form_timeline(graph, gpu, topo)
     raise InputError("--engine", None, f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
 
 
@@ -85,7 +85,8 @@ def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProf
              topology: Topology | str | None = None, *, engine: str = "des", policy: str = "backfill",
              base: dict[str, float] | None = None) -> Result:
     """Simulate ``scenario`` under ``schedule``. ``topology`` defaults to ``switch:<gpus>``;
-    ``engine`` is ``des`` (discrete-event) or ``analytical``; ``base`` reuses a
+    ``engine`` is ``des`` (discrete-event) or ``analytical`` (the closed-form engine);
+    ``base`` reuses a
     :func:`baseline` computed earlier (saves work when sweeping schedules)."""
     gpu = load_gpu(gpu)
     topo = _default_topology(topology, scenario, gpu)
@@ -94,7 +95,8 @@ def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProf
     timeline = _run(graph, gpu, topo, engine, policy, record=True)
     base = base or baseline(scenario, gpu, topo, engine=engine, policy=policy)
     comm_only = _run(comm_only_graph(graph), gpu, topo, engine, policy)
-    metrics = compute_metrics(graph, timeline, gpu, t_comp=base["t_comp"], t_comm=base["t_comm"],
+    iso = {k.id: kernel_isolated_time(gpu, k) for k in graph.kernels if k.kind == "gemm"}
+    metrics = compute_metrics(graph, timeline, iso, t_comp=base["t_comp"], t_comm=base["t_comm"],
                               t_none=base["t_none"], comm_only=comm_only)
     return Result(scenario, schedule, gpu.name, topo.name, engine, graph, timeline, metrics)
 
@@ -124,7 +126,7 @@ def collective_graph(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *,
     if engine not in ("sm", "dma"):
         raise InputError("--comm-engine", None, f"unknown engine {engine!r}; known: sm, dma")
     n = topo.num_gpus
-    algo = coll.pick_algorithm(algorithm, topo.kind)
+    algo = coll.pick_algorithm(algorithm, kind, topo.kind, engine)
     e = DTYPE_BYTES[dtype]
     b = GraphBuilder(gpu, n)
     cols = 1
@@ -133,7 +135,7 @@ def collective_graph(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *,
         coll.all_gather(b, "ag", nbytes // e, cols, dtype, buffer="X", engine=engine, algorithm=algo)
     elif kind == "reduce-scatter":
         coll.reduce_scatter(b, "rs", nbytes // e // n, cols, dtype, buffer="X", staging="R", engine=engine,
-                            algorithm="direct" if engine == "dma" else algo)
+                            algorithm=algo)
     elif kind == "all-reduce":
         if engine == "dma":
             raise InputError("--comm-engine", None, "copy engines cannot reduce; all-reduce runs on SMs")

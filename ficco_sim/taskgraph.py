@@ -20,9 +20,18 @@ A :class:`TaskGraph` holds, for ``num_gpus`` GPUs:
 * **dependencies**: each task's ``deps`` (ids that must finish first; the executor
   records an event after each and waits on it), on top of stream order.
 
-``io`` on a task names the data it touches for the executor (buffer name and row
-range, see :class:`Slice`); the engines ignore it. ``role`` (``"compute"`` or
-``"comm"``) and ``label`` are for metrics and traces.
+Typed model inputs, set by the lowering and read by the engines:
+
+* ``Kernel.gemm``: the GEMM a ``gemm`` kernel computes (:class:`~ficco_sim.gemm_model.GemmShape`),
+  so the closed-form engine can cost it at other sizes; kernels without one (trace
+  imports) are costed from their blocks.
+* ``Transfer.step``: the concurrency step of a transfer. Transfers of one step are issued
+  together and share links, copy engines and channels in the closed-form engine (the DES
+  shares whatever actually overlaps). ``None``: a step of its own.
+
+``io`` on a task names the data it touches for the executor (buffer name and row range,
+see :class:`Slice`); no engine reads it. ``label`` is for people (traces, tables); no
+engine reads it either. ``role`` (``"compute"`` or ``"comm"``) is for metrics.
 
 >>> g = TaskGraph.build(1, [Stream(0, "compute", 0)], [
 ...     Kernel("k0", gpu=0, stream="compute", kind="gemm", grid=4, block=BlockShape(128, 32, 0),
@@ -36,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Union
 
+from .gemm_model import GemmShape
 from .hardware import BlockShape
 
 KERNEL_KINDS = ("gemm", "comm", "memory", "opaque")
@@ -76,6 +86,7 @@ class Kernel:
     role: str = "compute"
     label: str = ""
     io: Mapping[str, object] = field(default_factory=dict, compare=False)
+    gemm: GemmShape | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,7 @@ class Transfer:
     role: str = "comm"
     label: str = ""
     io: Mapping[str, object] = field(default_factory=dict, compare=False)
+    step: int | None = None
 
 
 Task = Union[Kernel, Transfer]
@@ -144,6 +156,8 @@ class TaskGraph:
                     raise ValueError(f"kernel {t.id!r}: unknown stream {t.stream!r} on GPU {t.gpu}")
                 if t.grid < 1:
                     raise ValueError(f"kernel {t.id!r}: empty grid")
+                if t.gemm is not None and t.kind != "gemm":
+                    raise ValueError(f"kernel {t.id!r}: a GEMM shape on a {t.kind} kernel")
             else:
                 if t.engine == "dma" and t.reduce:
                     raise ValueError(f"transfer {t.id!r}: copy engines cannot reduce")

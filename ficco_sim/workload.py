@@ -22,12 +22,11 @@ all-reduce, the whole send buffer for all-to-all).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .errors import InputError
 from .hardware import DTYPE_BYTES
 
-SCENARIO_KINDS = ("ag-gemm", "gemm-rs", "a2a-gemm")
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv")
 
 
@@ -58,7 +57,9 @@ def _positive_int(v: object, where: str, name: str) -> int:
 
 @dataclass(frozen=True)
 class Scenario:
-    """One communication + computation pair (see module docstring)."""
+    """One communication + computation pair (see module docstring). ``shard_dim`` is the
+    dimension of A the communication moves in shards: ``M`` (token rows, the default) or,
+    for ``ag-gemm``, ``K`` (A gathered along the reduction dimension: weight gradients)."""
 
     kind: str
     gpus: int
@@ -69,32 +70,29 @@ class Scenario:
     routing: tuple[tuple[int, ...], ...] | None = None
     name: str = ""
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    shard_dim: str = "M"
 
     def __post_init__(self) -> None:
         where = self.name or "scenario"
-        if self.kind not in SCENARIO_KINDS:
-            raise InputError(where, "kind", f"unknown scenario {self.kind!r}; known: {', '.join(SCENARIO_KINDS)}")
+        spec = scenario_kind(self.kind, where)
         for attr in ("gpus", "m", "n", "k"):
             _positive_int(getattr(self, attr), where, attr)
         if self.gpus < 2:
             raise InputError(where, "gpus", f"need at least 2 GPUs, got {self.gpus}")
         if self.dtype not in DTYPE_BYTES:
             raise InputError(where, "dtype", f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPE_BYTES)}")
-        if self.kind in ("ag-gemm", "gemm-rs") and self.m % self.gpus:
-            raise InputError(where, "m", f"m={self.m} must divide evenly over {self.gpus} GPUs")
-        if self.routing is not None:
-            r = self.routing
-            if self.kind != "a2a-gemm":
-                raise InputError(where, "routing", "only a2a-gemm takes a routing matrix")
-            if len(r) != self.gpus or any(len(row) != self.gpus for row in r):
-                raise InputError(where, "routing", f"must be a {self.gpus}x{self.gpus} matrix of token counts")
-            if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for row in r for x in row):
-                raise InputError(where, "routing", "token counts must be non-negative integers")
-            if any(sum(row) != self.m for row in r):
-                raise InputError(where, "routing", f"each row must route exactly m={self.m} tokens")
-        elif self.kind == "a2a-gemm" and self.m % self.gpus:
-            raise InputError(where, "m", f"m={self.m} must divide evenly over {self.gpus} GPUs "
-                             "(or give a routing matrix)")
+        if self.shard_dim not in spec.shard_dims:
+            raise InputError(where, "shard_dim", f"{self.kind} moves A in shards along "
+                             f"{' or '.join(spec.shard_dims)}, got {self.shard_dim!r}")
+        if self.routing is not None and not spec.routed:
+            raise InputError(where, "routing", f"only {', '.join(k for k in KINDS if KINDS[k].routed)} "
+                             "takes a routing matrix")
+        spec.check(self, where)
+
+    @property
+    def spec(self) -> "ScenarioKind":
+        """The registry entry of this scenario's kind (:data:`KINDS`)."""
+        return KINDS[self.kind]
 
     @property
     def element_bytes(self) -> int:
@@ -117,26 +115,144 @@ class Scenario:
 
     @property
     def collective(self) -> Collective:
-        kind = {"ag-gemm": "all-gather", "gemm-rs": "reduce-scatter", "a2a-gemm": "all-to-all"}[self.kind]
-        return Collective(kind, self.comm_bytes_per_rank, self.gpus)
+        return Collective(self.spec.collective, self.comm_bytes_per_rank, self.gpus)
 
     @property
     def comm_bytes_per_rank(self) -> int:
-        e = self.element_bytes
-        if self.kind == "ag-gemm":
-            return self.shard_rows * self.k * e
-        if self.kind == "gemm-rs":
-            return self.m * self.n * e
-        return self.m * self.k * e
+        """Bytes each rank contributes to the collective (see module docstring)."""
+        rows, cols = self.spec.comm_shape(self)
+        return rows * cols * self.element_bytes
 
     def gemm_shapes(self) -> list[Gemm]:
         """The undecomposed GEMM each GPU runs."""
-        if self.kind == "a2a-gemm":
-            return [Gemm(self.expert_rows(g), self.n, self.k, self.dtype) for g in range(self.gpus)]
-        return [Gemm(self.m, self.n, self.k, self.dtype)] * self.gpus
+        return self.spec.gemms(self)
+
+    def structure(self) -> tuple:
+        """What the lowering's structure depends on beyond scale: scenarios with equal
+        structure lower to task graphs that are exact scaled copies of each other (piece
+        rows proportional to M or K, bytes to the communicated shape), so a closed-form
+        template compiled from one evaluates the others exactly."""
+        return (self.kind, self.gpus, self.dtype, self.shard_dim, self.spec.split_key(self))
 
     def label(self) -> str:
-        return self.name or f"{self.kind} m={self.m} n={self.n} k={self.k} x{self.gpus}"
+        return self.name or f"{self.kind} m={self.m} n={self.n} k={self.k} x{self.gpus}" + \
+            (f" dim{self.shard_dim}" if self.shard_dim != "M" else "")
+
+
+# ----------------------------------------------------------------------------------------
+# The registry of scenario kinds
+
+@dataclass(frozen=True)
+class ScenarioKind:
+    """What a scenario kind means, in one place (the registry :data:`KINDS`).
+
+    ``collective``: the collective it overlaps; ``shard_dims``: dimensions A may be
+    sharded along; ``routed``: takes a routing matrix; ``comm_scale``: the scenario
+    dimensions (of m, n, k) communicated bytes scale with; ``check``: kind-specific
+    validation; ``comm_shape``: (rows, cols) each rank contributes; ``gemms``: each GPU's
+    whole GEMM; ``steps``: communication steps of an overlapped (granularity, pattern);
+    ``split_key``: what piece splits depend on beyond scale (see :meth:`Scenario.structure`);
+    ``dim_reason``: why decomposing along a dimension other than the layout's cannot run.
+    Lowering (``schedules.lowering.LOWERINGS``) and the executor's reference
+    (``validate.reference``) are keyed by the same names and checked complete on import.
+    """
+
+    name: str
+    collective: str
+    shard_dims: tuple[str, ...]
+    routed: bool
+    comm_scale: tuple[str, str]
+    check: Callable[[Scenario, str], None]
+    comm_shape: Callable[[Scenario], tuple[int, int]]
+    gemms: Callable[[Scenario], list[Gemm]]
+    steps: Callable[[Scenario, str, str], int]
+    split_key: Callable[[Scenario], tuple]
+    dim_reason: str
+
+
+def scenario_kind(kind: str, where: str = "scenario") -> ScenarioKind:
+    """The registry entry of ``kind``; an unknown kind is an input error, never a fallback."""
+    spec = KINDS.get(kind)
+    if spec is None:
+        raise InputError(where, "kind", f"unknown scenario {kind!r}; known: {', '.join(KINDS)}")
+    return spec
+
+
+def _divisible(sc: Scenario, where: str) -> None:
+    if sc.m % sc.gpus:
+        raise InputError(where, "m", f"m={sc.m} must divide evenly over {sc.gpus} GPUs")
+
+
+def _check_ag(sc: Scenario, where: str) -> None:
+    _divisible(sc, where)
+    if sc.shard_dim == "K" and sc.k % sc.gpus:
+        raise InputError(where, "k", f"k={sc.k} must divide evenly over {sc.gpus} GPUs to shard A along K")
+
+
+def _check_a2a(sc: Scenario, where: str) -> None:
+    r = sc.routing
+    if r is None:
+        if sc.m % sc.gpus:
+            raise InputError(where, "m", f"m={sc.m} must divide evenly over {sc.gpus} GPUs (or give a routing matrix)")
+        return
+    if len(r) != sc.gpus or any(len(row) != sc.gpus for row in r):
+        raise InputError(where, "routing", f"must be a {sc.gpus}x{sc.gpus} matrix of token counts")
+    if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for row in r for x in row):
+        raise InputError(where, "routing", "token counts must be non-negative integers")
+    if any(sum(row) != sc.m for row in r):
+        raise InputError(where, "routing", f"each row must route exactly m={sc.m} tokens")
+
+
+def _steps(sc: Scenario, granularity: str, pattern: str, *, ring_rs: bool = False) -> int:
+    if granularity == "none":
+        return 1
+    subs = sc.gpus if granularity == "ficco" else 1
+    if pattern == "a2a":
+        return subs
+    return subs * (sc.gpus if ring_rs else sc.gpus - 1)
+
+
+def _even(rows: int, parts: int) -> bool:
+    return rows % parts == 0
+
+
+def _split_ag(sc: Scenario) -> tuple:
+    shard = sc.k // sc.gpus if sc.shard_dim == "K" else sc.shard_rows
+    # shard pieces always scale; FiCCO sub-pieces scale when they split evenly
+    return ("even",) if _even(shard, sc.gpus) else ("exact", sc.m, sc.k)
+
+
+def _split_rs(sc: Scenario) -> tuple:
+    return ("even",) if _even(sc.shard_rows, sc.gpus) else ("exact", sc.m)
+
+
+def _split_a2a(sc: Scenario) -> tuple:
+    counts = sc.tokens()
+    if all(_even(x, sc.gpus) for row in counts for x in row) and len({x for row in counts for x in row}) == 1:
+        return ("uniform",)
+    return ("exact", counts)
+
+
+KINDS: dict[str, ScenarioKind] = {k.name: k for k in (
+    ScenarioKind("ag-gemm", "all-gather", ("M", "K"), False, ("m", "k"), _check_ag,
+                 lambda s: (s.shard_rows, s.k) if s.shard_dim == "M" else (s.k // s.gpus, s.m),
+                 lambda s: [Gemm(s.m, s.n, s.k, s.dtype)] * s.gpus,
+                 lambda s, g, p: _steps(s, g, p), _split_ag,
+                 "A arrives in shards along the scenario's shard_dim; pieces along another dimension would "
+                 "each need every shard"),
+    ScenarioKind("gemm-rs", "reduce-scatter", ("M",), False, ("m", "n"), lambda s, w: _divisible(s, w),
+                 lambda s: (s.m, s.n),
+                 lambda s: [Gemm(s.m, s.n, s.k, s.dtype)] * s.gpus,
+                 lambda s, g, p: _steps(s, g, p, ring_rs=True), _split_rs,
+                 "K pieces are partial sums of every output row: no row of C is final before the last piece, "
+                 "so nothing can be scattered early"),
+    ScenarioKind("a2a-gemm", "all-to-all", ("M",), True, ("m", "k"), _check_a2a,
+                 lambda s: (s.m, s.k),
+                 lambda s: [Gemm(s.expert_rows(g), s.n, s.k, s.dtype) for g in range(s.gpus)],
+                 lambda s, g, p: _steps(s, g, p), _split_a2a,
+                 "the all-to-all moves token rows (M); a K piece would need every token's full row"),
+)}
+SCENARIO_KINDS = tuple(KINDS)
 
 
 def uniform_routing(gpus: int, tokens: int) -> tuple[tuple[int, ...], ...]:

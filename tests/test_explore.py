@@ -7,7 +7,7 @@ import pytest
 
 from ficco_sim import InputError, Scenario, simulate_many
 from ficco_sim.explore.cli import main
-from ficco_sim.explore.fast import estimate_many
+from ficco_sim.explore.estimate import estimate_many
 from ficco_sim.explore.library import builtin_library, load_scenarios
 from ficco_sim.explore.space import enumerate_space, valid_schedules
 from ficco_sim.explore.sweep import POINTS_FILE, Job, read_points, run_sweep
@@ -28,13 +28,13 @@ def test_space_lists_invalid_points_with_reasons():
 
 
 def test_k_layout_only_allows_k_decomposition():
-    wgrad = Scenario("ag-gemm", 4, 4096, 1024, 2048, meta={"shard_dim": "K"})
+    wgrad = Scenario("ag-gemm", 4, 4096, 1024, 2048, shard_dim="K")
     ok = {s.name for s in valid_schedules(wgrad, "h100", "switch:4")}
     assert "ficco-a2a-dma-dimK" in ok and "ficco-a2a-dma" not in ok
     r = {x.schedule.name: x for x in simulate_many(wgrad, ["none", "shard-p2p-dma-dimK"], "h100", "switch:4",
                                                   engine="analytical")}
-    accum = [k for k in r["shard-p2p-dma-dimK"].graph.kernels if k.kind == "gemm" and k.gpu == 0 and k.io["accumulate"]]
-    assert len(accum) == 3 and all(k.io["k"] == 512 for k in accum)
+    accum = [k for k in r["shard-p2p-dma-dimK"].graph.kernels if k.kind == "gemm" and k.gpu == 0 and k.gemm.accumulate]
+    assert len(accum) == 3 and all(k.gemm.k == 512 for k in accum)
 
 
 def test_library_and_yaml(tmp_path):
@@ -57,13 +57,14 @@ def test_library_and_yaml(tmp_path):
 
 @pytest.mark.parametrize("sc,topo", [(SMALL, "fc:4"), (Scenario("gemm-rs", 4, 4096, 2048, 2048), "switch:4"),
                                      (Scenario("a2a-gemm", 4, 4096, 2048, 2048), "fc:4")])
-def test_fast_estimator_agrees_with_analytical(sc, topo):
-    scheds = basic_schedules()
-    fast = estimate_many([sc], scheds, "h100", topo)
-    slow = simulate_many(sc, scheds, "h100", topo, engine="analytical")
-    for f, a in zip(fast, slow):
-        assert f["makespan"] == pytest.approx(a.makespan, rel=0.02), a.schedule.name
-        assert f["speedup"] == pytest.approx(a.metrics["speedup"], rel=0.02)
+def test_sweep_rows_equal_single_simulations(sc, topo):
+    """Every metric of a sweep row equals the single-point closed-form simulation's, to 1e-9."""
+    scheds = valid_schedules(sc, "h100", topo)
+    sweep = estimate_many([sc, Scenario(sc.kind, sc.gpus, sc.m * 2, sc.n, sc.k)], scheds, "h100", topo)
+    single = simulate_many(sc, scheds, "h100", topo, engine="analytical")
+    for f, a in zip(sweep, single):
+        for k, v in a.metrics.items():
+            assert f[k] == pytest.approx(v, rel=1e-9, abs=1e-12, nan_ok=True), (a.schedule.name, k)
 
 
 def _jobs(engine="analytical"):

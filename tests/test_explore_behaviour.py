@@ -3,7 +3,7 @@
 import pytest
 
 from ficco_sim import Scenario, simulate_many
-from ficco_sim.explore.fast import estimate_many
+from ficco_sim.explore.estimate import estimate_many
 from ficco_sim.explore.space import valid_schedules
 
 

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from ..gemm_model import blocks_per_sm
-from ..hardware import DTYPE_BYTES, GemmModel, GpuProfile
+from ..gemm_model import gemm_times
+from ..hardware import GemmModel, GpuProfile
 
 # Bounds keep the fit physical: efficiency is a fraction of peak, k_overhead a few K-tiles,
 # launch overhead a few tens of microseconds at most.
@@ -50,34 +50,14 @@ def with_gemm_params(gpu: GpuProfile, efficiency: dict[str, float] | None = None
 
 
 def predict_times(gpu: GpuProfile, rows: pd.DataFrame) -> np.ndarray:
-    """Model time (s) of every row (columns ``m, n, k, dtype``), launch overhead included.
-
-    Mirrors :func:`ficco_sim.gemm_model.gemm_time` exactly (the tests check it), in numpy.
-    """
-    m = rows["m"].to_numpy(dtype=float)
-    n = rows["n"].to_numpy(dtype=float)
-    k = rows["k"].to_numpy(dtype=float)
+    """Model time (s) of every row (columns ``m, n, k, dtype``), launch overhead included:
+    :func:`ficco_sim.gemm_model.gemm_times`, one vector call per dtype."""
+    m, n, k = (rows[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
+    dtypes = rows["dtype"].to_numpy()
     out = np.full(len(rows), np.inf)
     for dtype in rows["dtype"].unique():
-        sel = (rows["dtype"] == dtype).to_numpy()
-        if dtype not in gpu.gemm.efficiency:
-            raise InputError(gpu.path or gpu.name, "gemm.efficiency", f"no efficiency for dtype {dtype!r}")
-        rate = gpu.flops_per_sm(dtype) * gpu.gemm.efficiency[dtype]
-        size = DTYPE_BYTES[dtype]
-        mm, nn, kk = m[sel], n[sel], k[sel]
-        hbm = (mm * kk + kk * nn + mm * nn) * size
-        best = np.full(sel.sum(), np.inf)
-        for tile in gpu.gemm.tiles:
-            occ = blocks_per_sm(gpu.sm, tile.block)
-            grid = np.ceil(mm / tile.m) * np.ceil(nn / tile.n)
-            block_time = occ * 2.0 * tile.m * tile.n * (kk + gpu.gemm.k_overhead) / rate
-            block_bytes = hbm / grid
-            slots = gpu.num_sms * occ
-            full, rest = np.floor(grid / slots), np.mod(grid, slots)
-            t = full * np.maximum(block_time, slots * block_bytes / gpu.hbm_effective)
-            t = t + np.where(rest > 0, np.maximum(block_time, rest * block_bytes / gpu.hbm_effective), 0.0)
-            best = np.minimum(best, t)
-        out[sel] = best + gpu.launch_overhead
+        sel = dtypes == dtype
+        out[sel] = gemm_times(gpu, m[sel], n[sel], k[sel], dtype) + gpu.launch_overhead
     return out
 
 

@@ -29,6 +29,7 @@ import math
 import numpy as np
 import simpy
 
+from ..contention import comm_slowdown, compute_slowdown
 from ..errors import InputError
 from ..hardware import GpuProfile, load_gpu
 from ..taskgraph import Kernel, TaskGraph, Transfer
@@ -291,15 +292,12 @@ class Simulation:
             r = rates[a.id]
             for gpu, u in a.hbm:
                 (comm_hbm if a.kind == "transfer" else comp_hbm)[gpu] += r * u
-        peak = self.gpu.hbm_bandwidth
-        ct = self.gpu.contention
         for a in acts:
             r = rates[a.id]
             if a.kind == "compute":
-                r /= 1.0 + ct.compute_per_hbm_util * comm_hbm[a.gpu] / peak
+                r /= compute_slowdown(self.gpu, comm_hbm[a.gpu])
             else:
-                u = max(comp_hbm[e] for e in a.ends) / peak
-                r /= 1.0 + ct.comm_per_hbm_util * u
+                r /= comm_slowdown(self.gpu, max(comp_hbm[e] for e in a.ends))
             a.rate = r
 
     def _wake(self, ver: int) -> None:

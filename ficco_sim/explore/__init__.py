@@ -1,13 +1,13 @@
 """Explore: the schedule space, a model-layer scenario library, parallel resumable sweeps,
-a vectorized estimator, plots and size-based heuristics (``ficco-sim explore`` / ``recommend``)."""
+closed-form sweeps, plots and size-based heuristics (``ficco-sim explore`` / ``recommend``)."""
 
-from .fast import estimate_many
-from .heuristics import Heuristic, features, load_heuristic, recommend
+from .estimate import estimate_many
+from .heuristics import Heuristic, load_heuristic, recommend
 from .library import MODELS, builtin_library, load_scenarios
 from .space import Point, enumerate_space, valid_schedules
 from .study import default_scenarios, run_study
 from .sweep import Job, run_sweep
 
 __all__ = ["Heuristic", "Job", "MODELS", "Point", "builtin_library", "default_scenarios", "enumerate_space",
-           "estimate_many", "features", "load_heuristic", "load_scenarios", "recommend", "run_study", "run_sweep",
+           "estimate_many", "load_heuristic", "load_scenarios", "recommend", "run_study", "run_sweep",
            "valid_schedules"]

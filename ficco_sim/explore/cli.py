@@ -25,15 +25,15 @@ points.csv, summary.csv (+ .parquet with pyarrow), invalid.csv (--show-invalid),
 
 examples:
   ficco-sim explore
-  ficco-sim explore --gpu mi300x --topology fc:8 --topology switch:8 --scenarios builtin --engine fast --space full
+  ficco-sim explore --gpu mi300x --topology fc:8 --topology switch:8 --scenarios builtin --engine analytical --space full
   ficco-sim explore --scenarios my_layers.yaml --jobs 8 --out study/ --plots
   ficco-sim explore --fit-heuristics
 """
 
 RECOMMEND_HELP = """\
-Pick a schedule from operator sizes alone (fitted size-based rules, no sweep), and say why.
-Features: comm/compute ratio (analytical model), waves of a FiCCO GEMM piece, bytes per copy
-command, topology kind.
+Pick a schedule from operator sizes alone, in milliseconds, and say why: the closed-form engine
+predicts every candidate (valid schedules of the space, decomposed along --shard-dim) with
+contention weights and a margin fitted against the discrete-event optimum.
 
 example:
   ficco-sim recommend --gpu mi300x --topology fc:8 --scenario ag-gemm --m 16384 --n 8192 --k 8192
@@ -48,8 +48,9 @@ def add_explore_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--topology", action="append", default=[], help="topology, e.g. switch:8, fc:8 (repeatable)")
     p.add_argument("--scenarios", default=None, help="'builtin' (model-layer library) or a YAML file; "
                    "default: the default study's dozen layers")
-    p.add_argument("--engine", default="des", choices=["des", "analytical", "fast"],
-                   help="des (discrete-event), analytical, or fast (vectorized analytical)")
+    p.add_argument("--engine", default="des", choices=["des", "analytical"],
+                   help="des (discrete-event, the reference) or analytical (the closed-form engine: every "
+                        "scenario of one structure in one vector evaluation, for wide sweeps)")
     p.add_argument("--space", default="basic", choices=["basic", "full"],
                    help="basic schedules, or the full space (grouping, channels, priority, smem, dim)")
     p.add_argument("--jobs", type=int, default=1, help="local worker processes")
@@ -59,8 +60,8 @@ def add_explore_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--plots", action="store_true", help="write PNG plots to --out (default explore_out/)")
     p.add_argument("--show-invalid", action="store_true", help="list invalid schedule points with reasons")
     p.add_argument("--fit-heuristics", nargs="?", const="", default=None, metavar="FILE",
-                   help="fit the recommend thresholds on simulated scenarios and write them (with date and "
-                   "held-out accuracy)")
+                   help="fit the recommend knobs against the DES optimum table (validation/heuristic/) "
+                   "and write them with the date and the accuracy on held-out model families")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_explore)
     return p
@@ -72,7 +73,8 @@ def add_recommend_parser(subparsers: Any) -> argparse.ArgumentParser:
                               description=RECOMMEND_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpu", default="h100")
     p.add_argument("--topology", default=None, help="default switch:<gpus>")
-    p.add_argument("--scenario", required=True, choices=["ag-gemm", "gemm-rs", "a2a-gemm"])
+    from ..workload import KINDS
+    p.add_argument("--scenario", required=True, choices=list(KINDS))
     p.add_argument("--m", type=int, required=True)
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--k", type=int, required=True)
@@ -94,10 +96,10 @@ def run_explore(args: argparse.Namespace) -> int:
         from .heuristics import THRESHOLDS_FILE, fit_and_save
         path = Path(args.fit_heuristics or THRESHOLDS_FILE)
         doc = fit_and_save(path)
-        con.print(f"wrote {path}: thresholds {doc['thresholds']}")
-        con.print(f"held-out: top-1 {doc['held_out']['top1']:.0%} (with ties within 1%: "
-                  f"{doc['held_out'].get('top1_ties', float('nan')):.0%}), within 5% {doc['held_out']['within5']:.0%} "
-                  f"of {doc['held_out']['cases']} cases (train top-1 {doc['train']['top1']:.0%})")
+        ho = doc["held_out"]
+        con.print(f"wrote {path}: knobs {doc['thresholds']}")
+        con.print(f"against the DES optimum, model families held out: top-1 {ho['top1']:.0%} (with ties within 1%: "
+                  f"{ho['top1_ties']:.0%}), within 5% {ho['within5']:.0%} of {ho['cases']} cases")
         return 0
     t0 = time.perf_counter()
     scenarios = default_scenarios() if args.scenarios is None else load_scenarios(args.scenarios)
@@ -161,18 +163,16 @@ def run_recommend(args: argparse.Namespace) -> int:
     from ..workload import Scenario
     from .heuristics import load_heuristic, recommend
     con = Console()
-    sc = Scenario(args.scenario, args.gpus, args.m, args.n, args.k, args.dtype, meta={"shard_dim": args.shard_dim})
+    sc = Scenario(args.scenario, args.gpus, args.m, args.n, args.k, args.dtype, shard_dim=args.shard_dim)
     topo = args.topology or f"switch:{args.gpus}"
     h = load_heuristic(args.heuristics) if args.heuristics else load_heuristic()
     t0 = time.perf_counter()
     rec = recommend(sc, args.gpu, topo, h)
     ms = (time.perf_counter() - t0) * 1e3
-    f = rec["features"]
     con.print(f"[bold]{rec['schedule']}[/] for {sc.label()} on {args.gpu} {topo}")
     for w in rec["reasons"]:
         con.print(f"  - {w}")
-    con.print(f"  isolated compute {f['t_comp'] * 1e3:.3f} ms, communication {f['t_comm'] * 1e3:.3f} ms, "
-              f"no overlap {f['t_none'] * 1e3:.3f} ms (analytical model); decided in {ms:.0f} ms")
+    con.print(f"  no overlap {rec['t_none'] * 1e3:.3f} ms (closed-form engine); decided in {ms:.0f} ms")
     return 0
 
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..workload import SCENARIO_KINDS, Scenario, skewed_routing
+from ..workload import KINDS, Scenario, skewed_routing
 
 TOKENS = (2048, 8192, 32768)
 GPUS = (4, 8, 16)
@@ -93,8 +93,7 @@ def model_layers(model: Model, tokens: int, gpus: int, dtype: str = "bfloat16") 
 
     def add(kind: str, layer: str, phase: str, m: int, n: int, k: int, **extra: Any) -> None:
         label = f"{name} {layer} {phase} s{tokens} x{gpus}"
-        meta = {"model": name, "layer": layer, "phase": phase, "tokens": tokens, "parallel": extra.pop("par", "tp"),
-                "shard_dim": extra.pop("shard_dim", "M")}
+        meta = {"model": name, "layer": layer, "phase": phase, "tokens": tokens, "parallel": extra.pop("par", "tp")}
         out.append(Scenario(kind, gpus, m, n, k, dtype, name=label, meta=meta, **extra))
 
     ok = lambda *dims: all(d % gpus == 0 for d in dims)  # noqa: E731
@@ -170,17 +169,19 @@ def _scenario(item: Any, where: str, f: str) -> Scenario:
     if extra:
         raise InputError(where, f"{f}.{sorted(extra)[0]}", f"unknown field; known: {', '.join(sorted(known))}")
     kind = item.get("kind")
-    if kind not in SCENARIO_KINDS:
-        raise InputError(where, f"{f}.kind", f"must be one of {', '.join(SCENARIO_KINDS)}, got {kind!r}")
+    spec = KINDS.get(kind) if isinstance(kind, str) else None
+    if spec is None:
+        raise InputError(where, f"{f}.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
     vals = {k: _int(item.get(k), where, f"{f}.{k}", minimum=2 if k == "gpus" else 1) for k in ("gpus", "m", "n", "k")}
     shard_dim = item.get("shard_dim", "M")
-    if shard_dim not in ("M", "K") or (shard_dim == "K" and kind != "ag-gemm"):
-        raise InputError(where, f"{f}.shard_dim", f"must be M, or K for ag-gemm, got {shard_dim!r}")
+    if shard_dim not in spec.shard_dims:
+        raise InputError(where, f"{f}.shard_dim", f"must be {' or '.join(spec.shard_dims)} for {kind}, "
+                         f"got {shard_dim!r}")
     routing = item.get("routing")
     if "skew" in item:
         skew = item["skew"]
-        if kind != "a2a-gemm" or isinstance(skew, bool) or not isinstance(skew, (int, float)) or skew < 0:
-            raise InputError(where, f"{f}.skew", f"a non-negative number for a2a-gemm, got {skew!r}")
+        if not spec.routed or isinstance(skew, bool) or not isinstance(skew, (int, float)) or skew < 0:
+            raise InputError(where, f"{f}.skew", f"a non-negative number, for a routed kind only, got {skew!r}")
         routing = skewed_routing(vals["gpus"], vals["m"], float(skew))
     elif routing is not None:
         if not isinstance(routing, list) or not all(isinstance(r, list) for r in routing):
@@ -189,8 +190,8 @@ def _scenario(item: Any, where: str, f: str) -> Scenario:
     name = item.get("name") or ""
     try:
         return Scenario(kind, vals["gpus"], vals["m"], vals["n"], vals["k"], item.get("dtype", "float16"),
-                        routing=routing, name=str(name), meta={"model": "user", "layer": str(name or kind),
-                                                               "phase": "user", "shard_dim": shard_dim})
+                        routing=routing, name=str(name), shard_dim=shard_dim,
+                        meta={"model": "user", "layer": str(name or kind), "phase": "user"})
     except InputError as e:
         raise InputError(where, f"{f}.{e.field}" if e.field else f, e.message) from None
 
@@ -241,7 +242,3 @@ def load_scenarios(source: str | Path) -> list[Scenario]:
             out += got if isinstance(got, list) else [got]
     return out
 
-
-def shard_dim(scenario: Scenario) -> str:
-    """The dimension the communicated tensor is sharded along (M unless the scenario says K)."""
-    return scenario.meta.get("shard_dim", "M") if scenario.meta else "M"

@@ -20,15 +20,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..errors import InputError
 from ..gemm_model import blocks_per_sm, plan_gemm
 from ..hardware import GpuProfile, load_gpu
 from ..schedules import Schedule, basic_schedules, invalid_reason
 from ..topology import Topology, load_topology
 from ..workload import Scenario
-from .library import shard_dim
 
 ORDER = "local-first"
-LEVELS = ("basic", "full")
+LEVELS = ("basic", "candidates", "full")
 
 
 @dataclass(frozen=True)
@@ -45,13 +45,7 @@ class Point:
 
 def steps_of(scenario: Scenario, schedule: Schedule) -> int:
     """Communication steps (compute grouping units) the lowering makes for ``schedule``."""
-    n = scenario.gpus
-    subs = n if schedule.granularity == "ficco" else 1
-    if not schedule.overlapped:
-        return 1
-    if scenario.kind == "gemm-rs":
-        return subs if schedule.pattern == "a2a" else subs * n
-    return subs if schedule.pattern == "a2a" else subs * (n - 1)
+    return scenario.spec.steps(scenario, schedule.granularity, schedule.pattern or "")
 
 
 def group_sizes(steps: int) -> list[int]:
@@ -101,10 +95,6 @@ def smem_sizes(scenario: Scenario, gpu: GpuProfile) -> list[int]:
 
 
 def _own_reason(scenario: Scenario, s: Schedule, gpu: GpuProfile, steps: int, shaping: list[int]) -> str | None:
-    layout = shard_dim(scenario)
-    if s.overlapped and scenario.kind == "ag-gemm" and s.dim in ("M", "K") and s.dim != layout:
-        return (f"A arrives in {layout} shards (the scenario's layout); {s.dim} pieces would each need "
-                "every shard")
     if s.overlapped and s.group > steps:
         return f"group of {s.group} steps exceeds the {steps} steps of {s.granularity}-{s.pattern}"
     if s.smem and s.engine == "dma":
@@ -124,9 +114,12 @@ def enumerate_space(scenario: Scenario, gpu: GpuProfile | str, topology: Topolog
     in a deterministic order, each with its reason when invalid."""
     gpu = load_gpu(gpu)
     topo = load_topology(topology, gpu)
+    if level not in LEVELS:
+        raise InputError("--space", None, f"unknown level {level!r}; known: {', '.join(LEVELS)}")
     if level == "basic":
-        layout = shard_dim(scenario) if scenario.kind == "ag-gemm" else "M"
-        cands = [replace(s, dim=layout) if s.overlapped else s for s in basic_schedules()]
+        cands = [replace(s, dim=scenario.shard_dim) if s.overlapped else s for s in basic_schedules()]
+    elif level == "candidates":
+        cands = _heuristic_candidates(scenario)
     else:
         cands = _candidates(scenario, gpu)
     shaping = smem_sizes(scenario, gpu)
@@ -158,6 +151,20 @@ def _candidates(scenario: Scenario, gpu: GpuProfile) -> list[Schedule]:
                     out.append(Schedule(engine="dma", **base))
                     out.append(Schedule(engine="dma", priority="high", **base))
                     out.append(Schedule(engine="dma", smem=shaping[0], **base))
+    return out
+
+
+def _heuristic_candidates(scenario: Scenario) -> list[Schedule]:
+    """What ``recommend`` chooses among: no overlap; shard-level p2p and FiCCO a2a, on SMs at
+    normal and high priority and on copy engines, FiCCO at every compute grouping; all
+    decomposed along the scenario's shard dimension."""
+    out = [Schedule("none")]
+    dim = scenario.shard_dim
+    for gran, pattern in (("shard", "p2p"), ("ficco", "a2a")):
+        groups = [1] if gran == "shard" else group_sizes(steps_of(scenario, Schedule(gran, pattern)))
+        for group in groups:
+            for engine, prio in (("sm", "normal"), ("sm", "high"), ("dma", "normal")):
+                out.append(Schedule(gran, pattern, engine, prio, group=group, dim=dim))
     return out
 
 

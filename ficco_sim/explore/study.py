@@ -53,7 +53,7 @@ def build_jobs(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], 
         raise InputError("--engine", None, f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     jobs, invalid = [], []
     for gpu, topo in pairs:
-        fast_batch: dict = {}
+        batch: dict = {}
         for sc in scenarios:
             t = topology_for(topo, sc.gpus)
             pts = enumerate_space(sc, gpu, t, level=space) if space == "full" else \
@@ -61,11 +61,11 @@ def build_jobs(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], 
             ok = tuple(p.schedule.name for p in pts if p.valid)
             invalid += [{"gpu": gpu, "topology": t, "scenario": sc.label(), "schedule": p.schedule.name,
                          "reason": p.reason} for p in pts if not p.valid]
-            if engine == "fast":
-                fast_batch.setdefault((t, ok), []).append(sc)
+            if engine == "analytical":
+                batch.setdefault((t, ok), []).append(sc)
             else:
                 jobs.append(Job(gpu, t, (sc,), ok, engine))
-        jobs += [Job(gpu, t, tuple(scs), ok, engine) for (t, ok), scs in fast_batch.items()]
+        jobs += [Job(gpu, t, tuple(scs), ok, engine) for (t, ok), scs in batch.items()]
     return jobs, invalid
 
 

@@ -1,7 +1,7 @@
 """Sweeps: simulate many (scenario, schedule) points, in parallel, resumably.
 
 A sweep is a list of **jobs**; a job is one scenario on one GPU and topology with its
-schedules (they share the baseline), or for the ``fast`` engine a batch of scenarios.
+schedules (they share the baseline), or for the ``analytical`` (closed-form) engine a batch of scenarios.
 Jobs run in this process (``jobs=1``), in local processes (``concurrent.futures``) or
 on Ray (``ray=True`` or an address). Each finished point is appended to
 ``<out>/points.jsonl`` (flushed and fsync'ed) as soon as its job ends; running the same
@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Sequence
 from ..errors import InputError
 from ..workload import Scenario
 
-ENGINES = ("des", "analytical", "fast")
+ENGINES = ("des", "analytical")
 POINTS_FILE = "points.jsonl"
 
 
@@ -62,12 +62,12 @@ def run_job(job: Job) -> list[dict]:
     from ..hardware import load_gpu
     from ..simulate import baseline, simulate
     from ..topology import load_topology
-    from .fast import estimate_many
+    from .estimate import estimate_many
     gpu = load_gpu(job.gpu)
     topo = load_topology(job.topology, gpu)
     tag = {"gpu_arg": job.gpu, "topology_arg": job.topology}
     rows: list[dict] = []
-    if job.engine == "fast":
+    if job.engine == "analytical":
         try:
             got = estimate_many(job.scenarios, job.schedules, gpu, topo)
             return [dict(r, status="ok", reason="", **tag) for r in got]

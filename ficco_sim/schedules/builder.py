@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
-from ..gemm_model import blocks_per_sm, plan_gemm
+from ..gemm_model import GemmShape, blocks_per_sm, plan_gemm
 from ..hardware import DTYPE_BYTES, BlockShape, GpuProfile
 from ..taskgraph import Buffer, Kernel, Slice, Stream, TaskGraph, Transfer
 
@@ -34,6 +34,7 @@ class GraphBuilder:
         self.buffers: dict[str, Buffer] = {}
         self.meta: dict = {}
         self._ids: set[str] = set()
+        self._steps: dict[tuple, int] = {}
         for g in range(num_gpus):
             self.stream(g, COMPUTE, 0)
             self.stream(g, COMM, comm_priority)
@@ -55,6 +56,11 @@ class GraphBuilder:
         self.tasks.append(task)
         return task
 
+    def step(self, *key: object) -> int:
+        """The concurrency step named ``key`` (e.g. ``("ag", 3)``) as a number, the same for
+        every transfer of that step (:attr:`ficco_sim.taskgraph.Transfer.step`)."""
+        return self._steps.setdefault(key, len(self._steps))
+
     def elem(self, dtype: str) -> int:
         return DTYPE_BYTES[dtype]
 
@@ -65,9 +71,10 @@ class GraphBuilder:
     def gemm(self, id: str, gpu: int, m: int, n: int, k: int, dtype: str, *, deps: Sequence[str] = (),
              stream: str = COMPUTE, label: str = "", accumulate: bool = False, io: dict | None = None) -> Kernel:
         plan = plan_gemm(self.gpu, m, n, k, dtype, extra_smem=self.extra_smem, accumulate=accumulate)
+        shape = GemmShape(m, n, k, dtype, accumulate, self.extra_smem)
         return self._add(Kernel(id, gpu, stream, "gemm", plan.grid, plan.block, plan.block_time,
                                 plan.block_hbm_bytes, tuple(deps), "compute", label or f"gemm {m}x{n}x{k}",
-                                dict(io or {}, m=m, n=n, k=k, dtype=dtype, accumulate=accumulate)))
+                                dict(io or {}, accumulate=accumulate), gemm=shape))
 
     def reduce(self, id: str, gpu: int, rows: int, cols: int, dtype: str, inputs: int, *,
                deps: Sequence[str] = (), stream: str = COMM, label: str = "", io: dict | None = None) -> Kernel:
@@ -91,14 +98,17 @@ class GraphBuilder:
                                 "comm", label or "comm"))
 
     # -- transfers ---------------------------------------------------------------------
-    def sm_transfer(self, id: str, src: int, dst: int, nbytes: float, drivers: Iterable[str], *,
+    def sm_transfer(self, id: str, src: int, dst: int, nbytes: float, drivers: Iterable[str], *, step: tuple,
                     deps: Sequence[str] = (), reduce: bool = False, label: str = "",
                     io: dict | None = None) -> Transfer:
+        """``nbytes`` from ``src`` to ``dst`` moved by the comm kernels ``drivers``, in the
+        concurrency step named ``step``."""
         return self._add(Transfer(id, src, dst, float(nbytes), "sm", src, None, tuple(drivers), 0, reduce,
-                                  tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {})))
+                                  tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {}), self.step(*step)))
 
-    def dma_transfer(self, id: str, issuer: int, src: int, dst: int, nbytes: float, *, deps: Sequence[str] = (),
-                     engine: int | None = None, label: str = "", io: dict | None = None) -> Transfer:
+    def dma_transfer(self, id: str, issuer: int, src: int, dst: int, nbytes: float, *, step: tuple,
+                     deps: Sequence[str] = (), engine: int | None = None, label: str = "",
+                     io: dict | None = None) -> Transfer:
         """A copy command on copy engine ``engine`` of GPU ``issuer``, queued on that engine's
         own stream. By default peers at ring offset 1, 2, 3, ... go to engines 0, 1, 2, ...
         round robin, so concurrent commands spread over engines and over peers."""
@@ -107,7 +117,7 @@ class GraphBuilder:
         e = (offset if engine is None else engine) % self.gpu.dma.engines
         stream = self.stream(issuer, f"copy{e}", 0)
         return self._add(Transfer(id, src, dst, float(nbytes), "dma", issuer, stream, (), e, False,
-                                  tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {})))
+                                  tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {}), self.step(*step)))
 
     def build(self) -> TaskGraph:
         streams = sorted(self.streams.values(), key=lambda s: (s.gpu, s.name))

@@ -17,15 +17,37 @@ from typing import Sequence
 from ..errors import InputError
 from .builder import GraphBuilder, row_slice
 
-ALGORITHMS = ("auto", "ring", "direct")
+# The algorithms each collective is lowered with (NCCL's names); "auto" picks one.
+ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "all-gather": ("ring", "direct"),
+    "reduce-scatter": ("ring", "direct"),
+    "all-reduce": ("ring", "direct"),
+    "all-to-all": ("direct",),
+    "send-recv": ("direct",),
+}
 
 
-def pick_algorithm(algorithm: str, topology_kind: str) -> str:
-    if algorithm not in ALGORITHMS:
-        raise InputError("--algorithm", None, f"unknown {algorithm!r}; known: {', '.join(ALGORITHMS)}")
-    if algorithm != "auto":
-        return algorithm
-    return "ring" if topology_kind == "ring" else "direct"
+def pick_algorithm(algorithm: str, collective: str, topology_kind: str, engine: str = "sm") -> str:
+    """The algorithm ``collective`` runs with: ``algorithm`` itself when this collective has
+    it on this engine, else an input error (never a silent substitute); ``auto``: ring on
+    ring topologies, direct elsewhere and wherever ring does not exist.
+
+    >>> pick_algorithm("auto", "all-gather", "ring"), pick_algorithm("auto", "all-to-all", "ring")
+    ('ring', 'direct')
+    """
+    known = ALGORITHMS.get(collective)
+    if known is None:
+        raise InputError("--kind", None, f"unknown collective {collective!r}; known: {', '.join(ALGORITHMS)}")
+    # a copy engine cannot reduce: reducing collectives on DMA copy, then add in a kernel (direct only)
+    if engine == "dma" and collective in ("reduce-scatter", "all-reduce"):
+        known = ("direct",)
+    if algorithm == "auto":
+        return "ring" if topology_kind == "ring" and "ring" in known else known[-1]
+    if algorithm not in known:
+        where = f" on {engine.upper()}" if engine == "dma" and collective in ("reduce-scatter", "all-reduce") else ""
+        raise InputError("--algorithm", None, f"{collective}{where} has no {algorithm!r} algorithm; "
+                         f"known: auto, {', '.join(known)}")
+    return algorithm
 
 
 def staggered(g: int, n: int) -> list[int]:
@@ -56,7 +78,7 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
                 for g in range(n):
                     dst, owner = (g + 1) % n, (g - t + 1) % n
                     d = [prev[g]] if t > 1 else []
-                    cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), deps=d,
+                    cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), step=(prefix, t), deps=d,
                                              label=f"AG ring step {t}",
                                              io={"src": sl(owner), "dst": sl(owner)}).id
                 prev = cur
@@ -64,7 +86,7 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
             for g in range(n):
                 for dst in range(n):
                     if dst != g:
-                        b.sm_transfer(f"{prefix}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), label="AG direct",
+                        b.sm_transfer(f"{prefix}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), step=(prefix,), label="AG direct",
                                       io={"src": sl(g), "dst": sl(g)})
         return [[k] for k in kern]
 
@@ -75,14 +97,14 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
             for g in range(n):
                 dst, owner = (g + 1) % n, (g - t + 1) % n
                 d = ([prev[g]] if t > 1 else []) + list(deps[g]) + list(deps[dst])
-                cur[dst] = b.dma_transfer(f"{prefix}.s{t}.{g}-{dst}", dst, g, dst, e, deps=d, engine=0,
+                cur[dst] = b.dma_transfer(f"{prefix}.s{t}.{g}-{dst}", dst, g, dst, e, step=(prefix, t), deps=d, engine=0,
                                           label=f"AG ring step {t}", io={"src": sl(owner), "dst": sl(owner)}).id
                 done[dst].append(cur[dst])
             prev = cur
         return done
     for dst in range(n):
         for src in staggered(dst, n):
-                tid = b.dma_transfer(f"{prefix}.{src}-{dst}", dst, src, dst, e, deps=list(deps[src]) + list(deps[dst]),
+                tid = b.dma_transfer(f"{prefix}.{src}-{dst}", dst, src, dst, e, step=(prefix,), deps=list(deps[src]) + list(deps[dst]),
                                      label="AG direct", io={"src": sl(src), "dst": sl(src)}).id
                 done[dst].append(tid)
     return done
@@ -105,7 +127,7 @@ def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: st
             for g in range(n):
                 dst, chunk = (g + 1) % n, (g - t) % n
                 d = [prev[g]] if t > 1 else []
-                cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), deps=d,
+                cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), step=(prefix, t), deps=d,
                                          reduce=True, label=f"RS ring step {t}",
                                          io={"src": sl(buffer, chunk), "dst": sl(buffer, chunk)}).id
             prev = cur
@@ -123,11 +145,11 @@ def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: st
         for dst in staggered(src, n):
             io = {"src": sl(buffer, dst), "dst": sl(staging, src)}
             if engine == "sm":
-                tid = b.sm_transfer(f"{prefix}.{src}-{dst}", src, dst, e, (kern[src], kern[dst]),
+                tid = b.sm_transfer(f"{prefix}.{src}-{dst}", src, dst, e, (kern[src], kern[dst]), step=(prefix,),
                                     label="RS direct", io=io).id
                 incoming[dst].append(kern[dst])
             else:
-                tid = b.dma_transfer(f"{prefix}.{src}-{dst}", src, src, dst, e, deps=list(deps[src]),
+                tid = b.dma_transfer(f"{prefix}.{src}-{dst}", src, src, dst, e, step=(prefix,), deps=list(deps[src]),
                                      label="RS direct", io=io).id
                 incoming[dst].append(tid)
     for g in range(n):
@@ -159,9 +181,9 @@ def all_to_all(b: GraphBuilder, prefix: str, counts: Sequence[Sequence[int]], co
                 continue
             io = {"src": row_slice(src_buffer, src_off[p][q], rows), "dst": row_slice(dst_buffer, dst_off[p][q], rows)}
             if engine == "sm":
-                b.sm_transfer(f"{prefix}.{p}-{q}", p, q, rows * esize, (kern[p], kern[q]), label="A2A", io=io)
+                b.sm_transfer(f"{prefix}.{p}-{q}", p, q, rows * esize, (kern[p], kern[q]), step=(prefix,), label="A2A", io=io)
             else:
-                done[q].append(b.dma_transfer(f"{prefix}.{p}-{q}", q, p, q, rows * esize,
+                done[q].append(b.dma_transfer(f"{prefix}.{p}-{q}", q, p, q, rows * esize, step=(prefix,),
                                               deps=list(deps[p]) + list(deps[q]), label="A2A", io=io).id)
     return done
 
@@ -183,7 +205,7 @@ def send_recv(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *,
     if engine == "sm":
         k0 = b.comm_kernel(f"{prefix}.k0", 0, label="send").id
         k1 = b.comm_kernel(f"{prefix}.k1", 1, label="recv").id
-        b.sm_transfer(f"{prefix}.0-1", 0, 1, e, (k0, k1), label="send/recv", io=io)
+        b.sm_transfer(f"{prefix}.0-1", 0, 1, e, (k0, k1), step=(prefix,), label="send/recv", io=io)
         return [[k0], [k1]]
-    t = b.dma_transfer(f"{prefix}.0-1", 1, 0, 1, e, label="send/recv", io=io).id
+    t = b.dma_transfer(f"{prefix}.0-1", 1, 0, 1, e, step=(prefix,), label="send/recv", io=io).id
     return [[t], [t]]

@@ -25,7 +25,7 @@ from ..errors import InputError
 from ..hardware import GpuProfile, load_gpu
 from ..taskgraph import Slice, TaskGraph
 from ..topology import Topology, load_topology
-from ..workload import Scenario
+from ..workload import KINDS, Scenario
 from . import collectives
 from .builder import COMM, GraphBuilder, row_slice
 from .schedule import Schedule, parse_schedule
@@ -45,10 +45,12 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
     """Why this schedule cannot run this scenario here, or None if it can."""
     if topology.num_gpus != scenario.gpus:
         return f"topology has {topology.num_gpus} GPUs but the scenario needs {scenario.gpus}"
-    if schedule.dim != "M":
-        reason = _dim_reason(scenario, schedule)
-        if reason:
-            return reason
+    if schedule.dim != "M" and not schedule.overlapped:
+        return "the decomposition dimension applies to overlapped schedules only"
+    if schedule.overlapped and schedule.dim != scenario.shard_dim:
+        if schedule.dim == "N":
+            return "decomposition along N is not lowered (no communicated tensor is split along N)"
+        return f"{scenario.kind} with A sharded along {scenario.shard_dim}: {scenario.spec.dim_reason}"
     if schedule.smem and not schedule.overlapped:
         return "shared-memory shaping only matters when compute overlaps communication"
     if schedule.priority == "high" and schedule.engine == "dma":
@@ -57,22 +59,6 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
         return "channels apply to SM communication only"
     if schedule.group > 1 and not schedule.overlapped:
         return "grouping applies to overlapped schedules only"
-    return None
-
-
-def _dim_reason(scenario: Scenario, schedule: Schedule) -> str | None:
-    """Why decomposing along ``schedule.dim`` (not M) cannot run, or None."""
-    if not schedule.overlapped:
-        return "the decomposition dimension applies to overlapped schedules only"
-    if schedule.dim == "N":
-        return "decomposition along N is not lowered (no communicated tensor is split along N)"
-    if scenario.kind == "gemm-rs":
-        return ("K pieces are partial sums of every output row: no row of C is final before the last piece, "
-                "so nothing can be scattered early")
-    if scenario.kind == "a2a-gemm":
-        return "the all-to-all moves token rows (M); a K piece would need every token's full row"
-    if scenario.k % scenario.gpus:
-        return f"k={scenario.k} must divide evenly over {scenario.gpus} GPUs to gather A along K"
     return None
 
 
@@ -87,10 +73,9 @@ def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, t
         raise InputError("schedule", schedule.name, reason)
     b = GraphBuilder(gpu, scenario.gpus, comm_priority=1 if schedule.priority == "high" else 0,
                      extra_smem=schedule.smem, channels=schedule.channels)
-    algo = collectives.pick_algorithm(algorithm, topology.kind)
+    algo = collectives.pick_algorithm(algorithm, scenario.spec.collective, topology.kind, schedule.engine)
     b.meta.update(scenario=scenario.label(), schedule=schedule.name, gpu=gpu.name, topology=topology.name)
-    {"ag-gemm": _ag_gemm, "gemm-rs": _gemm_rs, "a2a-gemm": _a2a_gemm}[scenario.kind](
-        b, scenario, schedule, topology, algo)
+    LOWERINGS[scenario.kind](b, scenario, schedule, topology, algo)
     return b.build()
 
 
@@ -149,10 +134,10 @@ def _gather_pieces(b: GraphBuilder, sch: Schedule, topo: Topology, buffer: str, 
                 tid = f"ag.s{s}.{owner}.{j}->{g}"
                 io = {"src": piece(buffer, owner, j), "dst": piece(buffer, owner, j)}
                 if sch.engine == "sm":
-                    b.sm_transfer(tid, src, g, sub_rows[j] * row_bytes, (kern[src][s], kern[g][s]), deps=deps,
+                    b.sm_transfer(tid, src, g, sub_rows[j] * row_bytes, (kern[src][s], kern[g][s]), step=("ag", s), deps=deps,
                                   label=f"AG step {s}", io=io)
                 else:
-                    b.dma_transfer(tid, g, src, g, sub_rows[j] * row_bytes, deps=deps, engine=one_engine,
+                    b.dma_transfer(tid, g, src, g, sub_rows[j] * row_bytes, step=("ag", s), deps=deps, engine=one_engine,
                                    label=f"AG step {s}", io=io)
                 arrived[(g, owner, j)] = tid
     return steps, sub_rows, arrived, piece
@@ -171,7 +156,7 @@ def _ag_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
                    io={"a": [Slice("A", 0, sc.m)], "c": [Slice("C", 0, sc.m)]})
         return
 
-    if sch.dim == "K":
+    if sc.shard_dim == "K":
         _ag_gemm_k(b, sc, sch, topo)
         return
     steps, sub_rows, arrived, piece = _gather_pieces(b, sch, topo, "A", S, sc.k * sc.element_bytes)
@@ -233,7 +218,7 @@ def _gemm_rs(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
         gemms = [[b.gemm(f"gemm{g}", g, sc.m, sc.n, sc.k, dt, label="GEMM",
                          io={"a": [Slice("A", 0, sc.m)], "c": [Slice("P", 0, sc.m)]}).id] for g in range(n)]
         collectives.reduce_scatter(b, "rs", S, cols, dt, buffer="P", staging="R", engine=sch.engine,
-                                   algorithm=("direct" if sch.engine == "dma" else algo), deps=gemms)
+                                   algorithm=algo, deps=gemms)
         return
 
     subs = n if sch.granularity == "ficco" else 1
@@ -265,11 +250,11 @@ def _gemm_rs(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
                 tid = f"rs.s{j}.{src}->{dst}"
                 io = {"src": rows_of("P", dst, j), "dst": rows_of("R", src, j)}
                 if sch.engine == "sm":
-                    b.sm_transfer(tid, src, dst, sub_rows[j] * esize, (kern[src][j], kern[dst][j]),
+                    b.sm_transfer(tid, src, dst, sub_rows[j] * esize, (kern[src][j], kern[dst][j]), step=("rs", j),
                                   deps=[gemm_of_step[(src, j)]], label=f"RS step {j}", io=io)
                     incoming.setdefault((dst, j), []).append(kern[dst][j])
                 else:
-                    b.dma_transfer(tid, src, src, dst, sub_rows[j] * esize, deps=[gemm_of_step[(src, j)]],
+                    b.dma_transfer(tid, src, src, dst, sub_rows[j] * esize, step=("rs", j), deps=[gemm_of_step[(src, j)]],
                                    label=f"RS step {j}", io=io)
                     incoming.setdefault((dst, j), []).append(tid)
         for g in range(n):
@@ -317,11 +302,11 @@ def _gemm_rs_ring(b: GraphBuilder, sc: Scenario, sch: Schedule, subs: int, sub_r
                 tid = f"rs.s{s}.{g}->{dst}"
                 io = {"src": rows_of("P", c, j), "dst": rows_of("R", c, j)}
                 if kern is not None:
-                    b.sm_transfer(tid, g, dst, sub_rows[j] * esize, (kern[g][s], kern[dst][s]),
+                    b.sm_transfer(tid, g, dst, sub_rows[j] * esize, (kern[g][s], kern[dst][s]), step=("rs", s),
                                   deps=[ready[(g, c, j)]], label=f"RS step {s}", io=io)
                     recv[(dst, c, j)] = kern[dst][s]
                 else:
-                    b.dma_transfer(tid, g, g, dst, sub_rows[j] * esize, deps=[ready[(g, c, j)]],
+                    b.dma_transfer(tid, g, g, dst, sub_rows[j] * esize, step=("rs", s), deps=[ready[(g, c, j)]],
                                    label=f"RS step {s}", io=io)
                     recv[(dst, c, j)] = tid
             for g in range(n):
@@ -384,9 +369,9 @@ def _a2a_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo
                       "dst": row_slice("Y", y_off[p][g] + sub_off(p, g, j), rows)}
                 nbytes = rows * sc.k * sc.element_bytes
                 if sch.engine == "sm":
-                    b.sm_transfer(tid, p, g, nbytes, (kern[p][s], kern[g][s]), label=f"A2A step {s}", io=io)
+                    b.sm_transfer(tid, p, g, nbytes, (kern[p][s], kern[g][s]), step=("a2a", s), label=f"A2A step {s}", io=io)
                 else:
-                    b.dma_transfer(tid, g, p, g, nbytes, engine=one_engine, label=f"A2A step {s}", io=io)
+                    b.dma_transfer(tid, g, p, g, nbytes, step=("a2a", s), engine=one_engine, label=f"A2A step {s}", io=io)
                 arrived[(g, p, j)] = tid
     for g in range(n):
         local_gemm(g)
@@ -399,3 +384,8 @@ def _a2a_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo
             b.gemm(f"gemm{g}.{i}", g, sum(y.stop - y.start for y in ys), sc.n, sc.k, dt,
                    deps=[arrived[(g, p, j)] for p, j in pieces], label=f"expert GEMM piece {i}",
                    io={"a": ys, "c": [Slice("Z", base + y.start, base + y.stop) for y in ys]})
+
+
+# Every kind of the registry lowers; a kind without a lowering is a bug caught on import.
+LOWERINGS = {"ag-gemm": _ag_gemm, "gemm-rs": _gemm_rs, "a2a-gemm": _a2a_gemm}
+assert set(LOWERINGS) == set(KINDS), f"lowerings {sorted(LOWERINGS)} != scenario kinds {sorted(KINDS)}"

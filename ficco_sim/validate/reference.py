@@ -40,6 +40,7 @@ import torch
 
 from ..errors import InputError
 from ..taskgraph import Slice, TaskGraph
+from ..workload import KINDS
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # (rtol, atol) per dtype: float32 with small integers is exact.
@@ -53,7 +54,7 @@ def ref_spec(graph: TaskGraph) -> dict[str, Any] | None:
         return None
     if isinstance(raw, str):
         raw = {"kind": raw}
-    if not isinstance(raw, Mapping) or raw.get("kind") not in ("ag-gemm", "gemm-rs", "a2a-gemm"):
+    if not isinstance(raw, Mapping) or raw.get("kind") not in KINDS:
         raise InputError("task graph", "meta.reference", f"unknown reference {raw!r}")
     raw = dict(raw)
     pick = lambda *keys, default: next((raw[k] for k in keys if raw.get(k)), default)  # noqa: E731
@@ -115,20 +116,28 @@ def expected(graph: TaskGraph, rank: int, seed: int = 0) -> tuple[Slice, torch.T
     spec = ref_spec(graph)
     if spec is None:
         return None
-    p = graph.num_gpus
-    a, b, c = spec["a"], spec["b"], spec["c"]
-    ins = [make_inputs(graph, r, spec["inputs"], torch.float64, "cpu", seed) for r in range(p)]
-    kind = spec["kind"]
-    if kind == "ag-gemm":
-        m = int(spec.get("m", graph.buffers[c].rows))
-        s = int(spec.get("shard_rows", m // p))
-        full = torch.cat([ins[q][a][q * s:(q + 1) * s] for q in range(p)])
-        return Slice(c, 0, m), full @ ins[rank][b]
-    if kind == "gemm-rs":
-        m = int(spec.get("m", graph.buffers[c].rows))
-        s = int(spec.get("shard_rows", m // p))
-        total = sum(ins[q][a] @ ins[q][b] for q in range(p))
-        return Slice(c, rank * s, (rank + 1) * s), total[rank * s:(rank + 1) * s]
+    ins = [make_inputs(graph, r, spec["inputs"], torch.float64, "cpu", seed) for r in range(graph.num_gpus)]
+    return REFERENCES[spec["kind"]](graph, spec, ins, rank)
+
+
+def _ag_gemm(graph: TaskGraph, spec: dict, ins: list, rank: int) -> tuple[Slice, torch.Tensor]:
+    p, a, b, c = graph.num_gpus, spec["a"], spec["b"], spec["c"]
+    m = int(spec.get("m", graph.buffers[c].rows))
+    s = int(spec.get("shard_rows", m // p))
+    full = torch.cat([ins[q][a][q * s:(q + 1) * s] for q in range(p)])
+    return Slice(c, 0, m), full @ ins[rank][b]
+
+
+def _gemm_rs(graph: TaskGraph, spec: dict, ins: list, rank: int) -> tuple[Slice, torch.Tensor]:
+    p, a, b, c = graph.num_gpus, spec["a"], spec["b"], spec["c"]
+    m = int(spec.get("m", graph.buffers[c].rows))
+    s = int(spec.get("shard_rows", m // p))
+    total = sum(ins[q][a] @ ins[q][b] for q in range(p))
+    return Slice(c, rank * s, (rank + 1) * s), total[rank * s:(rank + 1) * s]
+
+
+def _a2a_gemm(graph: TaskGraph, spec: dict, ins: list, rank: int) -> tuple[Slice, torch.Tensor]:
+    p, a, b, c = graph.num_gpus, spec["a"], spec["b"], spec["c"]
     counts = spec.get("counts")
     if counts is None:
         share = graph.buffers[a].rows // p
@@ -139,6 +148,11 @@ def expected(graph: TaskGraph, rank: int, seed: int = 0) -> tuple[Slice, torch.T
         rows.append(ins[q][a][off:off + counts[q][rank]])
     got = torch.cat(rows)
     return Slice(c, 0, got.shape[0]), got @ ins[rank][b]
+
+
+# The executor's reference result of every scenario kind of the registry (checked on import).
+REFERENCES = {"ag-gemm": _ag_gemm, "gemm-rs": _gemm_rs, "a2a-gemm": _a2a_gemm}
+assert set(REFERENCES) == set(KINDS), f"references {sorted(REFERENCES)} != scenario kinds {sorted(KINDS)}"
 
 
 def check(result: torch.Tensor, want: torch.Tensor) -> tuple[bool, float]:

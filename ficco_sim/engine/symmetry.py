@@ -1,4 +1,4 @@
-"""GPU symmetry for the vectorized estimator: on symmetric topologies a rotation-symmetric
+"""GPU symmetry for the closed-form engine: on symmetric topologies a rotation-symmetric
 schedule gives every GPU the same times, so the estimator evaluates one task per class of
 equivalent tasks and copies the answer (results are identical to the full evaluation; the
 tests check it node by node).
@@ -12,11 +12,12 @@ import numpy as np
 
 from ..topology import Topology
 from ..workload import Scenario
-from .fast import Template, _groups
+from .closed_form import Template
+from .closed_form_overlap import groups
 
 
 def rotation_symmetric(sc: Scenario, topo: Topology) -> bool:
-    """Whether rotating GPU ids may map ``sc`` on ``topo`` onto itself (then :func:`~ficco_sim.explore.fast.merge`
+    """Whether rotating GPU ids may map ``sc`` on ``topo`` onto itself (then :func:`quotient`
     tests each template): fully connected and switched topologies, uniform routing. Not
     rings: ties between the two directions are routed one way, which breaks the symmetry."""
     uniform = sc.routing is None or len({x for row in sc.routing for x in row}) == 1
@@ -80,10 +81,10 @@ def quotient(tpl: Template, stride: int, gpus: int) -> tuple[Template | None, np
     quot = Template(
         ref=tpl.ref, num_nodes=Q, levels=levels, kind=tpl.kind[rep], const=tpl.const[rep], coef=tpl.coef[rep],
         ref_bytes=tpl.ref_bytes[rep], gemm_shape=tpl.gemm_shape[rep], shapes=tpl.shapes, gpu_of=tpl.gpu_of[rep],
-        dst_of=tpl.dst_of[rep], begin_of={}, gemm_nodes=orbit[tpl.gemm_nodes], gemm_begin=orbit[tpl.gemm_begin],
+        dst_of=tpl.dst_of[rep], gemm_nodes=orbit[tpl.gemm_nodes], gemm_begin=orbit[tpl.gemm_begin],
         comm_nodes=orbit[tpl.comm_nodes], comm_begin=orbit[tpl.comm_begin], comm_grid=tpl.comm_grid,
         xfer_nodes=orbit[x_nodes], xfer_begin=orbit[tpl.xfer_begin], xfer_ready=orbit[tpl.xfer_ready],
-        launch=tpl.launch, gemm_targets=gemm_targets, xfer_targets=xfer_targets,
-        groups=_groups(g_all[tpl.gemm_nodes], g_all[tpl.comm_nodes], tpl.comm_grid, g_all[x_nodes],
+        launch=tpl.launch, comm_scale=tpl.comm_scale, gemm_targets=gemm_targets, xfer_targets=xfer_targets,
+        groups=groups(g_all[tpl.gemm_nodes], g_all[tpl.comm_nodes], tpl.comm_grid, g_all[x_nodes],
                        tpl.dst_of[x_nodes], gemm_targets, xfer_targets))
     return quot, orbit

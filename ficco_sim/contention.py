@@ -1,0 +1,61 @@
+"""The contention rule: how much compute and communication slow each other down beyond
+fair sharing of bandwidth, written once for every engine.
+
+* Compute next to communication loses the SMs the communication kernels hold (in the DES
+  they are simply not available; the closed form charges ``held / (SMs - held)``, at
+  most 9x) and is slowed by communication's HBM traffic: ``1 + c_comp * rate / peak``
+  with ``c_comp`` the profile's ``contention.compute_per_hbm_util``.
+* Communication next to compute is slowed by compute's HBM traffic at either end:
+  ``1 + c_comm * rate / peak``.
+
+``rate`` is bytes/s, ``peak`` the profile's HBM bandwidth. Works on numbers and arrays.
+:class:`Weights` scales each term (1 = the profile's rule; the heuristic fits them).
+
+>>> from ficco_sim.hardware import load_gpu
+>>> g = load_gpu("h100")
+>>> compute_slowdown(g, 0.0), comm_slowdown(g, 0.0)
+(1.0, 1.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hardware import GpuProfile
+
+MAX_SM_LOSS = 0.9
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Multipliers of the SM term and the HBM terms of the rule (1, 1: as calibrated)."""
+
+    sm: float = 1.0
+    hbm: float = 1.0
+
+
+PROFILE = Weights()
+
+
+def sm_loss(gpu: GpuProfile, held_sms):
+    """Share of a GPU's SMs that ``held_sms`` communication blocks take (capped)."""
+    share = held_sms / gpu.num_sms
+    return np.minimum(MAX_SM_LOSS, share) if isinstance(share, np.ndarray) else min(MAX_SM_LOSS, share)
+
+
+def compute_slowdown(gpu: GpuProfile, comm_hbm_rate, *, held_sms=0.0, sm_cover=1.0, hbm_cover=1.0,
+                     weights: Weights = PROFILE):
+    """Factor (>= 1) on a compute kernel's time: SMs held by communication over ``sm_cover``
+    of its run, communication HBM traffic over ``hbm_cover`` of it."""
+    out = 1.0 + weights.hbm * hbm_cover * gpu.contention.compute_per_hbm_util * comm_hbm_rate / gpu.hbm_bandwidth
+    if isinstance(held_sms, np.ndarray) or held_sms:
+        loss = sm_loss(gpu, held_sms)
+        out = out + weights.sm * sm_cover * loss / (1.0 - loss)
+    return out
+
+
+def comm_slowdown(gpu: GpuProfile, compute_hbm_rate, *, cover=1.0, weights: Weights = PROFILE):
+    """Factor (>= 1) on a transfer's bytes time: compute HBM traffic at its ends over ``cover`` of it."""
+    return 1.0 + weights.hbm * cover * gpu.contention.comm_per_hbm_util * compute_hbm_rate / gpu.hbm_bandwidth

@@ -1,0 +1,372 @@
+"""The closed-form engine: a task graph compiled once into a max-plus DAG, evaluated with
+numpy for many sizes at once. With the DES (:mod:`.des`) it is one of the two models of
+time; everything that is not the DES (``--engine analytical``, explore sweeps, the
+heuristic) comes here.
+
+Compiling (:func:`compile_graph`) turns every task into nodes whose values are times:
+
+* a kernel begins ``launch`` after its dependencies and its stream predecessor end; a
+  GEMM (a kernel with a :class:`~ficco_sim.gemm_model.GemmShape`) ends its isolated time
+  later (:func:`ficco_sim.gemm_model.gemm_times`: tile choice, waves, HBM bound), another
+  compute or memory kernel after its blocks' closed-form waves, a communication kernel
+  when the transfers it drives end;
+* a transfer takes ``fixed + latency + bytes / bandwidth`` (alpha-beta): the bandwidth is
+  the path's bottleneck link divided among the transfers of its concurrency step
+  (:attr:`~ficco_sim.taskgraph.Transfer.step`) that cross it, capped by the copy engine
+  (commands of one step queued on one engine run in rounds, each round sharing links
+  only with the other engines' same round) or by the driving kernel's channels shared by
+  its transfers of the step, and by HBM.
+
+A second pass applies the contention rule (:mod:`ficco_sim.contention`) where the first
+shows overlap (:mod:`.closed_form_overlap`). Without overlap the answer is exact for
+isolated GEMMs and alpha-beta collectives; it cannot see starvation (a kernel waiting
+for SMs behind another's blocks), which the DES shows.
+
+A template compiled from a :class:`~ficco_sim.workload.Scenario` evaluates any scenario of
+the same :meth:`~ficco_sim.workload.Scenario.structure` exactly: GEMM dimensions scale
+with the scenario's m, n, k, transfer bytes and reductions with the communicated shape.
+
+>>> from ficco_sim.schedules import lower
+>>> from ficco_sim.workload import Scenario
+>>> g = lower(Scenario("ag-gemm", 2, 1024, 1024, 1024), "none", "h100", "switch:2")
+>>> closed_form_timeline(g, "h100", "switch:2").makespan > 0
+True
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..contention import PROFILE, Weights
+from ..gemm_model import GemmShape, blocks_per_sm, gemm_times, hbm_traffic, waves_time
+from ..hardware import GpuProfile, load_gpu
+from ..taskgraph import Kernel, TaskGraph, Transfer
+from ..timeline import TaskRecord, Timeline
+from ..topology import Topology, load_topology
+from ..workload import Scenario
+from .closed_form_overlap import Groups, groups, slowdowns
+
+ZERO, CONST, GEMM, XFER, MEM, FIXED = range(6)
+
+
+def kernel_isolated_time(gpu: GpuProfile, k: Kernel, *, launch: bool = True) -> float:
+    """Closed-form time (s) of one compute/memory kernel alone on its GPU (waves of its blocks)."""
+    t = waves_time(gpu, k.grid, blocks_per_sm(gpu.sm, k.block), k.block_time, k.block_hbm_bytes)
+    return float(t) + (gpu.launch_overhead if launch else 0.0)
+
+
+@dataclass
+class Template:
+    """A task graph compiled into a levelled max-plus DAG (see module docstring)."""
+
+    ref: Scenario | None
+    num_nodes: int
+    levels: list[tuple[np.ndarray, np.ndarray]]   # (node ids, padded input ids) per level
+    kind: np.ndarray           # node -> ZERO | CONST | GEMM | XFER | MEM | FIXED
+    const: np.ndarray          # CONST: launch; XFER: fixed + latency; MEM/FIXED: duration at ref
+    coef: np.ndarray           # XFER: s per byte
+    ref_bytes: np.ndarray      # XFER: bytes at ref
+    gemm_shape: np.ndarray     # GEMM node -> index into shapes
+    shapes: list[GemmShape]    # at ref
+    gpu_of: np.ndarray         # node -> GPU (kernels: their GPU; transfers: src)
+    dst_of: np.ndarray         # transfers: dst, else -1
+    gemm_nodes: np.ndarray     # end nodes of GEMM kernels (with a shape)
+    gemm_begin: np.ndarray
+    comm_nodes: np.ndarray     # end nodes of comm kernels
+    comm_begin: np.ndarray
+    comm_grid: np.ndarray
+    xfer_nodes: np.ndarray
+    xfer_begin: np.ndarray
+    xfer_ready: np.ndarray
+    launch: float
+    comm_scale: tuple[str, str] = ("m", "k")
+    groups: Groups | None = None
+    tasks: dict = field(default_factory=dict)   # task id -> (ready node, begin node, end node)
+    gemm_targets: np.ndarray | None = None      # GEMMs (transfers) whose slowdown the contention pass
+    xfer_targets: np.ndarray | None = None      # computes; None: all (a quotient: one per class)
+    quotient: "Template | None" = None          # evaluated instead when set (:mod:`.symmetry`)
+    orbit: np.ndarray | None = None             # node (and sentinel) -> quotient node
+
+
+def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology) -> dict[str, tuple[float, float]]:
+    """(fixed s, s per byte) of every transfer of ``graph`` (alpha-beta; see module docstring)."""
+    share: Counter = Counter()
+    chan: Counter = Counter()
+    position: Counter = Counter()
+    rnd: dict[str, int] = {}
+    group = {t.id: (t.step if t.step is not None else ("own", t.id)) for t in graph.transfers}
+    paths = {}
+    for t in graph.transfers:
+        if (t.src, t.dst) not in paths:
+            paths[(t.src, t.dst)] = (topo.path_links(t.src, t.dst), topo.path_latency(t.src, t.dst))
+        r = 0
+        if t.engine == "dma":
+            key = (t.gpu, t.stream, group[t.id])
+            r = position[key]
+            position[key] += 1
+        rnd[t.id] = r
+        for link in paths[(t.src, t.dst)][0]:
+            share[(link, group[t.id], r)] += 1
+        if t.engine == "sm":
+            chan[(t.drivers[0], group[t.id])] += 1
+    edges = topo.graph.edges
+    out = {}
+    for t in graph.transfers:
+        links, latency = paths[(t.src, t.dst)]
+        bw = min((edges[lk]["bandwidth"] / share[(lk, group[t.id], rnd[t.id])] for lk in links), default=np.inf)
+        if t.engine == "dma":
+            bw, fixed = min(bw, gpu.dma.bandwidth), gpu.dma.command_overhead
+        else:
+            k = graph.kernel(t.drivers[0])
+            bw, fixed = min(bw, k.grid * gpu.comm_kernel.channel_bandwidth / chan[(k.id, group[t.id])]), 0.0
+        bw = min(bw, gpu.hbm_effective / (2 if t.src == t.dst else 1))
+        out[t.id] = (fixed + latency, 1.0 / bw)
+    return out
+
+
+def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: Scenario | None = None) -> Template:
+    """The template of ``graph`` (lowered from ``scenario``, if any: then it rescales)."""
+    kinds, consts, coefs, nbytes, shape_ix, gpus, dsts, inputs = [], [], [], [], [], [], [], []
+
+    def node(kind: int, gpu_id: int, const: float = 0.0, coef: float = 0.0, nb: float = 0.0, shape: int = -1,
+             dst: int = -1) -> int:
+        kinds.append(kind)
+        consts.append(const)
+        coefs.append(coef)
+        nbytes.append(nb)
+        shape_ix.append(shape)
+        gpus.append(gpu_id)
+        dsts.append(dst)
+        inputs.append(())
+        return len(kinds) - 1
+
+    costs = transfer_costs(graph, gpu, topo)
+    shapes: dict[GemmShape, int] = {}
+    begin, end, ready, prev, last = {}, {}, {}, {}, {}
+    driven: dict[str, list[str]] = {}
+    for t in graph.tasks:
+        key = graph.stream_of(t)
+        prev[t.id] = last.get(key) if key else None
+        if key:
+            last[key] = t.id
+        if isinstance(t, Kernel):
+            begin[t.id] = ready[t.id] = node(CONST, t.gpu, gpu.launch_overhead)
+            if t.kind == "gemm" and t.gemm is not None:
+                end[t.id] = node(GEMM, t.gpu, shape=shapes.setdefault(t.gemm, len(shapes)))
+            elif t.kind == "comm":
+                end[t.id] = node(ZERO, t.gpu)
+                driven[t.id] = []
+            else:
+                end[t.id] = node(MEM if t.kind == "memory" else FIXED, t.gpu, kernel_isolated_time(gpu, t, launch=False))
+        else:
+            ready[t.id] = node(ZERO, t.src, dst=t.dst)
+            begin[t.id] = node(ZERO, t.src, dst=t.dst) if t.engine == "sm" else ready[t.id]
+            fixed, per_byte = costs[t.id]
+            end[t.id] = node(XFER, t.src, fixed, per_byte, t.nbytes, dst=t.dst)
+            for k in t.drivers:
+                driven[k].append(t.id)
+    for t in graph.tasks:
+        pre = tuple(end[d] for d in t.deps) + ((end[prev[t.id]],) if prev[t.id] else ())
+        if isinstance(t, Kernel):
+            inputs[begin[t.id]] = pre
+            inputs[end[t.id]] = (begin[t.id],) + tuple(end[x] for x in driven.get(t.id, ()))
+        else:
+            inputs[ready[t.id]] = pre
+            if t.engine == "sm":
+                inputs[begin[t.id]] = (ready[t.id],) + tuple(begin[k] for k in t.drivers)
+            inputs[end[t.id]] = (begin[t.id],)
+    n = len(kinds)
+    level = _levels(inputs)
+    levels = []
+    for lv in range(1, int(level.max()) + 1 if n else 1):
+        ids = np.flatnonzero(level == lv)
+        width = max(len(inputs[i]) for i in ids)
+        pad = np.full((len(ids), max(1, width)), n, dtype=np.int64)   # n: the zero source
+        for r, i in enumerate(ids):
+            pad[r, :len(inputs[i])] = inputs[i]
+        levels.append((ids, pad))
+    kernels = graph.kernels
+    gemms = [t for t in kernels if t.kind == "gemm" and t.gemm is not None]
+    comms = [t for t in kernels if t.kind == "comm"]
+    xfers = graph.transfers
+    ix = lambda d, ts: np.array([d[t.id] for t in ts], dtype=np.int64)  # noqa: E731
+    comm_grid = np.array([k.grid for k in comms], dtype=float)
+    gpu_of, dst_of = np.array(gpus, dtype=np.int64), np.array(dsts, dtype=np.int64)
+    gemm_nodes, comm_nodes, xfer_nodes = ix(end, gemms), ix(end, comms), ix(end, xfers)
+    return Template(
+        ref=scenario, num_nodes=n, levels=levels, kind=np.array(kinds, dtype=np.int64), const=np.array(consts),
+        coef=np.array(coefs), ref_bytes=np.array(nbytes), gemm_shape=np.array(shape_ix, dtype=np.int64),
+        shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=ix(begin, gemms),
+        comm_nodes=comm_nodes, comm_begin=ix(begin, comms), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
+        xfer_begin=ix(begin, xfers), xfer_ready=ix(ready, xfers), launch=gpu.launch_overhead,
+        comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
+        groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
+        tasks={t.id: (ready[t.id], begin[t.id], end[t.id]) for t in graph.tasks})
+
+
+def _levels(inputs: list[tuple[int, ...]]) -> np.ndarray:
+    """Longest-path depth of every node (inputs first), by Kahn's algorithm (plain lists:
+    numpy scalar indexing would dominate template building)."""
+    n = len(inputs)
+    outs: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for i, ins in enumerate(inputs):
+        for j in ins:
+            outs[j].append(i)
+        indeg[i] = len(ins)
+    level = [1] * n
+    stack = [i for i in range(n) if indeg[i] == 0]
+    while stack:
+        i = stack.pop()
+        li = level[i] + 1
+        for j in outs[i]:
+            if level[j] < li:
+                level[j] = li
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                stack.append(j)
+    return np.array(level, dtype=np.int64)
+
+
+def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
+    """Templates of one scenario structure as one block-diagonal template (one evaluation for
+    all: numpy's per-call cost is paid once), and each one's first node (plus the total).
+
+    GPUs (and source/destination pairs) of different templates stay apart in the
+    contention pass: they are renumbered ``gpu + i * G`` for template ``i``."""
+    offs = np.cumsum([0] + [t.num_nodes for t in tpls])
+    N = int(offs[-1])
+    shapes: dict[GemmShape, int] = {}
+    remap = [np.array([shapes.setdefault(sh, len(shapes)) for sh in t.shapes] + [-1], dtype=np.int64) for t in tpls]
+    depth = max(len(t.levels) for t in tpls)
+    levels = []
+    for lv in range(depth):
+        got = [(t, o) for t, o in zip(tpls, offs) if lv < len(t.levels)]
+        width = max(t.levels[lv][1].shape[1] for t, _ in got)
+        ids = np.concatenate([t.levels[lv][0] + o for t, o in got])
+        pad = np.full((len(ids), width), N, dtype=np.int64)
+        r = 0
+        for t, o in got:
+            i, p = t.levels[lv]
+            pad[r:r + len(i), :p.shape[1]] = np.where(p == t.num_nodes, N, p + o)
+            r += len(i)
+        levels.append((ids, pad))
+    cat = lambda f: np.concatenate([getattr(t, f) for t in tpls])  # noqa: E731
+    at = lambda f: np.concatenate([getattr(t, f) + o for t, o in zip(tpls, offs)])  # noqa: E731
+    G = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
+    gpu_of = np.concatenate([np.where(t.gpu_of >= 0, t.gpu_of + i * G, -1) for i, t in enumerate(tpls)])
+    dst_of = np.concatenate([np.where(t.dst_of >= 0, t.dst_of + i * G, -1) for i, t in enumerate(tpls)])
+    gemm_nodes, comm_nodes, xfer_nodes = at("gemm_nodes"), at("comm_nodes"), at("xfer_nodes")
+    comm_grid = cat("comm_grid")
+    out = Template(
+        ref=tpls[0].ref, num_nodes=N, levels=levels, kind=cat("kind"), const=cat("const"), coef=cat("coef"),
+        ref_bytes=cat("ref_bytes"), gemm_shape=np.concatenate([r[t.gemm_shape] for r, t in zip(remap, tpls)]),
+        shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=at("gemm_begin"),
+        comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
+        xfer_begin=at("xfer_begin"), xfer_ready=at("xfer_ready"), launch=tpls[0].launch,
+        comm_scale=tpls[0].comm_scale,
+        groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]))
+    return out, offs
+
+
+# ----------------------------------------------------------------------------------------
+# Evaluation
+
+def _factors(tpl: Template, scenarios: Sequence[Scenario] | None) -> dict[str, np.ndarray]:
+    r = tpl.ref
+    if not scenarios or r is None:
+        return {d: np.ones(max(1, len(scenarios or ()))) for d in "mnk"}
+    bad = [s.label() for s in scenarios if s.structure() != r.structure()]
+    if bad:
+        raise ValueError(f"scenario {bad[0]!r} is not shaped like the template's {r.label()!r}")
+    return {d: np.array([getattr(s, d) / getattr(r, d) for s in scenarios]) for d in "mnk"}
+
+
+def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P, nodes + 1) contention-free durations of non-transfer nodes, (P, nodes + 1) bytes
+    of transfer nodes, (P, GEMMs) GEMM HBM bytes; one row per scenario (one row at the
+    template's own sizes when none are given)."""
+    f = _factors(tpl, scenarios)
+    P = len(f["m"])
+    kind = tpl.kind
+    dur = np.zeros((P, tpl.num_nodes + 1))
+    dur[:, :-1] = np.where((kind == CONST) | (kind == FIXED), tpl.const, 0.0)
+    gemm_hbm = np.zeros((P, len(tpl.gemm_nodes)))
+    if tpl.shapes:
+        times, traffic = [], []
+        for sh in tpl.shapes:
+            m, n, k = (np.maximum(1, np.round(x * f[d])) for x, d in ((sh.m, "m"), (sh.n, "n"), (sh.k, "k")))
+            times.append(gemm_times(gpu, m, n, k, sh.dtype, extra_smem=sh.extra_smem, accumulate=sh.accumulate))
+            traffic.append(hbm_traffic(m, n, k, sh.dtype, sh.accumulate))
+        times, traffic = np.stack(times, axis=1), np.stack(traffic, axis=1)   # (P, shapes)
+        g = np.flatnonzero(kind == GEMM)
+        dur[:, g] = times[:, tpl.gemm_shape[g]]
+        gemm_hbm = traffic[:, tpl.gemm_shape[tpl.gemm_nodes]]
+    a, b = tpl.comm_scale
+    comm = f[a] * f[b]
+    nbytes = np.zeros((P, tpl.num_nodes + 1))
+    x = np.flatnonzero(kind == XFER)
+    nbytes[:, x] = tpl.ref_bytes[x] * comm[:, None]
+    mm = np.flatnonzero(kind == MEM)
+    dur[:, mm] = tpl.const[mm] * comm[:, None]
+    return dur, nbytes, gemm_hbm
+
+
+def run(tpl: Template, add: np.ndarray) -> np.ndarray:
+    """Node times: each node ends ``add`` after the latest of its inputs (level by level)."""
+    vals = np.zeros_like(add)
+    for ids, pad in tpl.levels:
+        vals[:, ids] = vals[:, pad].max(axis=2) + add[:, ids]
+    return vals
+
+
+def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | None = None, *,
+             contention: bool = True, weights: Weights = PROFILE) -> dict[str, np.ndarray]:
+    """Node times (``vals``, P x nodes + 1 sentinel), durations and makespans for every
+    scenario (default: the template's own sizes)."""
+    if tpl.quotient is not None:
+        ev = evaluate(tpl.quotient, gpu, scenarios, contention=contention, weights=weights)
+        out = {k: ev[k][:, tpl.orbit] for k in ("vals", "add", "base", "nbytes")}
+        return {**out, "makespan": ev["makespan"]}
+    base, nbytes, gemm_hbm = durations(tpl, gpu, scenarios)
+    xfer = np.flatnonzero(tpl.kind == XFER)
+    add = base.copy()
+    add[:, xfer] = tpl.const[xfer] + tpl.coef[xfer] * nbytes[:, xfer]
+    vals = run(tpl, add)
+    if contention and tpl.groups is not None:
+        slow = slowdowns(tpl, gpu, vals, nbytes, gemm_hbm, weights)
+        add = base * slow
+        add[:, xfer] = tpl.const[xfer] + tpl.coef[xfer] * nbytes[:, xfer] * slow[:, xfer]
+        vals = run(tpl, add)
+    return {"vals": vals, "add": add, "base": base, "nbytes": nbytes, "makespan": vals[:, :-1].max(axis=1, initial=0.0)}
+
+
+def closed_form_timeline(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology | str, *,
+                         contention: bool = True, weights: Weights = PROFILE) -> Timeline:
+    """The closed-form timeline of ``graph`` (see module docstring)."""
+    gpu = load_gpu(gpu)
+    topology = load_topology(topology, gpu)
+    tpl = compile_graph(graph, gpu, topology)
+    return timeline_of(graph, tpl, evaluate(tpl, gpu, contention=contention, weights=weights)["vals"][0])
+
+
+def timeline_of(graph: TaskGraph, tpl: Template, vals: np.ndarray) -> Timeline:
+    """Task records from one row of node times."""
+    records = []
+    launch = tpl.launch
+    for t in graph.tasks:
+        r, b, e = tpl.tasks[t.id]
+        if isinstance(t, Kernel):
+            records.append(TaskRecord(t.id, t.gpu, t.stream, t.kind, t.role, t.label, float(vals[b]) - launch,
+                                      float(vals[b]), float(vals[e]), grid=t.grid))
+        else:
+            stream = t.stream if t.engine == "dma" else "sm-transfers"
+            records.append(TaskRecord(t.id, t.gpu, stream, "transfer", t.role, t.label, float(vals[b]),
+                                      float(vals[b]), float(vals[e]), engine=t.engine, src=t.src, dst=t.dst,
+                                      nbytes=t.nbytes))
+    return Timeline(records, {}, len(records))

@@ -1,0 +1,147 @@
+"""The closed-form engine's contention pass: from the overlaps of a contention-free pass,
+the slowdown of every GEMM and transfer under :mod:`ficco_sim.contention`'s rule.
+
+A GEMM meets the communication kernels and transfers of its GPU: it is charged the SMs
+held by the widest communication kernel overlapping it, over the share of its run some
+communication kernel covers, and the HBM traffic of the fastest overlapping transfer,
+over the share transfers cover. A transfer meets the GEMMs at its source and destination.
+All GPUs at once: members are gathered through padded index lists (:class:`Groups`;
+padding gathers an empty span at +inf) and merged into disjoint spans once per GPU (per
+source/destination pair).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..contention import Weights, comm_slowdown, compute_slowdown
+from ..hardware import GpuProfile
+
+if TYPE_CHECKING:
+    from .closed_form import Template
+
+
+@dataclass
+class Groups:
+    """Who meets whom in the contention pass, as padded index lists (sentinel: the count).
+
+    ``row``: GEMM -> GPU row; ``comm`` (U, Wc): comm kernels per GPU row; ``near`` (U, Wx):
+    transfers from or to each GPU row; ``pair_gemms`` (pairs, Wg): GEMMs on the source or
+    destination of each (src, dst) pair; ``pair_row``: transfer -> pair."""
+
+    row: np.ndarray
+    comm: np.ndarray
+    comm_grid: np.ndarray      # (U, Wc) grid of each listed comm kernel, 0 for padding
+    near: np.ndarray
+    pair_gemms: np.ndarray
+    pair_row: np.ndarray
+
+
+def groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x_src: np.ndarray,
+           x_dst: np.ndarray, gemm_targets: np.ndarray | None = None, xfer_targets: np.ndarray | None = None
+           ) -> Groups | None:
+    """Rows for the target GEMMs and transfers (default: all); member lists over all."""
+    if not len(gemm_gpu):
+        return None
+    tg = slice(None) if gemm_targets is None else gemm_targets
+    tx = slice(None) if xfer_targets is None else xfer_targets
+    gpus = np.unique(gemm_gpu[tg])
+    comm = members(gpus[:, None] == comm_gpu[None, :])
+    near = members((gpus[:, None] == x_src[None, :]) | (gpus[:, None] == x_dst[None, :]))
+    pairs, prow = np.unique(np.stack([x_src[tx], x_dst[tx]], 1).reshape(-1, 2), axis=0, return_inverse=True)
+    pair_gemms = members((pairs[:, :1] == gemm_gpu[None, :]) | (pairs[:, 1:] == gemm_gpu[None, :]))
+    return Groups(row=np.searchsorted(gpus, gemm_gpu[tg]), comm=comm,
+                  comm_grid=np.append(comm_grid, 0.0)[comm], near=near, pair_gemms=pair_gemms,
+                  pair_row=prow.reshape(-1))
+
+
+def members(member: np.ndarray) -> np.ndarray:
+    """Row r's member columns of a boolean (R, B) matrix, padded with B (a sentinel column).
+
+    >>> members(np.array([[True, False, True], [False, True, False]])).tolist()
+    [[0, 2], [1, 3]]
+    """
+    width = max(1, int(member.sum(1).max())) if member.size else 1
+    out = np.full((member.shape[0], width), member.shape[1], dtype=np.int64)
+    for r, row in enumerate(member):
+        ids = np.flatnonzero(row)
+        out[r, :len(ids)] = ids
+    return out
+
+
+def disjoint(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Spans (..., B) rewritten as disjoint spans with the same union (sorted, empty ones
+    allowed): span i keeps only what lies past the ends of the spans before it.
+
+    >>> lo, hi = disjoint(np.array([[0.0, 1.0, 5.0]]), np.array([[2.0, 3.0, 6.0]]))
+    >>> float((hi - lo).sum())
+    4.0
+    """
+    order = np.argsort(starts, axis=-1)
+    a = np.take_along_axis(starts, order, -1)
+    b = np.take_along_axis(ends, order, -1)
+    run = np.maximum.accumulate(b, axis=-1)
+    prev = np.concatenate([np.full(a[..., :1].shape, -np.inf), run[..., :-1]], axis=-1)
+    return np.maximum(a, prev), np.maximum(b, prev)
+
+
+def covered(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per (P, A): fraction of [s, e) covered by disjoint spans (P, A, B)."""
+    cov = np.maximum(0.0, np.minimum(e[..., None], hi) - np.maximum(s[..., None], lo)).sum(-1)
+    width = e - s
+    return np.where(width > 0, cov / np.where(width > 0, width, 1.0), 0.0)
+
+
+def _pad(x: np.ndarray, fill: float) -> np.ndarray:
+    """``x`` (P, B) with one more column of ``fill`` (what sentinel indices gather)."""
+    return np.concatenate([x, np.full((x.shape[0], 1), fill)], axis=1)
+
+
+def slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, nbytes: np.ndarray, gemm_hbm: np.ndarray,
+              weights: Weights) -> np.ndarray:
+    """(P, nodes + 1) slowdown factors from the overlaps of a contention-free pass ``vals``."""
+    slow = np.ones_like(vals)
+    grp = tpl.groups
+    inf = np.inf
+    tg = slice(None) if tpl.gemm_targets is None else tpl.gemm_targets
+    tx = slice(None) if tpl.xfer_targets is None else tpl.xfer_targets
+    gs_all, ge_all = vals[:, tpl.gemm_begin], vals[:, tpl.gemm_nodes]
+    xs_all, xe_all = vals[:, tpl.xfer_begin], vals[:, tpl.xfer_nodes]
+    xmask = xe_all > xs_all
+    xrate = np.where(xmask, nbytes[:, tpl.xfer_nodes] / np.where(xmask, xe_all - xs_all, 1.0), 0.0)
+    grate = np.where(ge_all > gs_all, gemm_hbm / np.where(ge_all > gs_all, ge_all - gs_all, 1.0), 0.0)
+    gs, ge = gs_all[:, tg], ge_all[:, tg]
+    xs, xe = xs_all[:, tx], xe_all[:, tx]
+    row = grp.row
+    s, e = gs[..., None], ge[..., None]                                   # (P, G, 1)
+    f_sm, held = 0.0, 0.0
+    if len(tpl.comm_nodes):
+        a = _pad(vals[:, tpl.comm_begin], inf)[:, grp.comm]               # (P, U, Wc)
+        b = _pad(vals[:, tpl.comm_nodes], inf)[:, grp.comm]
+        lo, hi = disjoint(a, b)
+        f_sm = covered(gs, ge, lo[:, row], hi[:, row])
+        over = (a[:, row] < e) & (b[:, row] > s)
+        held = np.where(over, grp.comm_grid[row], 0.0).max(-1)
+    f_hbm = rate = 0.0
+    if len(tpl.xfer_nodes):
+        a = _pad(np.where(xmask, xs_all, inf), inf)[:, grp.near]          # (P, U, Wx)
+        b = _pad(np.where(xmask, xe_all, inf), inf)[:, grp.near]
+        lo, hi = disjoint(a, b)
+        f_hbm = covered(gs, ge, lo[:, row], hi[:, row])
+        over = (a[:, row] < e) & (b[:, row] > s)
+        rate = np.where(over, _pad(xrate, 0.0)[:, grp.near][:, row], 0.0).max(-1)
+    slow[:, tpl.gemm_nodes[tg]] = compute_slowdown(gpu, rate, held_sms=np.asarray(held, dtype=float), sm_cover=f_sm,
+                                                   hbm_cover=f_hbm, weights=weights)
+    if len(tpl.xfer_nodes):
+        prow = grp.pair_row
+        a = _pad(gs_all, inf)[:, grp.pair_gemms]                          # (P, pairs, Wg)
+        b = _pad(ge_all, inf)[:, grp.pair_gemms]
+        lo, hi = disjoint(a, b)
+        f = covered(xs, xe, lo[:, prow], hi[:, prow])
+        over = (a[:, prow] < xe[..., None]) & (b[:, prow] > xs[..., None])
+        rate = np.where(over, _pad(grate, 0.0)[:, grp.pair_gemms][:, prow], 0.0).max(-1)
+        slow[:, tpl.xfer_nodes[tx]] = comm_slowdown(gpu, rate, cover=f, weights=weights)
+    return slow

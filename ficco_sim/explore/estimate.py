@@ -1,0 +1,140 @@
+"""Closed-form sweeps: many scenarios x many schedules through the closed-form engine
+(:mod:`ficco_sim.engine.closed_form`), one compiled template per (scenario structure,
+schedule), every metric from :func:`ficco_sim.metrics.schedule_metrics`.
+
+Rows are what :meth:`ficco_sim.Result.row` gives for ``simulate(..., engine="analytical")``
+of the same point, to 1e-9 (tested): a template evaluates scenarios of its structure
+exactly (:meth:`ficco_sim.workload.Scenario.structure`).
+
+>>> from ficco_sim.workload import Scenario
+>>> sc = [Scenario("ag-gemm", 4, m, 4096, 4096) for m in (4096, 8192, 16384)]
+>>> rows = estimate_many(sc, ["none", "ficco-a2a-dma"], "h100", "switch:4")
+>>> [round(r["speedup"], 2) > 0 for r in rows][:2]
+[True, True]
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+import numpy as np
+
+from ..contention import PROFILE, Weights
+from ..engine.closed_form import Template, compile_graph, evaluate, merge
+from ..engine.symmetry import quotient, rotation_symmetric
+from ..gemm_model import gemm_times
+from ..hardware import GpuProfile, load_gpu
+from ..metrics import comm_only_graph, schedule_metrics
+from ..schedules import Schedule, lower, parse_schedule
+from ..topology import Topology, load_topology
+from ..workload import Scenario
+
+_CACHE: dict = {}
+_LIMIT = 20_000
+
+
+def _remember(key, value):
+    if len(_CACHE) >= _LIMIT:
+        _CACHE.clear()
+    _CACHE[key] = value
+    return value
+
+
+def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo: Topology, *,
+             comm_only: bool = False) -> Template:
+    """The (cached) template of ``schedule`` for scenarios structured like ``scenario``."""
+    schedule = parse_schedule(schedule)
+    key = (scenario.structure(), schedule.name, id(gpu), id(topo), comm_only)
+    hit = _CACHE.get(key)
+    if hit is None:
+        graph = lower(scenario, schedule, gpu, topo)
+        if comm_only:
+            graph = comm_only_graph(graph)
+        # the profile and topology are kept with their template: while they live, their
+        # id()s name no other
+        hit = _remember(key, (gpu, topo, compile_graph(graph, gpu, topo, scenario)))
+    return hit[2]
+
+
+def _merged(tpls: list[Template], scenario: Scenario, topo: Topology) -> tuple[Template, np.ndarray]:
+    key = ("merged", *(id(t) for t in tpls))
+    hit = _CACHE.get(key)
+    if hit is None:
+        merged, offs = merge(tpls)
+        if rotation_symmetric(scenario, topo):
+            stride = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
+            merged.quotient, merged.orbit = quotient(merged, stride, scenario.gpus)
+        hit = _remember(key, (tpls, merged, offs))
+    return hit[1], hit[2]
+
+
+def _part(ev: dict, a: int, b: int) -> dict[str, np.ndarray]:
+    """One template's share of a merged evaluation (nodes ``a:b``, sentinel column kept)."""
+    cols = np.r_[a:b, ev["vals"].shape[1] - 1]
+    part = {k: ev[k][:, cols] for k in ("vals", "add", "base", "nbytes")}
+    part["makespan"] = ev["vals"][:, a:b].max(axis=1, initial=0.0)
+    return part
+
+
+def whole_gemm_times(gpu: GpuProfile, scenarios: Sequence[Scenario]) -> np.ndarray:
+    """Isolated time (s, launch included) of the slowest GPU's whole GEMM, per scenario."""
+    shapes = [[g for g in s.gemm_shapes() if g.m] for s in scenarios]
+    out = np.zeros(len(scenarios))
+    for dtype in {s.dtype for s in scenarios}:
+        idx = [i for i, s in enumerate(scenarios) if s.dtype == dtype]
+        flat = np.array([(g.m, g.n, g.k) for i in idx for g in shapes[i]], dtype=float).reshape(-1, 3)
+        times = gemm_times(gpu, flat[:, 0], flat[:, 1], flat[:, 2], dtype) + gpu.launch_overhead
+        bounds = np.cumsum([0] + [len(shapes[i]) for i in idx])
+        for i, a, b in zip(idx, bounds[:-1], bounds[1:]):
+            out[i] = times[a:b].max(initial=0.0)
+    return out
+
+
+def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | str], gpu: GpuProfile | str,
+                  topology: Topology | str, *, weights: Weights = PROFILE, engine: str = "analytical") -> list[dict]:
+    """Rows like :meth:`ficco_sim.Result.row` for every scenario x schedule, scenario-major.
+    ``weights`` scales the contention rule (the heuristic's fitted knobs)."""
+    gpu = load_gpu(gpu)
+    topo = load_topology(topology, gpu)
+    schedules = [parse_schedule(s) for s in schedules]
+    by_structure: dict[tuple, list[int]] = defaultdict(list)
+    for i, sc in enumerate(scenarios):
+        by_structure[sc.structure()].append(i)
+    out: list[dict | None] = [None] * (len(scenarios) * len(schedules))
+    for idx in by_structure.values():
+        scs = [scenarios[i] for i in idx]
+        ref = scs[0]
+        t_comp = whole_gemm_times(gpu, scs)
+        tpls = [template(ref, "none", gpu, topo), template(ref, "none", gpu, topo, comm_only=True)]
+        for sch in schedules:
+            tpls += [template(ref, sch, gpu, topo), template(ref, sch, gpu, topo, comm_only=True)]
+        merged, offs = _merged(tpls, ref, topo)
+        ev = evaluate(merged, gpu, scs, weights=weights)
+        parts = [_part(ev, a, b) for a, b in zip(offs[:-1], offs[1:])]
+        t_none, t_comm = parts[0]["makespan"], parts[1]["makespan"]
+        for j, sch in enumerate(schedules):
+            metrics = template_metrics(tpls[2 + 2 * j], parts[2 + 2 * j], tpls[3 + 2 * j], parts[3 + 2 * j],
+                                       ref.gpus, t_comp, t_comm, t_none)
+            cols = {k: v.tolist() for k, v in metrics.items()}
+            for a, i in enumerate(idx):
+                s = scenarios[i]
+                out[i * len(schedules) + j] = {
+                    "scenario": s.label(), "kind": s.kind, "gpus": s.gpus, "m": s.m, "n": s.n, "k": s.k,
+                    "dtype": s.dtype, "shard_dim": s.shard_dim, "gpu": gpu.name, "topology": topo.name,
+                    "schedule": sch.name, "engine": engine, **{k: v[a] for k, v in cols.items()}}
+    return out  # type: ignore[return-value]
+
+
+def template_metrics(tpl: Template, ev: dict, alone: Template, ev_alone: dict, num_gpus: int, t_comp, t_comm,
+                     t_none) -> dict[str, np.ndarray]:
+    """:func:`~ficco_sim.metrics.schedule_metrics` of an evaluated template (``alone``: its
+    communication-only template, for ``cil_comm``)."""
+    vals, L = ev["vals"], tpl.launch
+    return schedule_metrics(
+        makespan=ev["makespan"], t_comp=t_comp, t_comm=t_comm, t_none=t_none, num_gpus=num_gpus,
+        gemm_gpu=tpl.gpu_of[tpl.gemm_nodes], gemm_ready=vals[:, tpl.gemm_begin] - L,
+        gemm_start=vals[:, tpl.gemm_begin], gemm_end=vals[:, tpl.gemm_nodes],
+        gemm_iso=ev["base"][:, tpl.gemm_nodes] + L,
+        xfer_span=vals[:, tpl.xfer_nodes] - vals[:, tpl.xfer_begin],
+        xfer_span_alone=ev_alone["vals"][:, alone.xfer_nodes] - ev_alone["vals"][:, alone.xfer_begin])

@@ -1,0 +1,132 @@
+"""A short plain-Python closed-form evaluator: the oracle the vectorized engine is tested
+against. One task at a time, by recursion over dependencies; the same rule as
+``ficco_sim.engine.closed_form`` (alpha-beta per concurrency step, the GEMM cost, one
+contention pass), written as plainly as possible."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, defaultdict
+
+from ficco_sim.contention import comm_slowdown, compute_slowdown
+from ficco_sim.engine.closed_form import kernel_isolated_time
+from ficco_sim.gemm_model import gemm_times, hbm_traffic
+from ficco_sim.taskgraph import Kernel, TaskGraph, Transfer
+
+
+def _cover(a0, a1, spans):
+    if a1 <= a0:
+        return 0.0
+    cov, cur = 0.0, a0
+    for s, e in sorted(spans):
+        s, e = max(s, cur), min(e, a1)
+        if e > s:
+            cov, cur = cov + e - s, e
+    return cov / (a1 - a0)
+
+
+def _duration(gpu, k: Kernel) -> float:
+    if k.gemm is None:
+        return kernel_isolated_time(gpu, k, launch=False)
+    g = k.gemm
+    return float(gemm_times(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate))
+
+
+def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str, tuple[float, float]]:
+    """(start, end) of every task."""
+    step = {t.id: t.step if t.step is not None else ("own", t.id) for t in graph.transfers}
+    rnd, pos, share, chan = {}, Counter(), Counter(), Counter()
+    for t in graph.transfers:
+        rnd[t.id] = 0
+        if t.engine == "dma":
+            rnd[t.id] = pos[(t.gpu, t.stream, step[t.id])]
+            pos[(t.gpu, t.stream, step[t.id])] += 1
+        for link in topo.path_links(t.src, t.dst):
+            share[(link, step[t.id], rnd[t.id])] += 1
+        if t.engine == "sm":
+            chan[(t.drivers[0], step[t.id])] += 1
+
+    def xfer_time(t: Transfer, slow: float) -> float:
+        bw = min([topo.graph.edges[lk]["bandwidth"] / share[(lk, step[t.id], rnd[t.id])]
+                  for lk in topo.path_links(t.src, t.dst)] + [float("inf")])
+        fixed = 0.0
+        if t.engine == "dma":
+            bw, fixed = min(bw, gpu.dma.bandwidth), gpu.dma.command_overhead
+        else:
+            k = graph.kernel(t.drivers[0])
+            bw = min(bw, k.grid * gpu.comm_kernel.channel_bandwidth / chan[(k.id, step[t.id])])
+        bw = min(bw, gpu.hbm_effective / (2 if t.src == t.dst else 1))
+        return fixed + topo.path_latency(t.src, t.dst) + t.nbytes * (1.0 / bw) * slow
+
+    prev, last = {}, {}
+    for t in graph.tasks:
+        key = graph.stream_of(t)
+        prev[t.id] = last.get(key) if key else None
+        if key:
+            last[key] = t.id
+    driven = defaultdict(list)
+    for t in graph.transfers:
+        for k in t.drivers:
+            driven[k].append(t.id)
+
+    def one_pass(slow: dict[str, float]) -> dict[str, tuple[float, float]]:
+        start, end = {}, {}
+
+        def begin(tid):
+            if tid not in start:
+                t = graph.task(tid)
+                ready = max([finish(d) for d in t.deps] + ([finish(prev[tid])] if prev[tid] else []) + [0.0])
+                if isinstance(t, Kernel):
+                    start[tid] = ready + gpu.launch_overhead
+                elif t.engine == "sm":
+                    start[tid] = max([ready] + [begin(k) for k in t.drivers])
+                else:
+                    start[tid] = ready
+            return start[tid]
+
+        def finish(tid):
+            if tid not in end:
+                t = graph.task(tid)
+                s = begin(tid)
+                if isinstance(t, Kernel) and t.kind == "comm":
+                    end[tid] = max([s] + [finish(x) for x in driven[tid]])
+                elif isinstance(t, Kernel):
+                    end[tid] = s + _duration(gpu, t) * slow.get(tid, 1.0)
+                else:
+                    end[tid] = s + xfer_time(t, slow.get(tid, 1.0))
+            return end[tid]
+
+        for t in graph.tasks:
+            finish(t.id)
+        return {t: (start[t], end[t]) for t in start}
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 20 * len(graph.tasks) + 1000))
+    try:
+        times = one_pass({})
+        if not contention:
+            return times
+        slow = {}
+        gemms = [k for k in graph.kernels if k.kind == "gemm" and k.gemm is not None]
+        for k in gemms:
+            s, e = times[k.id]
+            comm = [(times[c.id], c.grid) for c in graph.kernels if c.kind == "comm" and c.gpu == k.gpu]
+            xf = [(times[t.id], t.nbytes / (times[t.id][1] - times[t.id][0])) for t in graph.transfers
+                  if k.gpu in (t.src, t.dst) and times[t.id][1] > times[t.id][0]]
+            held = max([g for (a, b), g in comm if a < e and b > s] + [0])
+            rate = max([r for (a, b), r in xf if a < e and b > s] + [0.0])
+            slow[k.id] = compute_slowdown(gpu, rate, held_sms=float(held), sm_cover=_cover(s, e, [x for x, _ in comm]),
+                                          hbm_cover=_cover(s, e, [x for x, _ in xf]))
+        for t in graph.transfers:
+            s, e = times[t.id]
+            near = []
+            for k in gemms:
+                if k.gpu in (t.src, t.dst):
+                    a, b = times[k.id]
+                    g = k.gemm
+                    near.append(((a, b), hbm_traffic(g.m, g.n, g.k, g.dtype, g.accumulate) / (b - a) if b > a else 0.0))
+            rate = max([r for (a, b), r in near if a < e and b > s] + [0.0])
+            slow[t.id] = comm_slowdown(gpu, rate, cover=_cover(s, e, [x for x, _ in near]))
+        return one_pass(slow)
+    finally:
+        sys.setrecursionlimit(old)
