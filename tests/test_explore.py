@@ -123,3 +123,15 @@ def test_cli_explore_and_recommend(tmp_path, capsys):
                  "--n", "8192", "--k", "8192"]) == 0
     assert "ms" in capsys.readouterr().out
     assert main(["explore", "--scenarios", str(tmp_path / "nope.yaml")]) == 2
+
+
+def test_templates_cached_by_earlier_sweeps_rescale_exactly():
+    """A template compiled for one size in an earlier call must give every later size exactly
+    (the bug: merged templates from different reference sizes rescaled from the wrong one)."""
+    first, later = Scenario("ag-gemm", 8, 16384, 1024, 8192), Scenario("ag-gemm", 8, 65536, 4096, 4096)
+    estimate_many([first], ["none", "ficco-a2a-sm"], "h100", "switch:8")
+    rows = estimate_many([later], ["ficco-a2a-sm", "ficco-a2a-dma"], "h100", "switch:8")
+    for r in rows:
+        one = simulate_many(later, [r["schedule"]], "h100", "switch:8", engine="analytical")[0]
+        assert r["makespan"] == pytest.approx(one.makespan, rel=1e-9)
+        assert r["dil_compute"] == pytest.approx(one.metrics["dil_compute"], rel=1e-9)

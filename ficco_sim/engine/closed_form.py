@@ -237,7 +237,10 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
     all: numpy's per-call cost is paid once), and each one's first node (plus the total).
 
     GPUs (and source/destination pairs) of different templates stay apart in the
-    contention pass: they are renumbered ``gpu + i * G`` for template ``i``."""
+    contention pass: they are renumbered ``gpu + i * G`` for template ``i``. All must be
+    compiled from the same reference scenario (sizes rescale from it)."""
+    if any(t.ref != tpls[0].ref for t in tpls):
+        raise ValueError("merging templates compiled from different reference scenarios")
     offs = np.cumsum([0] + [t.num_nodes for t in tpls])
     N = int(offs[-1])
     shapes: dict[GemmShape, int] = {}

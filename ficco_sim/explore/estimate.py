@@ -41,18 +41,36 @@ def _remember(key, value):
     return value
 
 
+_PRINTS: dict[int, tuple[object, str]] = {}
+
+
+def fingerprint(obj: GpuProfile | Topology) -> str:
+    """Every value of a profile or topology as text: the cache key part that says "same
+    hardware" (a profile edited on disk is another profile, whatever its name)."""
+    hit = _PRINTS.get(id(obj))
+    if hit is None or hit[0] is not obj:
+        if len(_PRINTS) > 1000:
+            _PRINTS.clear()
+        text = repr(obj) if isinstance(obj, GpuProfile) else \
+            f"{obj.name}|{sorted(obj.graph.nodes(data=True))}|{sorted(obj.graph.edges(data=True))}"
+        hit = _PRINTS[id(obj)] = (obj, text)
+    return hit[1]
+
+
 def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo: Topology, *,
              comm_only: bool = False) -> Template:
     """The (cached) template of ``schedule`` for scenarios structured like ``scenario``."""
     schedule = parse_schedule(schedule)
-    key = (scenario.structure(), schedule.name, id(gpu), id(topo), comm_only)
+    # every template of one structure is compiled from the same reference scenario, so that
+    # merged templates rescale alike
+    scenario = _CACHE.get(("reference", scenario.structure())) or \
+        _remember(("reference", scenario.structure()), scenario)
+    key = (scenario.structure(), schedule.name, fingerprint(gpu), fingerprint(topo), comm_only)
     hit = _CACHE.get(key)
     if hit is None:
         graph = lower(scenario, schedule, gpu, topo)
         if comm_only:
             graph = comm_only_graph(graph)
-        # the profile and topology are kept with their template: while they live, their
-        # id()s name no other
         hit = _remember(key, (gpu, topo, compile_graph(graph, gpu, topo, scenario)))
     return hit[2]
 
