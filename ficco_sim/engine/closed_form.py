@@ -81,11 +81,10 @@ class Template:
     comm_grid: np.ndarray
     xfer_nodes: np.ndarray
     xfer_begin: np.ndarray
-    xfer_ready: np.ndarray
     launch: float
     comm_scale: tuple[str, str] = ("m", "k")
     groups: Groups | None = None
-    tasks: dict = field(default_factory=dict)   # task id -> (ready node, begin node, end node)
+    tasks: dict = field(default_factory=dict)   # task id -> (begin node, end node)
     gemm_targets: np.ndarray | None = None      # GEMMs (transfers) whose slowdown the contention pass
     xfer_targets: np.ndarray | None = None      # computes; None: all (a quotient: one per class)
     quotient: "Template | None" = None          # evaluated instead when set (:mod:`.symmetry`)
@@ -202,10 +201,10 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         coef=np.array(coefs), ref_bytes=np.array(nbytes), gemm_shape=np.array(shape_ix, dtype=np.int64),
         shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=ix(begin, gemms),
         comm_nodes=comm_nodes, comm_begin=ix(begin, comms), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
-        xfer_begin=ix(begin, xfers), xfer_ready=ix(ready, xfers), launch=gpu.launch_overhead,
+        xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead,
         comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
         groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
-        tasks={t.id: (ready[t.id], begin[t.id], end[t.id]) for t in graph.tasks})
+        tasks={t.id: (begin[t.id], end[t.id]) for t in graph.tasks})
 
 
 def _levels(inputs: list[tuple[int, ...]]) -> np.ndarray:
@@ -270,7 +269,7 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         ref_bytes=cat("ref_bytes"), gemm_shape=np.concatenate([r[t.gemm_shape] for r, t in zip(remap, tpls)]),
         shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=at("gemm_begin"),
         comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
-        xfer_begin=at("xfer_begin"), xfer_ready=at("xfer_ready"), launch=tpls[0].launch,
+        xfer_begin=at("xfer_begin"), launch=tpls[0].launch,
         comm_scale=tpls[0].comm_scale,
         groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]))
     return out, offs
@@ -363,7 +362,7 @@ def timeline_of(graph: TaskGraph, tpl: Template, vals: np.ndarray) -> Timeline:
     records = []
     launch = tpl.launch
     for t in graph.tasks:
-        r, b, e = tpl.tasks[t.id]
+        b, e = tpl.tasks[t.id]
         if isinstance(t, Kernel):
             records.append(TaskRecord(t.id, t.gpu, t.stream, t.kind, t.role, t.label, float(vals[b]) - launch,
                                       float(vals[b]), float(vals[e]), grid=t.grid))
