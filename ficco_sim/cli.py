@@ -310,25 +310,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:   # --help (0) or a usage error (2, already printed on one line)
-        return int(exc.code or 0)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    try:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:   # --help (0) or a usage error (2, already printed on one line)
+            return int(exc.code or 0)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 0
         return int(args.func(args) or 0)
     except InputError as exc:
         sys.stderr.write(f"ficco-sim: error: {exc.line()}\n")
         return 2
-    except KeyboardInterrupt:
-        sys.stderr.write("ficco-sim: interrupted\n")
+    except KeyboardInterrupt as exc:
+        sys.stderr.write(f"ficco-sim: interrupted{': ' + str(exc) if str(exc) else ''}\n")
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:       # disk full, I/O error, permission: the file, the reason, nothing half-written
+        where = f"{exc.filename}: " if exc.filename else ""
+        sys.stderr.write(f"ficco-sim: error: {where}{exc.strerror or exc}\n")
+        return 2
+
+
+def entry() -> None:
+    """The ``ficco-sim`` command: :func:`main`, then exit without letting a late Ctrl-C (one that
+    arrives while the interpreter shuts down, after the work is done and written) print a traceback."""
+    code = main()
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,4 +1,10 @@
-"""Writing files so that a crash or an error never leaves one half-written.
+"""Writing files so that a crash or an error never leaves one half-written, and one writer
+per output folder.
+
+Every file ficco-sim writes goes through :func:`atomic_path`: the content is written to a
+temporary file beside the target, flushed to disk, then moved over the target in one step.
+On any failure (disk full, I/O error, permission, Ctrl-C) the temporary file is removed and
+the previous file is untouched. The CLI turns the ``OSError`` into one line and exit 2.
 
 >>> import tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -11,16 +17,29 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
 from .errors import InputError
 
+try:
+    import fcntl
+except ImportError:   # Windows: no advisory locks; one writer per folder is then the user's care
+    fcntl = None  # type: ignore[assignment]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path, *, force: bool = True, make_dirs: bool = True) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one step,
-    on failure it is removed and ``path`` is untouched. ``force=False`` refuses an existing file."""
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one step
+    (with the permissions a plain ``open`` would give), on failure it is removed and ``path``
+    is untouched. ``force=False`` refuses an existing file."""
     p = Path(path)
     if p.exists() and not force:
         raise InputError(str(p), None, "exists; pass --force to overwrite it")
@@ -32,9 +51,12 @@ def atomic_path(path: str | Path, *, force: bool = True, make_dirs: bool = True)
     os.close(fd)
     try:
         yield Path(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, p)
     finally:
-        if os.path.exists(tmp):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
 
 
@@ -43,3 +65,60 @@ def write_text_atomic(path: str | Path, text: str, *, force: bool = True, make_d
     with atomic_path(path, force=force, make_dirs=make_dirs) as tmp:
         tmp.write_text(text)
     return Path(path)
+
+
+def save_figure(fig, path: str | Path, *, dpi: int = 110) -> Path:
+    """Save a matplotlib figure atomically (format from the suffix) and close it."""
+    p = Path(path)
+    try:
+        with atomic_path(p) as tmp:
+            fig.savefig(tmp, dpi=dpi, format=p.suffix.lstrip(".") or "png")
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+    return p
+
+
+LOCK_NAME = ".ficco-sim.lock"
+
+
+_HELD: dict[Path, int] = {}   # folders this process holds, with their nesting depth
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | Path, what: str) -> Iterator[None]:
+    """Hold ``folder``'s lock while writing into it; a second process gets an :class:`InputError`
+    naming the first (its description, process id and start time). The operating system drops
+    the lock when its process ends, however it ends (``kill -9`` included), so a stale lock never
+    blocks. Re-entrant within one process."""
+    d = Path(folder)
+    d.mkdir(parents=True, exist_ok=True)
+    key = d.resolve()
+    if key in _HELD:
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    fh = open(d / LOCK_NAME, "a+")
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.seek(0)
+                holder = fh.read().strip() or "another process"
+                raise InputError(str(d), None, f"{holder} is writing into this folder; wait for it to end, "
+                                 "or give another --out") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{what} (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})")
+        fh.flush()
+        _HELD[key] = 1
+        try:
+            yield
+        finally:
+            del _HELD[key]
+    finally:
+        fh.close()

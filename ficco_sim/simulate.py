@@ -50,8 +50,7 @@ class Result:
     def row(self) -> dict:
         """A flat record (SI units) for tables, CSV and pandas."""
         s = self.scenario
-        return {"scenario": s.label(), "kind": s.kind, "gpus": s.gpus, "m": s.m, "n": s.n, "k": s.k,
-                "dtype": s.dtype, "shard_dim": s.shard_dim, "gpu": self.gpu, "topology": self.topology, "schedule": self.schedule.name,
+        return {**s.columns(), "gpu": self.gpu, "topology": self.topology, "schedule": self.schedule.name,
                 "engine": self.engine, **self.metrics}
 
 

@@ -21,6 +21,7 @@ all-reduce, the whole send buffer for all-to-all).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -134,9 +135,29 @@ class Scenario:
         template compiled from one evaluates the others exactly."""
         return (self.kind, self.gpus, self.dtype, self.shard_dim, self.spec.split_key(self))
 
+    def key(self) -> str:
+        """The scenario's identity: every field that changes an answer, never its name.
+        Sweeps, resume logs and summaries key on it (two scenarios with one name but
+        other sizes stay two)."""
+        routing = "" if self.routing is None else f"/routing={self._routing_digest()}"
+        return f"{self.kind}/x{self.gpus}/m{self.m}/n{self.n}/k{self.k}/{self.dtype}/dim{self.shard_dim}{routing}"
+
+    def _routing_digest(self) -> str:
+        return hashlib.blake2b(repr(self.routing).encode(), digest_size=5).hexdigest()
+
     def label(self) -> str:
-        return self.name or f"{self.kind} m={self.m} n={self.n} k={self.k} x{self.gpus}" + \
-            (f" dim{self.shard_dim}" if self.shard_dim != "M" else "")
+        """The name, or (unnamed) a readable description that tells distinct scenarios apart."""
+        if self.name:
+            return self.name
+        extra = ([self.dtype] if self.dtype != "float16" else []) + \
+            ([f"dim{self.shard_dim}"] if self.shard_dim != "M" else []) + \
+            ([f"routing {self._routing_digest()}"] if self.routing is not None else [])
+        return " ".join([f"{self.kind} m={self.m} n={self.n} k={self.k} x{self.gpus}"] + extra)
+
+    def columns(self) -> dict:
+        """The scenario's columns in every result table (label and identity first)."""
+        return {"scenario": self.label(), "scenario_id": self.key(), "kind": self.kind, "gpus": self.gpus,
+                "m": self.m, "n": self.n, "k": self.k, "dtype": self.dtype, "shard_dim": self.shard_dim}
 
 
 # ----------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..files import atomic_path, write_text_atomic
+from ..files import atomic_path, save_figure, write_text_atomic
 
 LONG_S = 1e-3  # "GEMMs >= 1 ms"
 
@@ -79,8 +79,4 @@ def plot_predicted_vs_measured(points: pd.DataFrame, path: str | Path, title: st
     ax.set(xscale="log", yscale="log", xlabel="measured (ms)", ylabel="predicted (ms)", title=title)
     ax.legend(fontsize=7, markerscale=3)
     fig.tight_layout()
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    return p
+    return save_figure(fig, path)

@@ -44,7 +44,7 @@ import numpy as np
 from ..contention import PROFILE, Weights
 from ..gemm_model import GemmShape, blocks_per_sm, gemm_times, hbm_traffic, waves_time
 from ..hardware import GpuProfile, load_gpu
-from ..taskgraph import Kernel, TaskGraph, Transfer
+from ..taskgraph import Kernel, TaskGraph
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
 from ..workload import Scenario

@@ -20,8 +20,12 @@ loss), cil_compute / cil_comm (contention losses), exposed_comm (time with no GE
 With no arguments: the built-in default study (12 Llama-3-70B / Mixtral-8x7B / GPT-3 layers
 on 8 GPUs, H100 behind NVSwitch vs MI300X fully connected, the basic schedules, DES).
 
-Output (--out DIR): points.jsonl (append-only log; re-running with the same DIR resumes),
-points.csv, summary.csv (+ .parquet with pyarrow), invalid.csv (--show-invalid), PNG plots (--plots).
+Output (--out DIR): points.jsonl (append-only log of checksummed records), points.csv,
+summary.csv (+ .parquet with pyarrow), invalid.csv (--show-invalid), PNG plots (--plots).
+Re-running into the same DIR resumes: a point is known by the scenario's content (kind, sizes,
+dtype, GPUs, routing, shard dimension; `scenario_id` in the tables), the content of the GPU
+profile and topology, the schedule and the engine, so edits are never answered from the log.
+Ctrl-C stops at once and keeps every finished point; one sweep writes into a DIR at a time.
 
 examples:
   ficco-sim explore
@@ -87,8 +91,10 @@ def add_recommend_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_explore(args: argparse.Namespace) -> int:
+    import contextlib
     import sys
     from rich.console import Console
+    from ..files import folder_lock
     from .library import load_scenarios
     from .study import default_pairs, default_scenarios, run_study, write_tables
     con = Console(width=None if sys.stdout.isatty() else 160)
@@ -108,17 +114,19 @@ def run_explore(args: argparse.Namespace) -> int:
         con.print("[bold]Default study[/]: 12 layers of Llama-3-70B, Mixtral-8x7B and GPT-3 on 8 GPUs, "
                   "H100 + NVSwitch vs MI300X fully connected, basic schedules, discrete-event engine.")
     out = Path(args.out) if args.out else (Path("explore_out") if args.plots else None)
-    points, summary = run_study(scenarios, pairs, engine=args.engine, space=args.space, workers=args.jobs,
-                                ray=args.ray, out=out, progress=not args.quiet)
-    _print_summary(con, summary, points)
-    if args.show_invalid and points.attrs.get("invalid"):
-        _print_invalid(con, points.attrs.get("invalid", []))
-    if out is not None:
-        files = write_tables(points, summary, out, invalid=points.attrs.get("invalid") if args.show_invalid else None)
-        if args.plots:
-            from .plots import write_plots
-            files += write_plots(points, summary, out)
-        con.print(f"wrote {', '.join(str(f) for f in files)}")
+    with folder_lock(out, "an explore sweep") if out is not None else contextlib.nullcontext():
+        points, summary = run_study(scenarios, pairs, engine=args.engine, space=args.space, workers=args.jobs,
+                                    ray=args.ray, out=out, progress=not args.quiet)
+        _print_summary(con, summary, points)
+        if args.show_invalid and points.attrs.get("invalid"):
+            _print_invalid(con, points.attrs.get("invalid", []))
+        if out is not None:
+            files = write_tables(points, summary, out,
+                                 invalid=points.attrs.get("invalid") if args.show_invalid else None)
+            if args.plots:
+                from .plots import write_plots
+                files += write_plots(points, summary, out)
+            con.print(f"wrote {', '.join(str(f) for f in files)}")
     con.print(f"{len(points)} points in {time.perf_counter() - t0:.1f} s")
     return 0
 

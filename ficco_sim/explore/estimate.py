@@ -138,8 +138,7 @@ def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | 
             for a, i in enumerate(idx):
                 s = scenarios[i]
                 out[i * len(schedules) + j] = {
-                    "scenario": s.label(), "kind": s.kind, "gpus": s.gpus, "m": s.m, "n": s.n, "k": s.k,
-                    "dtype": s.dtype, "shard_dim": s.shard_dim, "gpu": gpu.name, "topology": topo.name,
+                    **s.columns(), "gpu": gpu.name, "topology": topo.name,
                     "schedule": sch.name, "engine": engine, **{k: v[a] for k, v in cols.items()}}
     return out  # type: ignore[return-value]
 

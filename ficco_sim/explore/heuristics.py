@@ -36,6 +36,7 @@ import pandas as pd
 
 from ..contention import Weights
 from ..errors import InputError
+from ..files import write_text_atomic
 from ..hardware import GpuProfile, load_gpu
 from ..schedules import Schedule, parse_schedule
 from ..topology import Topology, load_topology
@@ -253,7 +254,7 @@ def fit_and_save(path: str | Path = THRESHOLDS_FILE, cases=None, oracle_path: st
                     "fitted without its family",
            "held_out": cv["held_out"], "folds": cv["folds"], "train_all": cv["train_all"],
            "profile_weights_no_margin": cv["profile_weights_no_margin"]}
-    Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+    write_text_atomic(path, json.dumps(doc, indent=2) + "\n")
     return doc
 
 

@@ -233,12 +233,22 @@ def load_scenarios(source: str | Path) -> list[Scenario]:
     if not isinstance(data, dict) or not (set(data) & {"scenarios", "models"}):
         raise InputError(where, None, "a scenario file is a mapping with 'scenarios' and/or 'models' lists")
     out: list[Scenario] = []
+    names: dict[str, str] = {}     # name (or identity, unnamed) -> the item that gave it
     for key, fn in (("scenarios", _scenario), ("models", _model)):
         items = data.get(key) or []
         if not isinstance(items, list):
             raise InputError(where, key, "must be a list")
         for i, item in enumerate(items):
-            got = fn(item, where, f"{key}[{i}]")
-            out += got if isinstance(got, list) else [got]
+            f = f"{key}[{i}]"
+            got = fn(item, where, f)
+            for sc in got if isinstance(got, list) else [got]:
+                label = sc.name or sc.key()
+                if label in names:
+                    what = f"name {sc.name!r}" if sc.name else "scenario (same kind, sizes, dtype and routing)"
+                    raise InputError(where, f"{f}.name" if key == "models" or sc.name else f,
+                                     f"duplicate {what}: also {names[label]}; names label results, so each "
+                                     "must be unique")
+                names[label] = f
+                out.append(sc)
     return out
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..files import save_figure
+
 
 def _plt():
     import matplotlib
@@ -26,9 +28,7 @@ def _bars(plt, table: pd.DataFrame, title: str, xlabel: str, path: Path, *, stac
     ax.set_title(title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def write_plots(points: pd.DataFrame, summary: pd.DataFrame, out: Path) -> list[Path]:
@@ -58,9 +58,7 @@ def write_plots(points: pd.DataFrame, summary: pd.DataFrame, out: Path) -> list[
         ax.set_title("Best schedule over (comm/compute, piece size)")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         fig.tight_layout()
-        files.append(out / "best_map.png")
-        fig.savefig(files[-1], dpi=110)
-        plt.close(fig)
+        files.append(save_figure(fig, out / "best_map.png"))
 
         piv = summary.assign(hw=summary["gpu"] + " " + summary["topology"]).pivot_table(
             index="scenario", columns="hw", values="speedup", sort=False)

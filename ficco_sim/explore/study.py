@@ -20,7 +20,8 @@ from ..topology import BUILDERS
 from ..workload import Scenario
 from .library import MODELS, model_layers
 from .space import enumerate_space
-from .sweep import ENGINES, Job, run_sweep, write_atomic
+from ..files import atomic_path
+from .sweep import ENGINES, Job, run_sweep
 
 DEFAULT_PAIRS = (("h100", "switch:8"), ("mi300x", "fc:8"))
 LOSSES = ("dil_compute", "cil_compute", "cil_comm", "exposed_comm")
@@ -59,7 +60,8 @@ def build_jobs(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], 
             pts = enumerate_space(sc, gpu, t, level=space) if space == "full" else \
                 [p for p in enumerate_space(sc, gpu, t, level="basic")]
             ok = tuple(p.schedule.name for p in pts if p.valid)
-            invalid += [{"gpu": gpu, "topology": t, "scenario": sc.label(), "schedule": p.schedule.name,
+            invalid += [{"gpu": gpu, "topology": t, "scenario": sc.label(), "scenario_id": sc.key(),
+                         "schedule": p.schedule.name,
                          "reason": p.reason} for p in pts if not p.valid]
             if engine == "analytical":
                 batch.setdefault((t, ok), []).append(sc)
@@ -73,10 +75,12 @@ def summarize(points: pd.DataFrame) -> pd.DataFrame:
     """Per (gpu, topology, scenario): the best schedule, its speedup, ideal, share of ideal, losses."""
     ok = points[points["status"] == "ok"]
     rows = []
-    for (gpu, topo, sc), grp in ok.groupby(["gpu", "topology", "scenario"], sort=False):
+    for (gpu, topo, _), grp in ok.groupby(["gpu", "topology", "scenario_id"], sort=False):
         best = grp.loc[grp["speedup"].idxmax()]
+        sc = best["scenario"]
         m = int(best["m"]) if best["kind"] != "ag-gemm" or "dimK" not in best["schedule"] else int(best["k"])
-        rows.append({"gpu": gpu, "topology": topo, "scenario": sc, "kind": best["kind"], "best": best["schedule"],
+        rows.append({"gpu": gpu, "topology": topo, "scenario": sc, "scenario_id": best["scenario_id"],
+                     "kind": best["kind"], "best": best["schedule"],
                      "speedup": best["speedup"], "ideal_speedup": best["ideal_speedup"], "of_ideal": best["of_ideal"],
                      **{k: best[k] for k in LOSSES}, "t_comp_iso": best["t_comp_iso"],
                      "t_comm_iso": best["t_comm_iso"], "t_none": best["makespan"] * best["speedup"],
@@ -91,12 +95,22 @@ def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *
     """Run the sweep and return (points, summary) DataFrames (SI units)."""
     jobs, invalid = build_jobs(scenarios, pairs, engine=engine, space=space)
     rows = run_sweep(jobs, workers=workers, ray=ray, out=out, progress=progress)
-    points = pd.DataFrame(rows)
-    if points.empty:
-        points = pd.DataFrame(columns=["gpu", "topology", "scenario", "schedule", "status", "speedup"])
-    points = points.drop(columns=[c for c in ("gpu_arg", "topology_arg") if c in points])
+    points = ordered(pd.DataFrame(rows))
     points.attrs["invalid"] = invalid
     return points, summarize(points)
+
+
+LEADING = ("gpu", "topology", "scenario", "scenario_id", "kind", "gpus", "m", "n", "k", "dtype", "shard_dim",
+           "schedule", "engine", "status", "reason", "makespan", "speedup")
+INTERNAL = ("gpu_arg", "topology_arg", "hardware_id")   # the sweep's keys, not results
+
+
+def ordered(points: pd.DataFrame) -> pd.DataFrame:
+    """One column order whatever ran the points (fresh, resumed, any executor): the
+    identity and headline columns first, then the metrics alphabetically."""
+    cols = [c for c in points.columns if c not in INTERNAL]
+    head = [c for c in LEADING if c in cols] or list(LEADING)
+    return points.reindex(columns=head + sorted(c for c in cols if c not in LEADING))
 
 
 def write_tables(points: pd.DataFrame, summary: pd.DataFrame, out: Path, *, invalid: list[dict] | None = None
@@ -106,14 +120,16 @@ def write_tables(points: pd.DataFrame, summary: pd.DataFrame, out: Path, *, inva
     for name, df in (("points", points), ("summary", summary)) + ((("invalid", pd.DataFrame(invalid)),)
                                                                    if invalid else ()):
         p = out / f"{name}.csv"
-        write_atomic(p, lambda tmp, df=df: df.to_csv(tmp, index=False))
+        with atomic_path(p) as tmp:
+            df.to_csv(tmp, index=False)
         files.append(p)
         try:
             import pyarrow  # noqa: F401
         except ImportError:
             continue
         p = out / f"{name}.parquet"
-        write_atomic(p, lambda tmp, df=df: df.to_parquet(tmp, index=False))
+        with atomic_path(p) as tmp:
+            df.to_parquet(tmp, index=False)
         files.append(p)
     return files
 

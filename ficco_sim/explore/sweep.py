@@ -1,13 +1,20 @@
-"""Sweeps: simulate many (scenario, schedule) points, in parallel, resumably.
+"""Sweeps: simulate many (scenario, schedule) points, in parallel, resumably, safely.
 
 A sweep is a list of **jobs**; a job is one scenario on one GPU and topology with its
 schedules (they share the baseline), or for the ``analytical`` (closed-form) engine a batch of scenarios.
 Jobs run in this process (``jobs=1``), in local processes (``concurrent.futures``) or
-on Ray (``ray=True`` or an address). Each finished point is appended to
-``<out>/points.jsonl`` (flushed and fsync'ed) as soon as its job ends; running the same
-sweep with the same ``out`` again skips the points already there, and a half-written
-last line (a crash mid-write) is dropped. Results come back in job order whatever ran
-them, so they are identical across executors.
+on Ray (``ray=True`` or an address). Results come back in job order whatever ran them, so
+they are identical across executors.
+
+With an output folder, every finished point is appended to ``<out>/points.jsonl`` as soon as
+its job ends, one **checked record** per line (the JSON row, a tab, its CRC-32). Running the
+same sweep into the same folder again skips the points already there. A point is known by
+its identity (GPU and topology *content*, scenario identity :meth:`Scenario.key`, schedule,
+engine), never by a name: after editing a profile or renaming a scenario nothing stale is reused.
+A record torn by a crash, at any byte, fails its check and is dropped (the file is rewritten
+without it), so the next append never glues onto it. One sweep writes into a folder at a
+time (:func:`~ficco_sim.files.folder_lock`). Worker processes die with the sweep, however it
+ends; Ctrl-C stops at once and keeps every finished point.
 
 >>> from ficco_sim.workload import Scenario
 >>> rows = run_sweep([Job("h100", "switch:2", (Scenario("ag-gemm", 2, 1024, 1024, 1024),),
@@ -18,16 +25,20 @@ them, so they are identical across executors.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
-import tempfile
+import signal
+import threading
+import zlib
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from ..errors import InputError
+from ..files import atomic_path, folder_lock
 from ..workload import Scenario
 
 ENGINES = ("des", "analytical")
@@ -44,17 +55,30 @@ class Job:
     schedules: tuple[str, ...]
     engine: str = "des"
 
-    def keys(self) -> list[tuple]:
-        return [point_key(self.gpu, self.topology, s.label(), sch, self.engine)
+    def keys(self, hardware: str = "") -> list[tuple]:
+        """The identities of the job's points (``hardware``: :func:`hardware_id` of its pair)."""
+        return [point_key(self.gpu, self.topology, hardware, s.key(), str(sch), self.engine)
                 for s in self.scenarios for sch in self.schedules]
 
 
-def point_key(gpu: str, topology: str, scenario: str, schedule: str, engine: str) -> tuple:
-    return (gpu, topology, scenario, schedule, engine)
+def point_key(gpu: str, topology: str, hardware: str, scenario_id: str, schedule: str, engine: str) -> tuple:
+    return (gpu, topology, hardware, scenario_id, schedule, engine)
 
 
 def _row_key(row: dict) -> tuple:
-    return point_key(row["gpu_arg"], row["topology_arg"], row["scenario"], row["schedule"], row["engine"])
+    return point_key(row["gpu_arg"], row["topology_arg"], row.get("hardware_id", ""), row["scenario_id"],
+                     row["schedule"], row["engine"])
+
+
+def hardware_id(gpu: str, topology: str) -> str:
+    """A digest of every value of the GPU profile and topology ``(gpu, topology)`` load to:
+    the same names after an edit on disk are other hardware."""
+    from ..hardware import load_gpu
+    from ..topology import load_topology
+    from .estimate import fingerprint
+    g = load_gpu(gpu)
+    text = fingerprint(g) + "\n" + fingerprint(load_topology(topology, g))
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def run_job(job: Job) -> list[dict]:
@@ -98,57 +122,59 @@ def run_job(job: Job) -> list[dict]:
 def _failed(s: Scenario, sch: str, job: Job, e: Exception) -> dict:
     status = "invalid" if isinstance(e, InputError) else "error"
     msg = e.message if isinstance(e, InputError) else f"{type(e).__name__}: {e}"
-    return {"scenario": s.label(), "kind": s.kind, "gpus": s.gpus, "m": s.m, "n": s.n, "k": s.k, "dtype": s.dtype,
-            "gpu": job.gpu, "topology": job.topology, "schedule": str(sch), "engine": job.engine,
+    return {**s.columns(), "gpu": job.gpu, "topology": job.topology, "schedule": str(sch), "engine": job.engine,
             "status": status, "reason": msg, "gpu_arg": job.gpu, "topology_arg": job.topology}
 
 
 # ----------------------------------------------------------------------------------------
-# The append-only point log
+# The append-only point log: one checked record per line
+
+def _record(row: dict) -> bytes:
+    text = json.dumps(_jsonable(row), sort_keys=True)
+    return f"{text}\t{zlib.crc32(text.encode()):08x}\n".encode()
+
+
+def _parse(line: bytes) -> dict | None:
+    """The row of one complete line, or None when the line fails its check."""
+    text, tab, crc = line.rpartition(b"\t")
+    if not tab or len(crc) != 8:
+        return None
+    try:
+        if int(crc, 16) != zlib.crc32(text):
+            return None
+        row = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return row if isinstance(row, dict) else None
+
 
 def read_points(path: Path) -> list[dict]:
-    """Rows already in ``path``; a torn last line is cut off the file (it was never complete)."""
+    """The checked rows in ``path``. Records that fail their check (torn by a crash at any byte,
+    glued to a torn one, or not ficco-sim's) are dropped, and the file is rewritten without them
+    so that the next append starts on a record boundary."""
     if not path.exists():
         return []
     data = path.read_bytes()
-    rows, good = [], 0
-    for line in data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n"):
-        try:
-            rows.append(json.loads(line))
-            good += len(line) + 1
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            break
-    if good < len(data):
-        with open(path, "r+b") as f:
-            f.truncate(good)
-    return rows
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]   # tail: bytes after the last newline (torn) or b""
+    rows = [_parse(line) for line in complete]
+    good = [r for r in rows if r is not None]
+    if len(good) < len(rows) or tail:
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(b"".join(_record(r) for r in good))
+    return good
 
 
 def append_points(path: Path, rows: Iterable[dict]) -> None:
-    text = "".join(json.dumps(_jsonable(r), sort_keys=True) + "\n" for r in rows)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(text)
+    data = b"".join(_record(r) for r in rows)
+    with open(path, "ab") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
 
 
 def _jsonable(row: dict) -> dict:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-
-
-def write_atomic(path: Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` then move the result over ``path`` (never a half file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 # ----------------------------------------------------------------------------------------
@@ -168,21 +194,100 @@ def _ray_module(address):
     return ray
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a sweep; the message says what was kept."""
+
+
+def _die_with(parent: int) -> None:
+    """Worker start-up: Ctrl-C is the parent's to handle (a terminal sends it to the whole
+    process group), and the worker ends when its parent does, however the parent ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:          # the parent died before the line above ran
+        os._exit(1)
+
+    def watch() -> None:                # elsewhere than Linux: notice being orphaned
+        while True:
+            threading.Event().wait(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now: queued jobs are cancelled, running ones killed (their points are not
+    finished; a resumed sweep computes them)."""
+    # no public way to kill a pool's workers before Python 3.14 (``kill_workers``)
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        try:
+            p.kill()
+        except (OSError, ValueError):
+            pass
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _in_pool(todo: Sequence[Job], workers: int, finished: Callable[[Job, list[dict]], None]) -> None:
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_die_with, initargs=(os.getpid(),))
+    clean = False
+    try:
+        futs = {pool.submit(run_job, j): j for j in todo}
+        while futs:
+            ready, _ = wait(list(futs), return_when=FIRST_COMPLETED)
+            for f in ready:
+                finished(futs.pop(f), f.result())
+        clean = True
+    finally:
+        if clean:
+            pool.shutdown(wait=True)
+        else:
+            _kill_workers(pool)
+
+
+def _on_ray(todo: Sequence[Job], address, finished: Callable[[Job, list[dict]], None]) -> None:
+    rmod = _ray_module(address)
+    remote = rmod.remote(run_job)
+    pending = {remote.remote(j): j for j in todo}
+    try:
+        while pending:
+            ready, _ = rmod.wait(list(pending), num_returns=1)
+            for ref in ready:
+                finished(pending.pop(ref), rmod.get(ref))
+    finally:
+        for ref in pending:
+            rmod.cancel(ref, force=True)
+
+
 def run_sweep(jobs: Sequence[Job], *, workers: int = 1, ray: bool | str = False, out: str | Path | None = None,
               progress: bool = True, on_rows: Callable[[list[dict]], None] | None = None) -> list[dict]:
-    """Run ``jobs``; return every row in job order (resuming from ``out`` when given)."""
+    """Run ``jobs``; return every row in job order (resuming from ``out`` when given).
+    Ctrl-C raises :class:`Interrupted` once the workers are gone; finished points stay logged."""
     if workers < 1:
         raise InputError("--jobs", None, f"must be at least 1, got {workers}")
-    log = None
-    done: dict[tuple, dict] = {}
-    if out is not None:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        log = Path(out) / POINTS_FILE
-        for r in read_points(log):
-            done.setdefault(_row_key(r), r)
-    todo = [j for j in jobs if not all(k in done for k in j.keys())]
+    if out is None:
+        return _run(jobs, workers, ray, None, progress, on_rows)
+    with folder_lock(out, "an explore sweep"):
+        return _run(jobs, workers, ray, Path(out) / POINTS_FILE, progress, on_rows)
 
-    def finished(rows: list[dict]) -> None:
+
+def _run(jobs, workers, ray, log: Path | None, progress, on_rows) -> list[dict]:
+    hw = {pair: hardware_id(*pair) for pair in dict.fromkeys((j.gpu, j.topology) for j in jobs)}
+    keys = {id(j): j.keys(hw[(j.gpu, j.topology)]) for j in jobs}
+    done: dict[tuple, dict] = {}
+    for r in read_points(log) if log is not None else ():
+        if "scenario_id" in r:
+            done.setdefault(_row_key(r), r)
+    todo = [j for j in jobs if not all(k in done for k in keys[id(j)])]
+
+    def finished(job: Job, rows: list[dict]) -> None:
+        # rows pass through JSON whether fresh or resumed: one set of types and values
+        rows = [json.loads(json.dumps(_jsonable(dict(r, hardware_id=hw[(job.gpu, job.topology)])), sort_keys=True))
+                for r in rows]
         fresh = [r for r in rows if _row_key(r) not in done]
         if log is not None and fresh:
             append_points(log, fresh)
@@ -190,33 +295,24 @@ def run_sweep(jobs: Sequence[Job], *, workers: int = 1, ray: bool | str = False,
             done[_row_key(r)] = r
         if on_rows:
             on_rows(rows)
+        advance(len(rows))
 
-    total = sum(len(j.keys()) for j in jobs)
-    with _progress(progress, total, total - sum(len(j.keys()) for j in todo)) as advance:
-        if ray:
-            rmod = _ray_module(ray if isinstance(ray, str) else None)
-            remote = rmod.remote(run_job)
-            pending = {remote.remote(j): j for j in todo}
-            while pending:
-                ready, _ = rmod.wait(list(pending), num_returns=1)
-                for ref in ready:
-                    j = pending.pop(ref)
-                    finished(rmod.get(ref))
-                    advance(len(j.keys()))
-        elif workers == 1 or len(todo) <= 1:
-            for j in todo:
-                finished(run_job(j))
-                advance(len(j.keys()))
-        else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futs = {pool.submit(run_job, j): j for j in todo}
-                while futs:
-                    ready, _ = wait(list(futs), return_when=FIRST_COMPLETED)
-                    for f in ready:
-                        j = futs.pop(f)
-                        finished(f.result())
-                        advance(len(j.keys()))
-    return [done[k] for j in jobs for k in j.keys() if k in done]
+    total = sum(len(k) for k in keys.values())
+    already = total - sum(len(keys[id(j)]) for j in todo)
+    try:
+        with _progress(progress, total, already) as advance:
+            if ray:
+                _on_ray(todo, ray if isinstance(ray, str) else None, finished)
+            elif workers == 1 or len(todo) <= 1:
+                for j in todo:
+                    finished(j, run_job(j))
+            else:
+                _in_pool(todo, workers, finished)
+    except KeyboardInterrupt:
+        kept = len([k for ks in keys.values() for k in ks if k in done])
+        where = f" in {log}; run the same command again to resume" if log is not None else ""
+        raise Interrupted(f"{kept} of {total} points finished{where}") from None
+    return [done[k] for j in jobs for k in keys[id(j)] if k in done]
 
 
 class _progress:

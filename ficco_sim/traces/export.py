@@ -26,6 +26,7 @@ import math
 from pathlib import Path
 
 from ..errors import InputError
+from ..files import atomic_path, save_figure
 from ..taskgraph import Kernel, TaskGraph
 from ..timeline import TaskRecord, Timeline
 
@@ -156,11 +157,12 @@ def write_chrome_trace(timeline: Timeline, path: str | Path, graph: TaskGraph | 
     p = Path(path)
     text = json.dumps(to_chrome_trace(timeline, graph, **kw), separators=(",", ":"))
     try:
-        if p.suffix == ".gz":
-            with gzip.open(p, "wt") as f:
-                f.write(text)
-        else:
-            p.write_text(text)
+        with atomic_path(p) as tmp:
+            if p.suffix == ".gz":
+                with gzip.open(tmp, "wt") as f:
+                    f.write(text)
+            else:
+                tmp.write_text(text)
     except OSError as exc:
         raise InputError(str(p), None, f"cannot write: {exc.strerror}") from None
     return p
@@ -209,9 +211,6 @@ def write_gantt(timeline: Timeline, path: str | Path, *, title: str = "", includ
     fig.tight_layout()
     p = Path(path)
     try:
-        fig.savefig(p, dpi=110)
+        return save_figure(fig, p)
     except OSError as exc:
         raise InputError(str(p), None, f"cannot write: {exc.strerror}") from None
-    finally:
-        plt.close(fig)
-    return p

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..files import atomic_path, save_figure, write_text_atomic
 from .compare import summarize
 
 COLUMNS = ["scenario", "schedule", "predicted_s", "measured_s", "err", "correct", "not_honoured", "torch",
@@ -84,8 +85,7 @@ def scatter(df: pd.DataFrame, path: Path, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def markdown(df: pd.DataFrame, context: dict, png_name: str | None) -> str:
@@ -140,7 +140,8 @@ def write_all(df: pd.DataFrame, out_dir: str | Path, machine: str, stamp: str, c
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"csv": folder / f"{stamp}.csv", "md": folder / f"{stamp}.md", "png": folder / f"{stamp}.png"}
     cols = COLUMNS + [c for c in df.columns if c not in COLUMNS]
-    df[cols].to_csv(paths["csv"], index=False)
+    with atomic_path(paths["csv"]) as tmp:
+        df[cols].to_csv(tmp, index=False)
     scatter(df, paths["png"], context.get("title", "predicted vs measured"))
-    paths["md"].write_text(markdown(df, context, paths["png"].name))
+    write_text_atomic(paths["md"], markdown(df, context, paths["png"].name))
     return paths

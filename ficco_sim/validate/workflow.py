@@ -2,7 +2,7 @@
 
 >>> from ficco_sim.validate.workflow import parse_scenario
 >>> parse_scenario("gemm-rs:m=64,n=32,k=16", gpus=2).label()
-'gemm-rs m=64 n=32 k=16 x2'
+'gemm-rs m=64 n=32 k=16 x2 float32'
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None =
         except InputError as e:   # a lowering the executor cannot replay: say so, keep going
             pair_notes.append(f"not replayed: {sc.label()} / {s.name}: {e.line()}")
             continue
-        jobs.append(Job(f"{sc.label()}|{s.name}", graph))
+        jobs.append(Job(f"{sc.key()}|{s.name}", graph))
     if not jobs:
         raise InputError("--schedules", None, "no replayable (scenario, schedule) pair: " + "; ".join(pair_notes))
     results = {r.name: r for r in replay(jobs, opts)}
@@ -151,7 +151,7 @@ def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None =
     device_label = next(iter(results.values())).device
     rows, notes, details = [], list(pair_notes), set()
     for sc, s, _, predicted, topo_name in pairs:
-        r = results.get(f"{sc.label()}|{s.name}")
+        r = results.get(f"{sc.key()}|{s.name}")
         if r is None:
             continue
         measured = r.median
