@@ -220,3 +220,25 @@ def test_a_failing_log_append_is_one_line_and_the_log_stays_readable(tmp_path, c
     monkeypatch.setattr(sweep, "append_points", real)
     assert cli_main(args) == 0
     assert len(read_points(out / POINTS_FILE)) == 2 * len(kept)
+
+
+@pytest.mark.parametrize("where", ["write", "fsync", "replace"])
+def test_atomic_writes_leave_the_old_file_and_no_stray_file(tmp_path, monkeypatch, where):
+    """Every output (profiles, tables, traces, plots) goes through files.atomic_path."""
+    import ficco_sim.files as files
+    target = tmp_path / "profile.yaml"
+    target.write_text("old: 1\n")
+    if where == "fsync":
+        monkeypatch.setattr(files.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
+    if where == "replace":
+        monkeypatch.setattr(files.os, "replace", lambda a, b: (_ for _ in ()).throw(PermissionError(
+            errno.EACCES, "Permission denied", str(b))))
+    with pytest.raises(OSError):
+        with files.atomic_path(target) as tmp:
+            tmp.write_text("new: 2\n")
+            if where == "write":
+                raise OSError(errno.ENOSPC, "No space left on device")
+    assert target.read_text() == "old: 1\n" and [p.name for p in tmp_path.iterdir()] == ["profile.yaml"]
+    monkeypatch.undo()
+    files.write_text_atomic(target, "new: 2\n")
+    assert target.read_text() == "new: 2\n" and oct(target.stat().st_mode & 0o777) == oct(0o666 & ~files._umask())
