@@ -216,10 +216,14 @@ def cmd_predict(args) -> int:
         nbytes = parse_size(args.bytes, "--bytes")
         t = collective_time(gpu, topo, args.kind, nbytes, engine=args.comm_engine, algorithm=args.algorithm,
                             sim=args.engine)
-        row = {"gpu": gpu.name, "topology": topo.name, "kind": args.kind, "bytes": nbytes, "engine": args.comm_engine,
-               "time_s": t, "algbw_gbps": nbytes / t / 1e9}
+        from .simulate import bus_bandwidth, nccl_tests_size
+        size = nccl_tests_size(args.kind, nbytes, topo.num_gpus)
+        alg, bus = bus_bandwidth(args.kind, size, topo.num_gpus, t)
+        row = {"gpu": gpu.name, "topology": topo.name, "kind": args.kind, "bytes": nbytes, "nccl_tests_size": size,
+               "engine": args.comm_engine, "time_s": t, "algbw_gbps": alg / 1e9, "busbw_gbps": bus / 1e9}
         cols = [("kind", "collective", 1), ("topology", "topology", 1), ("bytes", "bytes/rank", 1),
-                ("engine", "engine", 1), ("time_s", "time ms", 1e3), ("algbw_gbps", "algbw GB/s", 1)]
+                ("nccl_tests_size", "nccl-tests size", 1), ("engine", "engine", 1), ("time_s", "time us", 1e6),
+                ("algbw_gbps", "algbw GB/s", 1), ("busbw_gbps", "busbw GB/s", 1)]
     emit([row], args.format, args.output, cols)
     return 0
 

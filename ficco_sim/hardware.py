@@ -116,13 +116,49 @@ class LinkSpec:
 
 
 @dataclass(frozen=True)
+class Protocol:
+    """A wire protocol of SM collectives (NCCL's LL / LL128 / Simple): a fixed cost per transfer
+    step (flag handshake between the two kernels) and the share of the bytes on the wire that
+    are payload (LL sends a 4-byte flag with every 4 bytes of data: 0.5; LL128 one 8-byte flag
+    per 128-byte line: 120/128; Simple: 1)."""
+
+    name: str
+    latency: float
+    efficiency: float
+
+
+SIMPLE = Protocol("Simple", 0.0, 1.0)
+
+
+@dataclass(frozen=True)
 class CommKernelSpec:
     """SM-based collective kernel (NCCL/RCCL-like): per-block footprint, default channel
-    (block) count, and the bandwidth one resident channel can drive (B/s)."""
+    (block) count, the bandwidth one resident channel can drive (B/s), the cost of one
+    collective call before any byte moves (``launch``, s: kernel launch plus the ranks'
+    handshake; None: the GPU's kernel launch overhead), and the wire protocols it picks from."""
 
     block: BlockShape
     channels: int
     channel_bandwidth: float
+    launch: float | None = None
+    protocols: tuple[Protocol, ...] = (SIMPLE,)
+
+    def protocol_index(self, nbytes: Any) -> Any:
+        """The protocol a transfer step of ``nbytes`` runs with, as NCCL's tuner picks it: the
+        least isolated time ``latency + nbytes / (efficiency * channels * channel_bandwidth)``.
+        Vectorized over ``nbytes``; the one formula both engines use.
+
+        >>> spec = CommKernelSpec(BlockShape(512, 96, 0), 16, 25e9, protocols=(
+        ...     Protocol("LL", 1e-6, 0.5), Protocol("Simple", 10e-6, 1.0)))
+        >>> spec.protocol_index(4096), int(spec.protocol_index(64 << 20))
+        (0, 1)
+        """
+        import numpy as np
+        lat = np.array([p.latency for p in self.protocols])
+        rate = np.array([p.efficiency for p in self.protocols]) * self.channels * self.channel_bandwidth
+        x = np.asarray(nbytes, dtype=float)
+        best = np.argmin(lat + x[..., None] / rate, axis=-1)
+        return int(best) if best.ndim == 0 else best
 
 
 @dataclass(frozen=True)
@@ -168,6 +204,13 @@ class GpuProfile:
     def provenance(self, path: str) -> Provenance:
         """Provenance of the number at ``path`` (e.g. ``"dma.engines"``)."""
         return self.sources[path]
+
+    def launch_of(self, kind: str) -> float:
+        """Delay from a kernel's turn on its stream to its blocks being dispatchable: the
+        collective call floor for communication kernels, the launch overhead otherwise."""
+        if kind == "comm" and self.comm_kernel.launch is not None:
+            return self.comm_kernel.launch
+        return self.launch_overhead
 
     def flops_per_sm(self, dtype: str) -> float:
         if dtype not in self.peak_flops:
@@ -246,6 +289,13 @@ class _Reader:
                 raise InputError(self.where, path, "missing")
         return cur
 
+    def has(self, path: str) -> bool:
+        try:
+            self.node(path)
+        except InputError:
+            return False
+        return True
+
     def leaf(self, path: str) -> Any:
         node = self.node(path)
         if not isinstance(node, dict) or "value" not in node:
@@ -293,6 +343,18 @@ def check_block_fits(b: BlockShape, limits: SmLimits, where: str, path: str) -> 
     if b.smem > limits.max_smem_per_block or b.smem + limits.reserved_smem_per_block > limits.smem:
         raise InputError(where, f"{path}.smem_kib",
                          f"{b.smem / KIB:g} KiB exceeds the {limits.max_smem_per_block / KIB:g} KiB per-block limit")
+
+
+def _protocols(r: _Reader) -> tuple[Protocol, ...]:
+    """``comm_kernel.protocols``: ``{name: {latency_us, efficiency}}``; absent: Simple only."""
+    if not r.has("comm_kernel.protocols"):
+        return (SIMPLE,)
+    node = r.node("comm_kernel.protocols")
+    if not isinstance(node, dict) or not node:
+        raise InputError(r.where, "comm_kernel.protocols", "must map protocol names to latency_us and efficiency")
+    return tuple(Protocol(str(name), r.number(f"comm_kernel.protocols.{name}.latency_us", scale=1e-6, positive=False),
+                          r.number(f"comm_kernel.protocols.{name}.efficiency", at_most=1.0))
+                 for name in node)
 
 
 def parse_profile(data: Any, where: str) -> GpuProfile:
@@ -361,6 +423,9 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
             block=r.block("comm_kernel", sm),
             channels=r.number("comm_kernel.channels", integer=True),
             channel_bandwidth=r.number("comm_kernel.channel_bandwidth_gbps", scale=GB),
+            launch=r.number("comm_kernel.launch_us", scale=1e-6, positive=False)
+            if r.has("comm_kernel.launch_us") else None,
+            protocols=_protocols(r),
         ),
         gemm=GemmModel(tiles=tuple(tiles), efficiency=efficiency,
                        k_overhead=r.number("gemm.k_overhead", positive=False)),

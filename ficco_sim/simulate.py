@@ -150,6 +150,26 @@ def collective_graph(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *,
     return b.build()
 
 
+def nccl_tests_size(kind: str, nbytes: int, gpus: int) -> int:
+    """nccl-tests' ``size`` of a collective of ``nbytes`` per rank (this project's convention):
+    the whole gathered array for all-gather, the per-rank buffer otherwise."""
+    return nbytes * gpus if kind == "all-gather" else nbytes
+
+
+def per_rank_bytes(kind: str, size: int, gpus: int) -> int:
+    """The inverse of :func:`nccl_tests_size`."""
+    return size // gpus if kind == "all-gather" else size
+
+
+def bus_bandwidth(kind: str, size: int, gpus: int, seconds: float) -> tuple[float, float]:
+    """(algbw, busbw) in B/s as nccl-tests reports them (doc/PERFORMANCE.md): algbw = size /
+    time; busbw = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather, reduce-scatter and
+    all-to-all, x 1 for send-recv."""
+    alg = size / seconds
+    factor = {"all-reduce": 2 * (gpus - 1) / gpus, "send-recv": 1.0}.get(kind, (gpus - 1) / gpus)
+    return alg, alg * factor
+
+
 def collective_time(gpu: GpuProfile | str, topology: Topology | str, kind: str, nbytes: int, *,
                     engine: str = "sm", algorithm: str = "auto", sim: str = "des") -> float:
     """Isolated time (s) of one collective over every GPU of ``topology``.

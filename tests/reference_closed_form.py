@@ -49,14 +49,16 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
     def xfer_time(t: Transfer, slow: float) -> float:
         bw = min([topo.graph.edges[lk]["bandwidth"] / share[(lk, step[t.id], rnd[t.id])]
                   for lk in topo.path_links(t.src, t.dst)] + [float("inf")])
-        fixed = 0.0
+        fixed, wire = 0.0, t.nbytes
         if t.engine == "dma":
             bw, fixed = min(bw, gpu.dma.bandwidth), gpu.dma.command_overhead
         else:
             k = graph.kernel(t.drivers[0])
             bw = min(bw, k.grid * gpu.comm_kernel.channel_bandwidth / chan[(k.id, step[t.id])])
+            proto = gpu.comm_kernel.protocols[gpu.comm_kernel.protocol_index(t.nbytes)]
+            fixed, wire = proto.latency, t.nbytes / proto.efficiency
         bw = min(bw, gpu.hbm_effective / (2 if t.src == t.dst else 1))
-        return fixed + topo.path_latency(t.src, t.dst) + t.nbytes * (1.0 / bw) * slow
+        return fixed + topo.path_latency(t.src, t.dst) + wire * (1.0 / bw) * slow
 
     prev, last = {}, {}
     for t in graph.tasks:
@@ -77,7 +79,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                 t = graph.task(tid)
                 ready = max([finish(d) for d in t.deps] + ([finish(prev[tid])] if prev[tid] else []) + [0.0])
                 if isinstance(t, Kernel):
-                    start[tid] = ready + gpu.launch_overhead
+                    start[tid] = ready + gpu.launch_of(t.kind)
                 elif t.engine == "sm":
                     start[tid] = max([ready] + [begin(k) for k in t.drivers])
                 else:

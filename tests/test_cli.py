@@ -23,7 +23,10 @@ def test_simulate_table_lists_every_basic_schedule(capsys):
     from io import StringIO
     df = pd.read_csv(StringIO(out))
     assert list(df["schedule"])[:2] == ["none", "shard-p2p-sm"]
-    assert (df["speedup"] <= df["ideal_speedup"] + 1e-9).all()
+    # the ideal is relative to the SM collective; copy engines skip its call floor and protocol
+    # latencies, so only schedules communicating on SMs are bound by it
+    sm = df[df["schedule"].str.contains("-sm")]
+    assert len(sm) >= 2 and (sm["speedup"] <= sm["ideal_speedup"] + 1e-9).all()
     assert df.loc[df.schedule == "none", "speedup"].item() == pytest.approx(1.0)
 
 

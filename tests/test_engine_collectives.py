@@ -40,7 +40,7 @@ def test_copy_engines_limit_direct_all_gather_concurrency():
 
 def test_switch_direct_all_gather_is_bound_by_the_uplink():
     gpu = ideal()
-    bw, alpha, shard = 400e9, 2e-6, 16 * MB
+    bw, alpha, shard = 300e9, 2e-6, 16 * MB      # below the comm kernel's channels' rate
     t = collective_time(gpu, switch(8, bw, alpha), "all-gather", shard, algorithm="direct")
     # Each GPU pushes 7 shards through its one uplink; the two hops add up to alpha.
     assert t == pytest.approx(alpha + 7 * shard / bw, rel=0.01)
@@ -75,3 +75,25 @@ def test_send_recv_follows_the_route():
     gpu = ideal()
     t = collective_time(gpu, ring(8, 50e9, 1e-6), "send-recv", 8 * MB)
     assert t == pytest.approx(1e-6 + 8 * MB / 50e9, rel=0.01)
+
+
+@pytest.mark.parametrize("sim", ["des", "analytical"])
+def test_protocols_and_the_call_floor_follow_their_closed_form(sim):
+    """A collective call pays the comm kernel's launch floor once, and every ring step the
+    latency of the protocol its size picks, sending that protocol's flags with the payload
+    (NCCL's LL / Simple). Switching either off in an engine breaks this test."""
+    import dataclasses
+
+    from ficco_sim.hardware import Protocol
+    base = ideal()
+    protos = (Protocol("LL", 1e-6, 0.5), Protocol("Simple", 10e-6, 1.0))
+    gpu = dataclasses.replace(base, comm_kernel=dataclasses.replace(base.comm_kernel, launch=7e-6, protocols=protos))
+    n, bw, alpha = 4, 100e9, 2e-6
+    for shard in (4096, 64 * MB):
+        p = protos[gpu.comm_kernel.protocol_index(shard)]
+        assert p.name == ("LL" if shard == 4096 else "Simple")
+        step = alpha + p.latency + shard / p.efficiency / bw
+        ag = collective_time(gpu, ring(n, bw, alpha), "all-gather", shard, algorithm="ring", sim=sim)
+        assert ag == pytest.approx(7e-6 + (n - 1) * step, rel=1e-6)
+        ar = collective_time(gpu, ring(n, bw, alpha), "all-reduce", shard * n, algorithm="ring", sim=sim)
+        assert ar == pytest.approx(7e-6 + 2 * (n - 1) * step, rel=1e-6)   # one call: one floor

@@ -50,7 +50,7 @@ from ..topology import Topology, load_topology
 from ..workload import Scenario
 from .closed_form_overlap import Groups, groups, slowdowns
 
-ZERO, CONST, GEMM, XFER, MEM, FIXED = range(6)
+ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX = range(7)   # SMX: an SM transfer (XFER + its wire protocol)
 
 
 def kernel_isolated_time(gpu: GpuProfile, k: Kernel, *, launch: bool = True) -> float:
@@ -66,7 +66,7 @@ class Template:
     ref: Scenario | None
     num_nodes: int
     levels: list[tuple[np.ndarray, np.ndarray]]   # (node ids, padded input ids) per level
-    kind: np.ndarray           # node -> ZERO | CONST | GEMM | XFER | MEM | FIXED
+    kind: np.ndarray           # node -> ZERO | CONST | GEMM | XFER | MEM | FIXED | SMX
     const: np.ndarray          # CONST: launch; XFER: fixed + latency; MEM/FIXED: duration at ref
     coef: np.ndarray           # XFER: s per byte
     ref_bytes: np.ndarray      # XFER: bytes at ref
@@ -83,6 +83,7 @@ class Template:
     xfer_begin: np.ndarray
     launch: float
     comm_scale: tuple[str, str] = ("m", "k")
+    comm_launch: float = 0.0                    # the launch delay of communication kernels
     groups: Groups | None = None
     tasks: dict = field(default_factory=dict)   # task id -> (begin node, end node)
     gemm_targets: np.ndarray | None = None      # GEMMs (transfers) whose slowdown the contention pass
@@ -153,7 +154,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         if key:
             last[key] = t.id
         if isinstance(t, Kernel):
-            begin[t.id] = ready[t.id] = node(CONST, t.gpu, gpu.launch_overhead)
+            begin[t.id] = ready[t.id] = node(CONST, t.gpu, gpu.launch_of(t.kind))
             if t.kind == "gemm" and t.gemm is not None:
                 end[t.id] = node(GEMM, t.gpu, shape=shapes.setdefault(t.gemm, len(shapes)))
             elif t.kind == "comm":
@@ -165,7 +166,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
             ready[t.id] = node(ZERO, t.src, dst=t.dst)
             begin[t.id] = node(ZERO, t.src, dst=t.dst) if t.engine == "sm" else ready[t.id]
             fixed, per_byte = costs[t.id]
-            end[t.id] = node(XFER, t.src, fixed, per_byte, t.nbytes, dst=t.dst)
+            end[t.id] = node(SMX if t.engine == "sm" else XFER, t.src, fixed, per_byte, t.nbytes, dst=t.dst)
             for k in t.drivers:
                 driven[k].append(t.id)
     for t in graph.tasks:
@@ -201,7 +202,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         coef=np.array(coefs), ref_bytes=np.array(nbytes), gemm_shape=np.array(shape_ix, dtype=np.int64),
         shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=ix(begin, gemms),
         comm_nodes=comm_nodes, comm_begin=ix(begin, comms), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
-        xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead,
+        xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
         comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
         groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
         tasks={t.id: (begin[t.id], end[t.id]) for t in graph.tasks})
@@ -269,7 +270,7 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         ref_bytes=cat("ref_bytes"), gemm_shape=np.concatenate([r[t.gemm_shape] for r, t in zip(remap, tpls)]),
         shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=at("gemm_begin"),
         comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
-        xfer_begin=at("xfer_begin"), launch=tpls[0].launch,
+        xfer_begin=at("xfer_begin"), launch=tpls[0].launch, comm_launch=tpls[0].comm_launch,
         comm_scale=tpls[0].comm_scale,
         groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]))
     return out, offs
@@ -312,11 +313,27 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
     a, b = tpl.comm_scale
     comm = f[a] * f[b]
     nbytes = np.zeros((P, tpl.num_nodes + 1))
-    x = np.flatnonzero(kind == XFER)
+    x = np.flatnonzero((kind == XFER) | (kind == SMX))
     nbytes[:, x] = tpl.ref_bytes[x] * comm[:, None]
     mm = np.flatnonzero(kind == MEM)
     dur[:, mm] = tpl.const[mm] * comm[:, None]
     return dur, nbytes, gemm_hbm
+
+
+def transfer_terms(tpl: Template, gpu: GpuProfile, nbytes: np.ndarray, xfer: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(fixed s, bytes on the wire) of the transfer nodes ``xfer`` per scenario: SM transfers
+    add their protocol's latency and send its flags too (:meth:`CommKernelSpec.protocol_index`)."""
+    payload = nbytes[:, xfer]
+    fixed = np.broadcast_to(tpl.const[xfer], payload.shape).copy()
+    wire = payload.copy()
+    sm = tpl.kind[xfer] == SMX
+    if sm.any():
+        spec = gpu.comm_kernel
+        p = spec.protocol_index(payload[:, sm])
+        fixed[:, sm] += np.array([q.latency for q in spec.protocols])[p]
+        wire[:, sm] /= np.array([q.efficiency for q in spec.protocols])[p]
+    return fixed, wire
 
 
 def run(tpl: Template, add: np.ndarray) -> np.ndarray:
@@ -336,14 +353,15 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
         out = {k: ev[k][:, tpl.orbit] for k in ("vals", "add", "base", "nbytes")}
         return {**out, "makespan": ev["makespan"]}
     base, nbytes, gemm_hbm = durations(tpl, gpu, scenarios)
-    xfer = np.flatnonzero(tpl.kind == XFER)
+    xfer = np.flatnonzero((tpl.kind == XFER) | (tpl.kind == SMX))
+    fixed, wire = transfer_terms(tpl, gpu, nbytes, xfer)
     add = base.copy()
-    add[:, xfer] = tpl.const[xfer] + tpl.coef[xfer] * nbytes[:, xfer]
+    add[:, xfer] = fixed + tpl.coef[xfer] * wire
     vals = run(tpl, add)
     if contention and tpl.groups is not None:
         slow = slowdowns(tpl, gpu, vals, nbytes, gemm_hbm, weights)
         add = base * slow
-        add[:, xfer] = tpl.const[xfer] + tpl.coef[xfer] * nbytes[:, xfer] * slow[:, xfer]
+        add[:, xfer] = fixed + tpl.coef[xfer] * wire * slow[:, xfer]
         vals = run(tpl, add)
     return {"vals": vals, "add": add, "base": base, "nbytes": nbytes, "makespan": vals[:, :-1].max(axis=1, initial=0.0)}
 
@@ -360,10 +378,10 @@ def closed_form_timeline(graph: TaskGraph, gpu: GpuProfile | str, topology: Topo
 def timeline_of(graph: TaskGraph, tpl: Template, vals: np.ndarray) -> Timeline:
     """Task records from one row of node times."""
     records = []
-    launch = tpl.launch
     for t in graph.tasks:
         b, e = tpl.tasks[t.id]
         if isinstance(t, Kernel):
+            launch = tpl.comm_launch if t.kind == "comm" else tpl.launch
             records.append(TaskRecord(t.id, t.gpu, t.stream, t.kind, t.role, t.label, float(vals[b]) - launch,
                                       float(vals[b]), float(vals[e]), grid=t.grid))
         else:

@@ -31,7 +31,7 @@ import simpy
 
 from ..contention import comm_slowdown, compute_slowdown
 from ..errors import InputError
-from ..hardware import GpuProfile, load_gpu
+from ..hardware import GpuProfile, Protocol, load_gpu
 from ..taskgraph import Kernel, TaskGraph, Transfer
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
@@ -114,8 +114,9 @@ class Simulation:
             rec = self.records[t.id]
             rec.ready = env.now
             if isinstance(t, Kernel):
-                if self.gpu.launch_overhead:
-                    yield env.timeout(self.gpu.launch_overhead)
+                launch = self.gpu.launch_of(t.kind)
+                if launch:
+                    yield env.timeout(launch)
                 self.waiting[t.gpu].append(Waiting(t.id, t.block, t.grid, priority, self.seq))
                 self.seq += 1
                 self._dirty(t.gpu)
@@ -138,7 +139,7 @@ class Simulation:
         waits = [self.done[d] for d in t.deps] + [self.started[k] for k in t.drivers]
         yield simpy.AllOf(env, waits)
         self.records[t.id].ready = self.records[t.id].start = env.now   # latency is part of the transfer
-        latency = self.topo.path_latency(t.src, t.dst)
+        latency = self.topo.path_latency(t.src, t.dst) + self._protocol(t).latency
         if latency:
             yield env.timeout(latency)
         self._start_transfer(t)
@@ -160,9 +161,15 @@ class Simulation:
         else:
             usage[f"send:{t.drivers[0]}"] = 1.0
             usage[f"recv:{t.drivers[-1]}"] = 1.0
-        act = Activity(t.id, t.nbytes, usage, cap=cap, gpu=t.dst, kind="transfer", ends=(t.src, t.dst),
+        wire = t.nbytes if t.engine == "dma" else t.nbytes / self._protocol(t).efficiency
+        act = Activity(t.id, wire, usage, cap=cap, gpu=t.dst, kind="transfer", ends=(t.src, t.dst),
                        on_done=lambda t=t: self._finish_transfer(t))
         self._add_activity(act)
+
+    def _protocol(self, t: Transfer) -> Protocol:
+        """The wire protocol of an SM transfer (its latency and payload share)."""
+        spec = self.gpu.comm_kernel
+        return spec.protocols[spec.protocol_index(t.nbytes)]
 
     def _finish_transfer(self, t: Transfer) -> None:
         self.records[t.id].end = self.env.now

@@ -29,10 +29,12 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
 
 def pick_algorithm(algorithm: str, collective: str, topology_kind: str, engine: str = "sm") -> str:
     """The algorithm ``collective`` runs with: ``algorithm`` itself when this collective has
-    it on this engine, else an input error (never a silent substitute); ``auto``: ring on
-    ring topologies, direct elsewhere and wherever ring does not exist.
+    it on this engine, else an input error (never a silent substitute); ``auto``: what NCCL
+    runs: ring on ring topologies and, for SM collectives, behind a switch (NVSwitch); direct
+    on fully connected topologies (RCCL's rings over every xGMI link move what direct moves),
+    on copy engines, and wherever ring does not exist.
 
-    >>> pick_algorithm("auto", "all-gather", "ring"), pick_algorithm("auto", "all-to-all", "ring")
+    >>> pick_algorithm("auto", "all-gather", "switch"), pick_algorithm("auto", "all-to-all", "ring")
     ('ring', 'direct')
     """
     known = ALGORITHMS.get(collective)
@@ -42,7 +44,8 @@ def pick_algorithm(algorithm: str, collective: str, topology_kind: str, engine: 
     if engine == "dma" and collective in ("reduce-scatter", "all-reduce"):
         known = ("direct",)
     if algorithm == "auto":
-        return "ring" if topology_kind == "ring" and "ring" in known else known[-1]
+        ring = topology_kind == "ring" or (topology_kind == "switch" and engine == "sm")
+        return "ring" if ring and "ring" in known else known[-1]
     if algorithm not in known:
         where = f" on {engine.upper()}" if engine == "dma" and collective in ("reduce-scatter", "all-reduce") else ""
         raise InputError("--algorithm", None, f"{collective}{where} has no {algorithm!r} algorithm; "
@@ -61,8 +64,11 @@ def staggered(g: int, n: int) -> list[int]:
 
 
 def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *, buffer: str, engine: str,
-               algorithm: str, deps: Sequence[Sequence[str]] | None = None) -> list[list[str]]:
-    """Rank g's rows ``[g*rows, (g+1)*rows)`` of ``buffer`` end up on every rank."""
+               algorithm: str, deps: Sequence[Sequence[str]] | None = None,
+               kernels: Sequence[str] | None = None) -> list[list[str]]:
+    """Rank g's rows ``[g*rows, (g+1)*rows)`` of ``buffer`` end up on every rank. ``kernels``:
+    SM ring only, the running comm kernels to continue in (one collective call, as NCCL's
+    all-reduce), with ``deps`` then gating the first step's transfers."""
     n = b.num_gpus
     e = rows * cols * b.elem(dtype)
     deps = deps or [[] for _ in range(n)]
@@ -70,14 +76,15 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
     sl = lambda owner: row_slice(buffer, owner * rows, rows)  # noqa: E731
 
     if engine == "sm":
-        kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="all-gather").id for g in range(n)]
+        kern = list(kernels) if kernels is not None else \
+            [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="all-gather").id for g in range(n)]
         if algorithm == "ring":
             prev: dict[int, str] = {}
             for t in range(1, n):
                 cur = {}
                 for g in range(n):
                     dst, owner = (g + 1) % n, (g - t + 1) % n
-                    d = [prev[g]] if t > 1 else []
+                    d = [prev[g]] if t > 1 else (list(deps[g]) if kernels is not None else [])
                     cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), step=(prefix, t), deps=d,
                                              label=f"AG ring step {t}",
                                              io={"src": sl(owner), "dst": sl(owner)}).id
@@ -111,7 +118,8 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
 
 
 def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *, buffer: str, staging: str,
-                   engine: str, algorithm: str, deps: Sequence[Sequence[str]] | None = None) -> list[list[str]]:
+                   engine: str, algorithm: str, deps: Sequence[Sequence[str]] | None = None,
+                   ring_kernels: list | None = None) -> list[list[str]]:
     """Sum over ranks of ``buffer`` (``rows * gpus`` rows); rank g ends with the sum in its
     rows ``[g*rows, (g+1)*rows)`` of ``buffer``. SM rings reduce inside the kernel; DMA
     copies into ``staging`` and a reduce kernel adds."""
@@ -131,6 +139,9 @@ def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: st
                                          reduce=True, label=f"RS ring step {t}",
                                          io={"src": sl(buffer, chunk), "dst": sl(buffer, chunk)}).id
             prev = cur
+        if ring_kernels is not None:       # the caller continues in these kernels: done = last step in
+            ring_kernels[:] = kern
+            return [[prev[g]] for g in range(n)]
         return [[k] for k in kern]
     if algorithm == "ring":
         raise InputError("schedule", "engine", "a ring reduce-scatter on copy engines needs a reduce kernel per "
@@ -190,11 +201,13 @@ def all_to_all(b: GraphBuilder, prefix: str, counts: Sequence[Sequence[int]], co
 
 def all_reduce(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *, buffer: str, staging: str,
                engine: str, algorithm: str) -> list[list[str]]:
-    """Reduce-scatter then all-gather (``rows`` per rank after the scatter)."""
+    """Reduce-scatter then all-gather (``rows`` per rank after the scatter); an SM ring runs
+    both in one kernel per rank (one collective call, one launch floor), as NCCL does."""
+    kernels: list | None = [] if engine == "sm" and algorithm == "ring" else None
     rs = reduce_scatter(b, f"{prefix}.rs", rows, cols, dtype, buffer=buffer, staging=staging, engine=engine,
-                        algorithm=algorithm)
+                        algorithm=algorithm, ring_kernels=kernels)
     return all_gather(b, f"{prefix}.ag", rows, cols, dtype, buffer=buffer, engine=engine, algorithm=algorithm,
-                      deps=rs)
+                      deps=rs, kernels=kernels)
 
 
 def send_recv(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *, buffer: str,

@@ -348,5 +348,5 @@ def trace_to_graph(trace: Trace, gpu: GpuProfile, *, comm: str = "measured", eng
 def replay_profile(gpu: GpuProfile) -> GpuProfile:
     """``gpu`` as replay needs it: no launch overhead (the trace's gaps carry it) and no
     extra contention slowdown (measured durations already contain it)."""
-    return replace(gpu, launch_overhead=0.0, contention=replace(gpu.contention, compute_per_hbm_util=0.0,
-                                                               comm_per_hbm_util=0.0))
+    return replace(gpu, launch_overhead=0.0, comm_kernel=replace(gpu.comm_kernel, launch=0.0),
+                   contention=replace(gpu.contention, compute_per_hbm_util=0.0, comm_per_hbm_util=0.0))
