@@ -102,12 +102,15 @@ class DmaSpec:
 @dataclass(frozen=True)
 class LinkSpec:
     """Scale-up links: ports, per-port per-direction bandwidth (B/s), GPU-to-GPU latency (s),
-    and the realized fraction of peak that data transfers reach."""
+    the realized fraction of peak that data transfers reach, and ``peers``: for GPUs wired
+    directly to each other (xGMI), how many peers the ports are spread over in the real node
+    (MI300X: 7, one link to each), so that any pair gets its real link count (0: unknown)."""
 
     ports: int
     port_bandwidth: float
     latency: float
     efficiency: float
+    peers: int = 0
 
     @property
     def aggregate(self) -> float:
@@ -195,6 +198,7 @@ class GpuProfile:
     contention: Contention
     sources: Mapping[str, Provenance] = field(default_factory=dict, compare=False, repr=False)
     path: str = field(default="", compare=False)
+    peak_sms: int = 0   # the SM count ``peak_flops`` is for (0: num_sms); an SM's rate never depends on num_sms
 
     @property
     def hbm_effective(self) -> float:
@@ -215,7 +219,7 @@ class GpuProfile:
     def flops_per_sm(self, dtype: str) -> float:
         if dtype not in self.peak_flops:
             raise InputError(self.path or self.name, "peak_tflops", f"no peak given for dtype {dtype!r}")
-        return self.peak_flops[dtype] / self.num_sms
+        return self.peak_flops[dtype] / (self.peak_sms or self.num_sms)
 
 
 # ----------------------------------------------------------------------------------------
@@ -404,6 +408,7 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
         clock_hz=r.number("clock_mhz", scale=1e6),
         sm=sm,
         peak_flops=peak_flops,
+        peak_sms=r.number("peak_sms", integer=True) if r.has("peak_sms") else 0,
         hbm_bandwidth=r.number("hbm.bandwidth_gbps", scale=GB),
         hbm_efficiency=r.number("hbm.efficiency", at_most=1.0),
         dma=DmaSpec(
@@ -418,6 +423,7 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
             port_bandwidth=r.number("link.port_bandwidth_gbps", scale=GB),
             latency=r.number("link.latency_us", scale=1e-6, positive=False),
             efficiency=r.number("link.efficiency", at_most=1.0),
+            peers=r.number("link.peers", integer=True) if r.has("link.peers") else 0,
         ),
         comm_kernel=CommKernelSpec(
             block=r.block("comm_kernel", sm),

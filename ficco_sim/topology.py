@@ -152,8 +152,17 @@ BUILDERS = {"ring": ring, "fc": fully_connected, "switch": switch}
 
 
 def builtin_link(kind: str, n: int, link: Any) -> tuple[float, float]:
-    """(bandwidth per link, latency) for a parametric topology from a GPU's link spec."""
+    """(bandwidth per link, latency) for a parametric topology from a GPU's link spec. A GPU
+    wired point to point (``link.peers`` set: MI300X, one xGMI link to each of 7 peers) gives
+    every pair its real ``ports / peers`` links whatever N, and cannot reach more than
+    ``peers`` GPUs directly; otherwise the ports are spread over the topology's neighbours."""
     per_port = link.port_bandwidth * link.efficiency
+    if link.peers:
+        if kind in ("fc", "ring") and (n - 1 if kind == "fc" else min(2, n - 1)) > link.peers:
+            raise InputError("--topology", None, f"{kind}:{n}: each GPU links directly to at most {link.peers} "
+                             "peers (profile link.peers)")
+        if kind in ("fc", "ring"):
+            return link.ports / link.peers * per_port, link.latency
     if kind == "ring":
         return max(1.0, link.ports / 2) * per_port, link.latency
     if kind == "fc":

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from ficco_sim.calibrate.fit_gemm import predict_times
 from ficco_sim.calibrate.measurements import read_gemm_table
-from ficco_sim.gemm_model import gemm_time, isolated_time, plan_gemm
+from ficco_sim.gemm_model import gemm_time, hbm_traffic, isolated_time, plan_gemm
 from ficco_sim.hardware import load_gpu
 
 MEASURED = Path(__file__).resolve().parents[2] / "shared" / "measurements" / "vidur" / "gemm_times.csv"
@@ -68,3 +71,20 @@ def test_extra_shared_memory_lowers_occupancy():
     assert shaped.tile == base.tile
     assert shaped.occupancy <= base.occupancy
     assert shaped.block.smem == base.block.smem + 64 * 1024
+
+
+@settings(max_examples=300, deadline=None)
+@given(gpu=st.sampled_from(["h100", "a100", "mi300x", "a40"]), m=st.integers(1, 1 << 16),
+       n=st.integers(1, 1 << 15), k=st.integers(1, 1 << 15), fewer=st.integers(1, 64),
+       dtype=st.sampled_from(["float16", "bfloat16", "float32"]))
+def test_fewer_sms_never_speed_a_gemm_up(gpu, m, n, k, fewer, dtype):
+    """A what-if with fewer SMs keeps each SM's rate (the peak is the whole part's), so a
+    compute-bound GEMM can only get slower (the bug: 114 of 132 H100 SMs made one faster).
+    HBM-bound shapes are left out: there the per-wave HBM bound lets a block moved into a
+    compute-bound tail wave hide its bytes (a known limit of the wave model, README)."""
+    g = load_gpu(gpu)
+    assume(dtype in g.peak_flops)
+    t = gemm_time(g, m, n, k, dtype)
+    assume(hbm_traffic(m, n, k, dtype) / g.hbm_effective < 0.25 * (t - g.launch_overhead))
+    less = dataclasses.replace(g, num_sms=max(1, g.num_sms - fewer))
+    assert gemm_time(less, m, n, k, dtype) >= t * (1 - 1e-12)

@@ -74,7 +74,12 @@ def test_parametric_names_take_links_from_the_gpu_profile():
     assert load_topology("switch:8", "h100").path_bandwidth(0, 7) == pytest.approx(18 * per_port)
     assert load_topology("ring:4", "h100").path_bandwidth(0, 1) == pytest.approx(9 * per_port)
     assert load_topology("fc:8", "mi300x").path_bandwidth(0, 5) == pytest.approx(48 * GB)
-    assert load_topology("fc:4", "mi300x").path_bandwidth(0, 1) == pytest.approx(7 / 3 * 48 * GB)
+    # MI300X is wired point to point, one xGMI link per peer: any pair of them has one link
+    # (the bug: fc:2 gave a pair all 7 links, 335 GB/s)
+    for spec in ("fc:2", "fc:4", "ring:8"):
+        assert load_topology(spec, "mi300x").path_bandwidth(0, 1) == pytest.approx(48 * GB), spec
+    with pytest.raises(InputError, match="at most 7 peers"):
+        load_topology("fc:16", "mi300x")
     assert load_topology("switch:8").path_latency(0, 1) == pytest.approx(h100.latency)  # default h100
     assert load_topology("ring:8", "a100").kind == "ring"
 

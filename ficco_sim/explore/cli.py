@@ -117,6 +117,8 @@ def run_explore(args: argparse.Namespace) -> int:
     with folder_lock(out, "an explore sweep") if out is not None else contextlib.nullcontext():
         points, summary = run_study(scenarios, pairs, engine=args.engine, space=args.space, workers=args.jobs,
                                     ray=args.ray, out=out, progress=not args.quiet)
+        for note in points.attrs.get("notes", []):
+            con.print(f"[yellow]topology[/]: {note}")
         _print_summary(con, summary, points)
         if args.show_invalid and points.attrs.get("invalid"):
             _print_invalid(con, points.attrs.get("invalid", []))

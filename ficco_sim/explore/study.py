@@ -48,17 +48,29 @@ def topology_for(topology: str, gpus: int) -> str | None:
 
 
 def build_jobs(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *, engine: str = "des",
-               space: str = "basic") -> tuple[list[Job], list[dict]]:
-    """Jobs for every scenario on every (gpu, topology), and the invalid points with reasons."""
+               space: str = "basic", notes: list[str] | None = None) -> tuple[list[Job], list[dict]]:
+    """Jobs for every scenario on every (gpu, topology), and the invalid points with reasons.
+    A parametric topology is resized to each scenario's GPU count; ``notes`` gets one line per
+    resize and per topology the GPU cannot form (its scenarios are then invalid points)."""
     if engine not in ENGINES:
         raise InputError("--engine", None, f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     jobs, invalid = [], []
+    said: dict[tuple, list[str]] = {}
     for gpu, topo in pairs:
         batch: dict = {}
         for sc in scenarios:
             t = topology_for(topo, sc.gpus)
-            pts = enumerate_space(sc, gpu, t, level=space) if space == "full" else \
-                [p for p in enumerate_space(sc, gpu, t, level="basic")]
+            try:
+                pts = enumerate_space(sc, gpu, t, level=space)
+            except InputError as e:
+                if str(e) and "--topology" in str(e):
+                    said.setdefault((gpu, topo, t, e.message), []).append(sc.label())
+                    invalid.append({"gpu": gpu, "topology": t, "scenario": sc.label(), "scenario_id": sc.key(),
+                                    "schedule": "*", "reason": e.message})
+                    continue
+                raise
+            if t != topo:
+                said.setdefault((gpu, topo, t, ""), []).append(sc.label())
             ok = tuple(p.schedule.name for p in pts if p.valid)
             invalid += [{"gpu": gpu, "topology": t, "scenario": sc.label(), "scenario_id": sc.key(),
                          "schedule": p.schedule.name,
@@ -68,6 +80,10 @@ def build_jobs(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], 
             else:
                 jobs.append(Job(gpu, t, (sc,), ok, engine))
         jobs += [Job(gpu, t, tuple(scs), ok, engine) for (t, ok), scs in batch.items()]
+    if notes is not None:
+        for (gpu, asked, got, why), labels in said.items():
+            notes.append(f"{gpu} {asked}: {len(labels)} scenario(s) on {got.partition(':')[2]} GPUs "
+                         + (f"not run ({why})" if why else f"run on {got}") + f", e.g. {labels[0]}")
     return jobs, invalid
 
 
@@ -93,10 +109,12 @@ def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *
               space: str = "basic", workers: int = 1, ray: bool | str = False, out: str | Path | None = None,
               progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run the sweep and return (points, summary) DataFrames (SI units)."""
-    jobs, invalid = build_jobs(scenarios, pairs, engine=engine, space=space)
+    notes: list[str] = []
+    jobs, invalid = build_jobs(scenarios, pairs, engine=engine, space=space, notes=notes)
     rows = run_sweep(jobs, workers=workers, ray=ray, out=out, progress=progress)
     points = ordered(pd.DataFrame(rows))
     points.attrs["invalid"] = invalid
+    points.attrs["notes"] = notes
     return points, summarize(points)
 
 

@@ -71,13 +71,15 @@ def _row_key(row: dict) -> tuple:
 
 
 def hardware_id(gpu: str, topology: str) -> str:
-    """A digest of every value of the GPU profile and topology ``(gpu, topology)`` load to:
-    the same names after an edit on disk are other hardware."""
+    """A digest of every value of the GPU profile and topology ``(gpu, topology)`` load to, and
+    of the code's version: the same names after an edit on disk are other hardware, and a
+    new release recomputes what it may answer differently."""
+    from .. import __version__
     from ..hardware import load_gpu
     from ..topology import load_topology
     from .estimate import fingerprint
     g = load_gpu(gpu)
-    text = fingerprint(g) + "\n" + fingerprint(load_topology(topology, g))
+    text = f"{__version__}\n{fingerprint(g)}\n{fingerprint(load_topology(topology, g))}"
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 

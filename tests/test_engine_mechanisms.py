@@ -1,0 +1,91 @@
+"""One test per engine mechanism that no other test could see switched off (see
+``benchmarks/mutants.py``, which switches each off in a copy and runs the suite)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from conftest import ideal
+from ficco_sim import Scenario, lower
+from ficco_sim.engine.des import simulate_graph
+from ficco_sim.gemm_model import plan_gemm
+from ficco_sim.hardware import BlockShape
+from ficco_sim.schedules.builder import GraphBuilder
+from ficco_sim.taskgraph import Stream, TaskGraph, Transfer
+from ficco_sim.topology import fully_connected, ring
+
+MB = 1 << 20
+KIB = 1024
+
+
+def test_shaping_adds_shared_memory_to_every_gemm_block_and_lowers_occupancy():
+    """``smem<N>k``: every GEMM block asks N KiB more, so fewer fit on an SM."""
+    gpu = ideal("h100")
+    sc = Scenario("ag-gemm", 4, 8192, 4096, 4096)
+    plain = [k for k in lower(sc, "shard-p2p-sm", gpu, "switch:4").kernels if k.kind == "gemm"]
+    shaped = [k for k in lower(sc, "shard-p2p-sm-smem16k", gpu, "switch:4").kernels if k.kind == "gemm"]
+    assert len(plain) == len(shaped)
+    for a, b in zip(plain, shaped):
+        assert b.block.smem == a.block.smem + 16 * KIB and b.gemm.extra_smem == 16 * KIB
+    base = plan_gemm(gpu, 2048, 4096, 4096, "float16")
+    more = plan_gemm(gpu, 2048, 4096, 4096, "float16", extra_smem=16 * KIB)
+    assert more.occupancy <= base.occupancy
+
+
+def test_one_command_at_a_time_per_copy_engine():
+    """Two copies queued on one copy engine from two streams run one after the other; on two
+    engines, side by side (each to its own peer over its own link)."""
+    gpu = ideal("h100")
+    topo = fully_connected(3, 50e9, 0.0)
+    size = 64 * MB
+
+    def graph(engines):
+        streams = [Stream(0, "a", 0), Stream(0, "b", 0)]
+        tasks = [Transfer("x", 0, 1, size, "dma", 0, "a", (), engines[0]),
+                 Transfer("y", 0, 2, size, "dma", 0, "b", (), engines[1])]
+        return TaskGraph.build(3, streams, tasks)
+    one = simulate_graph(graph((0, 0)), gpu, topo).makespan
+    two = simulate_graph(graph((0, 1)), gpu, topo).makespan
+    per = size / min(50e9, gpu.dma.bandwidth)
+    assert two == pytest.approx(per, rel=1e-6)
+    assert one == pytest.approx(2 * per, rel=1e-6)
+
+
+def test_sm_transfers_move_only_as_fast_as_their_resident_channels():
+    """A comm kernel of 4 channels on a 2-SM GPU whose SM holds one channel block: only 2
+    channels are resident, so the transfer moves at 2 x channel bandwidth, not 4 x."""
+    base = ideal("h100")
+    big = BlockShape(threads=base.sm.max_threads, registers=16, smem=0)    # one block fills an SM
+    gpu = dataclasses.replace(base, num_sms=2, comm_kernel=dataclasses.replace(base.comm_kernel, block=big))
+    topo = ring(2, 1e15, 0.0)                                                # links never bind
+    b = GraphBuilder(gpu, 2, channels=4)
+    k0 = b.comm_kernel("k0", 0).id
+    k1 = b.comm_kernel("k1", 1).id
+    b.sm_transfer("t", 0, 1, 32 * MB, (k0, k1), step=("s",))
+    t = simulate_graph(b.build(), gpu, topo).by_id()["t"]
+    rate = 2 * gpu.comm_kernel.channel_bandwidth
+    assert t.end - t.start == pytest.approx(32 * MB / min(rate, gpu.hbm_effective), rel=1e-6)
+
+
+def test_reducing_a_received_chunk_costs_destination_hbm_traffic():
+    """A reducing ring step reads the local chunk, reads what arrived and writes the sum: three
+    HBM passes at the destination against one for a plain copy. With HBM the bottleneck, a
+    2-GPU ring reduce-scatter step takes 4 passes of HBM per GPU (1 send + 3 receive)."""
+    base = ideal("h100")
+    gpu = dataclasses.replace(base, hbm_bandwidth=20e9, hbm_efficiency=1.0)
+    topo = ring(2, 1e15, 0.0)
+    b = GraphBuilder(gpu, 2)
+    k = [b.comm_kernel(f"k{g}", g).id for g in range(2)]
+    size = 16 * MB
+    b.sm_transfer("r01", 0, 1, size, (k[0], k[1]), step=("s",), reduce=True)
+    b.sm_transfer("r10", 1, 0, size, (k[1], k[0]), step=("s",), reduce=True)
+    plain = GraphBuilder(gpu, 2)
+    kp = [plain.comm_kernel(f"k{g}", g).id for g in range(2)]
+    plain.sm_transfer("c01", 0, 1, size, (kp[0], kp[1]), step=("s",))
+    plain.sm_transfer("c10", 1, 0, size, (kp[1], kp[0]), step=("s",))
+    t_reduce = simulate_graph(b.build(), gpu, topo).makespan
+    t_copy = simulate_graph(plain.build(), gpu, topo).makespan
+    assert t_reduce == pytest.approx(size / (20e9 / 4), rel=1e-6)
+    assert t_copy == pytest.approx(size / (20e9 / 2), rel=1e-6)
