@@ -173,6 +173,9 @@ def cmd_simulate(args) -> int:
     from .simulate import simulate_many
     gpu, topo = resolve_topology(args)
     scenario = make_scenario(args, topo.num_gpus)
+    for flag, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--output", args.output)):
+        if path and not Path(path).resolve().parent.is_dir():   # say so before simulating, not after
+            raise InputError(flag, None, f"{path}: its folder does not exist")
     names = [s for part in args.schedule for s in part.split(",") if s]
     if not names or names == ["all"]:
         schedules = basic_schedules()

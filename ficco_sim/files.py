@@ -7,8 +7,8 @@ On any failure (disk full, I/O error, permission, Ctrl-C) the temporary file is 
 the previous file is untouched. The CLI turns the ``OSError`` into one line and exit 2.
 
 >>> import tempfile, pathlib
->>> d = pathlib.Path(tempfile.mkdtemp())
->>> write_text_atomic(d / "a.txt", "hello").read_text()
+>>> with tempfile.TemporaryDirectory() as d:
+...     write_text_atomic(pathlib.Path(d) / "a.txt", "hello").read_text()
 'hello'
 """
 

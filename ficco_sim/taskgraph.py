@@ -133,6 +133,11 @@ class TaskGraph:
     meta: Mapping[str, object] = field(default_factory=dict, compare=False)
     _index: Mapping[str, Task] = field(default_factory=dict, compare=False, repr=False)
 
+    def __repr__(self) -> str:   # a summary: the whole graph is thousands of tasks (see .tasks)
+        kernels = [t for t in self.tasks if isinstance(t, Kernel)]
+        return (f"TaskGraph({self.num_gpus} GPUs, {len(self.streams)} streams, {len(kernels)} kernels, "
+                f"{len(self.tasks) - len(kernels)} transfers, meta={dict(self.meta)})")
+
     @staticmethod
     def build(num_gpus: int, streams: Iterable[Stream], tasks: Iterable[Task], *,
               buffers: Mapping[str, Buffer] | None = None, meta: Mapping[str, object] | None = None) -> "TaskGraph":

@@ -105,3 +105,20 @@ def test_help_teaches(capsys):
     assert main(["simulate", "--help"]) == 0
     out = capsys.readouterr().out
     assert "ag-gemm" in out and "--schedule" in out
+
+
+def test_small_things_a_user_meets_at_once(capsys, tmp_path):
+    """Issue 15's papercuts, each pinned: a missing output folder is said before simulating;
+    recommend takes its GPU count from the topology; a task graph prints as a summary."""
+    code, _, err = run(capsys, "simulate", "--gpu", "h100", "--topology", "switch:4", "--m", "4096", "--n", "2048",
+                       "--k", "2048", "--gantt", str(tmp_path / "nodir" / "x.png"))
+    assert code == 2 and "--gantt" in err and "folder does not exist" in err
+    code, out, _ = run(capsys, "recommend", "--gpu", "h100", "--topology", "switch:4", "--scenario", "ag-gemm",
+                       "--m", "4096", "--n", "2048", "--k", "2048")
+    assert code == 0 and "x4" in out
+    code, _, err = run(capsys, "recommend", "--topology", "switch:4", "--gpus", "8", "--scenario", "ag-gemm",
+                       "--m", "4096", "--n", "2048", "--k", "2048")
+    assert code == 2 and "--gpus" in err
+    from ficco_sim import Scenario, lower
+    g = lower(Scenario("ag-gemm", 8, 16384, 8192, 8192), "ficco-a2a-sm", "h100", "switch:8")
+    assert len(repr(g)) < 400 and "kernels" in repr(g)

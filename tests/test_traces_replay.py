@@ -126,7 +126,7 @@ def test_cli_commands(tmp_path, capsys):
     assert main(["trace", "replay", *files, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert abs(out["error"]) < 0.01
-    assert main(["trace", "whatif", *files, "--engine", "dma", "--schedule", "shard-p2p-sm", "--json"]) == 0
+    assert main(["trace", "whatif", *files, "--comm-engine", "dma", "--schedule", "shard-p2p-sm", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["changes"] == ["comm engine -> dma"] and out["pairs"][0]["schedules"][0]["schedule"] == "none"
     assert main(["trace", "export", *files, "--out", str(tmp_path / "t.json"), "--gantt", str(tmp_path / "t.png")]) == 0

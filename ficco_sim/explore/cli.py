@@ -82,8 +82,8 @@ def add_recommend_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--m", type=int, required=True)
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--k", type=int, required=True)
-    p.add_argument("--gpus", type=int, default=8)
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs (default: the topology's, else 8)")
+    p.add_argument("--dtype", default="float16", help="element type (default float16, as simulate)")
     p.add_argument("--shard-dim", default="M", choices=["M", "K"], help="ag-gemm: K for weight gradients")
     p.add_argument("--heuristics", default=None, help="thresholds file (default: the shipped one)")
     p.set_defaults(func=run_recommend)
@@ -173,8 +173,12 @@ def run_recommend(args: argparse.Namespace) -> int:
     from ..workload import Scenario
     from .heuristics import load_heuristic, recommend
     con = Console()
-    sc = Scenario(args.scenario, args.gpus, args.m, args.n, args.k, args.dtype, shard_dim=args.shard_dim)
-    topo = args.topology or f"switch:{args.gpus}"
+    from ..topology import load_topology
+    topo = args.topology or f"switch:{args.gpus or 8}"
+    gpus = load_topology(topo, args.gpu).num_gpus
+    if args.gpus is not None and args.gpus != gpus:
+        raise InputError("--gpus", None, f"{args.gpus} GPUs but topology {topo} has {gpus}")
+    sc = Scenario(args.scenario, gpus, args.m, args.n, args.k, args.dtype, shard_dim=args.shard_dim)
     h = load_heuristic(args.heuristics) if args.heuristics else load_heuristic()
     t0 = time.perf_counter()
     rec = recommend(sc, args.gpu, topo, h)

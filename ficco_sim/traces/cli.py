@@ -37,7 +37,7 @@ EXAMPLES = """\
 examples:
   ficco-sim trace import traces/cpu_ag_mm.rank0.json.gz traces/cpu_ag_mm.rank1.json.gz
   ficco-sim trace replay traces/synthetic_gpu_ag_gemm.rank*.json --gantt out/replay.png
-  ficco-sim trace whatif traces/synthetic_gpu_ag_gemm.rank*.json --engine dma
+  ficco-sim trace whatif traces/synthetic_gpu_ag_gemm.rank*.json --comm-engine dma
   ficco-sim trace whatif traces/synthetic_gpu_ag_gemm.rank*.json --comm-priority 2 --no-pairs
   ficco-sim trace whatif traces/cpu_ag_mm.rank*.json.gz --schedule ficco-a2a-dma --pair-gpu h100
   ficco-sim trace export traces/cpu_ag_mm.rank*.json.gz --out out/ag_mm.json --gantt out/ag_mm.png
@@ -87,7 +87,7 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("whatif", help="change GPU, topology, comm engine or priority; rewrite comm->GEMM pairs",
                        description="What-if on a measured trace. Hardware changes: --gpu scales measured compute "
                        "(GEMMs by peak FLOP/s, other kernels by HBM bandwidth; waves recomputed from footprints); "
-                       "--topology / --engine model communication from its bytes (the report then shows the "
+                       "--topology / --comm-engine model communication from its bytes (the report then shows the "
                        "modelled baseline too, so a change is not mistaken for model error); --comm-priority sets "
                        "every communication stream's priority. Pairs: every all-gather -> GEMM, GEMM -> "
                        "reduce-scatter or all-to-all -> GEMM found becomes a scenario simulated under the "
@@ -96,7 +96,8 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
     _files(p)
     p.add_argument("--source-gpu", help="profile the trace ran on (default: from the trace, else h100)")
     _hw(p, gpu_help="profile to run on instead (e.g. a100, mi300x)")
-    p.add_argument("--engine", choices=("sm", "dma"), help="move all communication to SM kernels or copy engines")
+    p.add_argument("--comm-engine", choices=("sm", "dma"), help="move all communication to SM kernels or copy "
+                   "engines (default: as traced)")
     p.add_argument("--comm-priority", type=int, metavar="N",
                    help="priority of streams carrying communication (larger = more urgent; 0 = normal)")
     p.add_argument("--schedule", action="append", metavar="NAME",
@@ -190,7 +191,7 @@ def cmd_whatif(args) -> int:
     from . import load_trace
     from .replay import DEFAULT_PAIR_SCHEDULES, find_pairs, pair_whatif, source_gpu, whatif
     t = load_trace(args.files)
-    w = whatif(t, source=args.source_gpu, gpu=args.gpu, topology=args.topology, engine=args.engine,
+    w = whatif(t, source=args.source_gpu, gpu=args.gpu, topology=args.topology, engine=args.comm_engine,
                comm_priority=args.comm_priority, footprints=not args.exact)
     out: dict = {"changes": w.changes, "trace_makespan_s": w.baseline.trace_makespan,
                  "replay_makespan_s": w.baseline.sim_makespan,
