@@ -135,3 +135,19 @@ def test_templates_cached_by_earlier_sweeps_rescale_exactly():
         one = simulate_many(later, [r["schedule"]], "h100", "switch:8", engine="analytical")[0]
         assert r["makespan"] == pytest.approx(one.makespan, rel=1e-9)
         assert r["dil_compute"] == pytest.approx(one.metrics["dil_compute"], rel=1e-9)
+
+
+def test_study_reports_per_model_totals_and_says_its_space():
+    """The summary says which space and engine produced it; models.csv sums a model's pairs
+    (no overlap vs each pair's best) so nobody has to add up points.csv by hand."""
+    from ficco_sim.explore.library import MODELS, model_layers
+    from ficco_sim.explore.study import model_totals, run_study
+    scs = model_layers(MODELS["llama3-70b"], 4096, 4)[:3]
+    _, summ = run_study(scs, [("h100", "switch:4")], engine="analytical", progress=False)
+    assert set(summ["space"]) == {"basic"} and set(summ["engine"]) == {"analytical"}
+    assert set(summ["model"]) == {"llama3-70b"}
+    tot = model_totals(summ)
+    assert len(tot) == 1 and tot.loc[0, "pairs"] == 3
+    assert tot.loc[0, "t_none"] == pytest.approx(summ["t_none"].sum())
+    assert tot.loc[0, "t_best"] == pytest.approx(summ["makespan"].sum())
+    assert tot.loc[0, "speedup"] >= 1.0

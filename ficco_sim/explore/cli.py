@@ -21,7 +21,9 @@ With no arguments: the built-in default study (12 Llama-3-70B / Mixtral-8x7B / G
 on 8 GPUs, H100 behind NVSwitch vs MI300X fully connected, the basic schedules, DES).
 
 Output (--out DIR): points.jsonl (append-only log of checksummed records), points.csv,
-summary.csv (+ .parquet with pyarrow), invalid.csv (--show-invalid), PNG plots (--plots).
+summary.csv (best per scenario, with the space and engine that found it), models.csv (per
+model: its pairs summed, none vs best), + .parquet with pyarrow, invalid.csv (--show-invalid),
+PNG plots (--plots).
 Re-running into the same DIR resumes: a point is known by the scenario's content (kind, sizes,
 dtype, GPUs, routing, shard dimension; `scenario_id` in the tables), the content of the GPU
 profile and topology, the schedule and the engine, so edits are never answered from the log.
@@ -120,6 +122,7 @@ def run_explore(args: argparse.Namespace) -> int:
         for note in points.attrs.get("notes", []):
             con.print(f"[yellow]topology[/]: {note}")
         _print_summary(con, summary, points)
+        _print_models(con, summary, args)
         if args.show_invalid and points.attrs.get("invalid"):
             _print_invalid(con, points.attrs.get("invalid", []))
         if out is not None:
@@ -131,6 +134,27 @@ def run_explore(args: argparse.Namespace) -> int:
             con.print(f"wrote {', '.join(str(f) for f in files)}")
     con.print(f"{len(points)} points in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def _print_models(con, summary, args) -> None:
+    from rich.table import Table
+    from .study import model_totals
+    totals = model_totals(summary)
+    if not totals.empty:
+        t = Table(title="Per model: the study's pairs of each model summed (forward and backward), "
+                        "best schedule per pair")
+        for col in ("gpu / topology", "model", "tokens", "GPUs", "pairs", "none ms", "best ms", "speedup"):
+            t.add_column(col, justify="left" if col in ("gpu / topology", "model") else "right")
+        for _, r in totals.iterrows():
+            t.add_row(f"{r.gpu} {r.topology}", str(r.model), str(r.tokens), str(r.gpus), str(r.pairs),
+                      f"{r.t_none * 1e3:.3f}", f"{r.t_best * 1e3:.3f}", f"{r.speedup:.2f}x")
+        con.print(t)
+    if args.space != "full":
+        con.print(f"[yellow]These are the best of the {args.space} schedules[/] ({args.engine} engine); "
+                  "`--space full` also tries grouping, channels, priority, shaping and dimension (finer "
+                  "schedules can win where basic ones lose), `--engine analytical` makes that sweep fast.")
+    else:
+        con.print(f"Best of the full schedule space ({args.engine} engine).")
 
 
 def _print_summary(con, summary, points) -> None:

@@ -115,7 +115,27 @@ def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *
     points = ordered(pd.DataFrame(rows))
     points.attrs["invalid"] = invalid
     points.attrs["notes"] = notes
-    return points, summarize(points)
+    summary = summarize(points)
+    meta = {(s.key(), s.label()): s.meta for s in scenarios}
+    for col in ("model", "layer", "phase", "tokens"):
+        summary[col] = [meta.get((k, lab), {}).get(col) for k, lab in zip(summary["scenario_id"], summary["scenario"])] \
+            if len(summary) else []
+    summary["engine"], summary["space"] = engine, space
+    return points, summary
+
+
+def model_totals(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per (GPU, topology, model, tokens, GPUs): the layer pairs' times summed, forward and
+    backward, with no overlap and with each pair's best schedule, and the speedup of the sum."""
+    cols = ["gpu", "topology", "model", "tokens", "gpus", "pairs", "t_none", "t_best", "speedup"]
+    s = summary[summary["model"].notna() & (summary["model"] != "user")] if "model" in summary else summary.iloc[:0]
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    s = s.assign(gpus=s["scenario_id"].str.extract(r"/x(\d+)/", expand=False).astype(int))
+    g = s.groupby(["gpu", "topology", "model", "tokens", "gpus"], sort=False)
+    out = g.agg(pairs=("scenario", "size"), t_none=("t_none", "sum"), t_best=("makespan", "sum")).reset_index()
+    out["speedup"] = out["t_none"] / out["t_best"]
+    return out[cols]
 
 
 LEADING = ("gpu", "topology", "scenario", "scenario_id", "kind", "gpus", "m", "n", "k", "dtype", "shard_dim",
@@ -135,8 +155,8 @@ def write_tables(points: pd.DataFrame, summary: pd.DataFrame, out: Path, *, inva
                  ) -> list[Path]:
     """CSV (and Parquet when pyarrow is there) of points and summary, written atomically."""
     files = []
-    for name, df in (("points", points), ("summary", summary)) + ((("invalid", pd.DataFrame(invalid)),)
-                                                                   if invalid else ()):
+    tables = [("points", points), ("summary", summary), ("models", model_totals(summary))]
+    for name, df in tables + ([("invalid", pd.DataFrame(invalid))] if invalid else []):
         p = out / f"{name}.csv"
         with atomic_path(p) as tmp:
             df.to_csv(tmp, index=False)
