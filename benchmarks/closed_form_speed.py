@@ -25,7 +25,7 @@ PAIRS = (("h100", "switch"), ("mi300x", "fc"))
 
 def sweep(space: str, max_gpus: int) -> tuple[int, int, float]:
     """(points, scenarios, seconds) of the whole library on both pairs, cold caches."""
-    estimate._CACHE.clear()
+    estimate.clear_cache()
     lib = [s for s in builtin_library() if s.gpus <= max_gpus]
     points, t0 = 0, time.perf_counter()
     for gname, kind in PAIRS:

@@ -151,3 +151,21 @@ def test_study_reports_per_model_totals_and_says_its_space():
     assert tot.loc[0, "t_none"] == pytest.approx(summ["t_none"].sum())
     assert tot.loc[0, "t_best"] == pytest.approx(summ["makespan"].sum())
     assert tot.loc[0, "speedup"] >= 1.0
+
+
+def test_bounded_evaluation_blocks_change_no_answer(monkeypatch):
+    """Sweeps evaluate schedules and scenarios in blocks bounded in memory (EVAL_BUDGET) and keep
+    a bounded template cache (NODE_BUDGET); neither may change a number."""
+    from ficco_sim.explore import estimate
+    scs = [Scenario("ag-gemm", 4, m, 2048, 2048) for m in (4096, 8192, 16384)]
+    scheds = ["none", "shard-p2p-sm", "ficco-a2a-dma", "ficco-a2a-sm-hi"]
+    whole = estimate.estimate_many(scs, scheds, "h100", "switch:4")
+    monkeypatch.setattr(estimate, "EVAL_BUDGET", 1)      # one schedule and one scenario per block
+    monkeypatch.setattr(estimate, "NODE_BUDGET", 1)      # nothing stays cached
+    estimate.clear_cache()
+    blocks = estimate.estimate_many(scs, scheds, "h100", "switch:4")
+    assert [r["schedule"] for r in blocks] == [r["schedule"] for r in whole]
+    for a, b in zip(whole, blocks):
+        for k, v in a.items():
+            assert b[k] == pytest.approx(v, rel=1e-12, nan_ok=True), k
+    estimate.clear_cache()

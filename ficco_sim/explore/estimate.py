@@ -15,7 +15,7 @@ exactly (:meth:`ficco_sim.workload.Scenario.structure`).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from typing import Sequence
 
 import numpy as np
@@ -30,15 +30,37 @@ from ..schedules import Schedule, lower, parse_schedule
 from ..topology import Topology, load_topology
 from ..workload import Scenario
 
-_CACHE: dict = {}
-_LIMIT = 20_000
+# Compiled templates, least recently used first, bounded by their total node count (memory
+# grows with nodes, not with how many points a sweep writes); references stay (they are small
+# and must not change while templates of their structure live).
+_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+_SIZES: dict[tuple, int] = {}
+_REFS: dict[tuple, Scenario] = {}
+NODE_BUDGET = 1_500_000        # nodes kept in compiled templates (~ 0.5 GB)
+EVAL_BUDGET = 4_000_000        # scenario x node cells per evaluation (each array ~ 32 MB)
 
 
-def _remember(key, value):
-    if len(_CACHE) >= _LIMIT:
-        _CACHE.clear()
+def _get(key):
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+    return hit
+
+
+def _remember(key, value, nodes: int):
     _CACHE[key] = value
+    _SIZES[key] = nodes
+    total = sum(_SIZES.values())
+    while total > NODE_BUDGET and len(_CACHE) > 1:
+        old, _ = _CACHE.popitem(last=False)
+        total -= _SIZES.pop(old)
     return value
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+    _SIZES.clear()
+    _REFS.clear()
 
 
 _PRINTS: dict[int, tuple[object, str]] = {}
@@ -63,27 +85,27 @@ def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo
     schedule = parse_schedule(schedule)
     # every template of one structure is compiled from the same reference scenario, so that
     # merged templates rescale alike
-    scenario = _CACHE.get(("reference", scenario.structure())) or \
-        _remember(("reference", scenario.structure()), scenario)
+    scenario = _REFS.setdefault(scenario.structure(), scenario)
     key = (scenario.structure(), schedule.name, fingerprint(gpu), fingerprint(topo), comm_only)
-    hit = _CACHE.get(key)
+    hit = _get(key)
     if hit is None:
         graph = lower(scenario, schedule, gpu, topo)
         if comm_only:
             graph = comm_only_graph(graph)
-        hit = _remember(key, (gpu, topo, compile_graph(graph, gpu, topo, scenario)))
+        tpl = compile_graph(graph, gpu, topo, scenario)
+        hit = _remember(key, (gpu, topo, tpl), tpl.num_nodes)
     return hit[2]
 
 
 def _merged(tpls: list[Template], scenario: Scenario, topo: Topology) -> tuple[Template, np.ndarray]:
     key = ("merged", *(id(t) for t in tpls))
-    hit = _CACHE.get(key)
+    hit = _get(key)
     if hit is None:
         merged, offs = merge(tpls)
         if rotation_symmetric(scenario, topo):
             stride = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
             merged.quotient, merged.orbit = quotient(merged, stride, scenario.gpus)
-        hit = _remember(key, (tpls, merged, offs))
+        hit = _remember(key, (tpls, merged, offs), merged.num_nodes)
     return hit[1], hit[2]
 
 
@@ -120,27 +142,54 @@ def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | 
     for i, sc in enumerate(scenarios):
         by_structure[sc.structure()].append(i)
     out: list[dict | None] = [None] * (len(scenarios) * len(schedules))
-    for idx in by_structure.values():
-        scs = [scenarios[i] for i in idx]
-        ref = scs[0]
-        t_comp = whole_gemm_times(gpu, scs)
-        tpls = [template(ref, "none", gpu, topo), template(ref, "none", gpu, topo, comm_only=True)]
-        for sch in schedules:
-            tpls += [template(ref, sch, gpu, topo), template(ref, sch, gpu, topo, comm_only=True)]
-        merged, offs = _merged(tpls, ref, topo)
-        ev = evaluate(merged, gpu, scs, weights=weights)
-        parts = [_part(ev, a, b) for a, b in zip(offs[:-1], offs[1:])]
-        t_none, t_comm = parts[0]["makespan"], parts[1]["makespan"]
-        for j, sch in enumerate(schedules):
-            metrics = template_metrics(tpls[2 + 2 * j], parts[2 + 2 * j], tpls[3 + 2 * j], parts[3 + 2 * j],
-                                       ref.gpus, t_comp, t_comm, t_none)
-            cols = {k: v.tolist() for k, v in metrics.items()}
-            for a, i in enumerate(idx):
-                s = scenarios[i]
-                out[i * len(schedules) + j] = {
-                    **s.columns(), "gpu": gpu.name, "topology": topo.name,
-                    "schedule": sch.name, "engine": engine, **{k: v[a] for k, v in cols.items()}}
+    for all_idx in by_structure.values():
+        ref = scenarios[all_idx[0]]
+        base = [template(ref, "none", gpu, topo), template(ref, "none", gpu, topo, comm_only=True)]
+        for js, pairs in _chunks(base, schedules, len(all_idx), ref, gpu, topo):
+            per = max(1, EVAL_BUDGET // (sum(t.num_nodes for t in base) + sum(t.num_nodes for p in pairs for t in p)))
+            for a in range(0, len(all_idx), per):
+                _fill(out, scenarios, all_idx[a:a + per], schedules, js, base + [t for p in pairs for t in p],
+                      ref, gpu, topo, weights, engine)
     return out  # type: ignore[return-value]
+
+
+def _chunks(base, schedules, count, ref, gpu, topo):
+    """Blocks of (schedule indices, their template pairs) whose merged evaluation over
+    ``count`` scenarios stays within :data:`EVAL_BUDGET` cells, so memory is bounded whatever
+    the sweep's size; each template is compiled (or fetched) once and held only by its block."""
+    fixed = sum(t.num_nodes for t in base)
+    limit = EVAL_BUDGET // max(1, min(count, 64))
+    js, pairs, nodes = [], [], fixed
+    for j, sch in enumerate(schedules):
+        pair = (template(ref, sch, gpu, topo), template(ref, sch, gpu, topo, comm_only=True))
+        n = pair[0].num_nodes + pair[1].num_nodes
+        if js and nodes + n > limit:
+            yield js, pairs
+            js, pairs, nodes = [], [], fixed
+        js.append(j)
+        pairs.append(pair)
+        nodes += n
+    if js:
+        yield js, pairs
+
+
+def _fill(out, scenarios, idx, schedules, js, tpls, ref, gpu, topo, weights, engine) -> None:
+    """Evaluate one block (``tpls``: none, its communication alone, then a pair per schedule
+    of ``js``) for the scenarios ``idx`` and write their rows into ``out``."""
+    scs = [scenarios[i] for i in idx]
+    t_comp = whole_gemm_times(gpu, scs)
+    merged, offs = _merged(tpls, ref, topo)
+    ev = evaluate(merged, gpu, scs, weights=weights)
+    parts = [_part(ev, a, b) for a, b in zip(offs[:-1], offs[1:])]
+    t_none, t_comm = parts[0]["makespan"], parts[1]["makespan"]
+    for jj, j in enumerate(js):
+        metrics = template_metrics(tpls[2 + 2 * jj], parts[2 + 2 * jj], tpls[3 + 2 * jj], parts[3 + 2 * jj],
+                                   ref.gpus, t_comp, t_comm, t_none)
+        cols = {k: v.tolist() for k, v in metrics.items()}
+        for a, i in enumerate(idx):
+            out[i * len(schedules) + j] = {
+                **scenarios[i].columns(), "gpu": gpu.name, "topology": topo.name,
+                "schedule": schedules[j].name, "engine": engine, **{k: v[a] for k, v in cols.items()}}
 
 
 def template_metrics(tpl: Template, ev: dict, alone: Template, ev_alone: dict, num_gpus: int, t_comp, t_comm,
