@@ -63,7 +63,7 @@ def build_jobs(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], 
             try:
                 pts = enumerate_space(sc, gpu, t, level=space)
             except InputError as e:
-                if str(e) and "--topology" in str(e):
+                if e.where == "--topology":          # the GPU cannot form this topology
                     said.setdefault((gpu, topo, t, e.message), []).append(sc.label())
                     invalid.append({"gpu": gpu, "topology": t, "scenario": sc.label(), "scenario_id": sc.key(),
                                     "schedule": "*", "reason": e.message})
