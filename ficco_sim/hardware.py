@@ -98,6 +98,13 @@ class DmaSpec:
     bandwidth: float
     command_overhead: float
 
+    def cap(self, src: int, dst: int) -> float:
+        """Rate limit (B/s) of one engine's copy from GPU ``src`` to ``dst``: ``bandwidth``
+        between GPUs (the peer-link figure); none within one GPU, where the copy reads and
+        writes the same HBM and that is its limit (real same-device ``Memcpy DtoD`` runs at
+        about half the HBM rate, 0.6-1.0 TB/s on A100, far above a peer link)."""
+        return self.bandwidth if src != dst else math.inf
+
 
 @dataclass(frozen=True)
 class LinkSpec:

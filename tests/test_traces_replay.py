@@ -80,7 +80,11 @@ def test_whatif_gpu_scales_compute():
     h100 = load_gpu("h100")
     fast = dataclasses.replace(h100, name="h100x2", peak_flops={k: 2 * v for k, v in h100.peak_flops.items()},
                                hbm_bandwidth=2 * h100.hbm_bandwidth)
-    assert compute_scale(h100, fast) == {"gemm": 0.5, "memory": 0.5, "opaque": 0.5}
+    assert set(compute_scale(h100, fast).values()) == {0.5}
+    flops_only = dataclasses.replace(h100, name="h100f", peak_flops={k: 2 * v for k, v in h100.peak_flops.items()})
+    scale = compute_scale(h100, flops_only)     # compute-bound classes by FLOP/s, the rest by HBM
+    assert {c for c, v in scale.items() if v == 0.5} == {"gemm", "conv", "attention"}
+    assert scale["embedding"] == scale["elementwise"] == scale["opaque"] == 1.0
     t = load_trace(SYNTH)
     w = whatif(t, gpu=fast)
     assert w.variant.sim_makespan < w.baseline.sim_makespan

@@ -14,7 +14,7 @@ Two programs:
   gather is in flight, waits, then multiplies the gathered 512 x 384 matrix by its
   384 x 384 weight: the all-gather -> GEMM pair ficco-sim studies.
 
-Traces are made compact before saving (``ficco_sim.traces.kineto.compact_trace``, shared
+Traces are made compact before saving (``ficco_sim.traces.kineto_io.compact_trace``, shared
 with ``ficco-sim validate --profile``): only complete (``ph: X``) events and the
 metadata/flow events ficco-sim reads are kept, numbers rounded to 0.001 us.
 """
@@ -36,7 +36,7 @@ from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, re
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))   # run from a checkout without installing
 
-from ficco_sim.traces.kineto import compact_trace as compact  # noqa: E402 - after the path fix
+from ficco_sim.traces.kineto_io import compact_trace as compact  # noqa: E402 - after the path fix
 
 
 def compact_et(raw_path: Path, out_path: Path) -> None:

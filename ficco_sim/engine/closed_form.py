@@ -119,7 +119,7 @@ def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology) -> dict[st
         links, latency = paths[(t.src, t.dst)]
         bw = min((edges[lk]["bandwidth"] / share[(lk, group[t.id], rnd[t.id])] for lk in links), default=np.inf)
         if t.engine == "dma":
-            bw, fixed = min(bw, gpu.dma.bandwidth), gpu.dma.command_overhead
+            bw, fixed = min(bw, gpu.dma.cap(t.src, t.dst)), gpu.dma.command_overhead
         else:
             k = graph.kernel(t.drivers[0])
             bw, fixed = min(bw, k.grid * gpu.comm_kernel.channel_bandwidth / chan[(k.id, group[t.id])]), 0.0

@@ -157,7 +157,7 @@ class Simulation:
         usage[f"hbm{t.dst}"] = usage.get(f"hbm{t.dst}", 0.0) + (3.0 if t.reduce else 1.0)
         cap = math.inf
         if t.engine == "dma":
-            cap = self.gpu.dma.bandwidth
+            cap = self.gpu.dma.cap(t.src, t.dst)
         else:
             usage[f"send:{t.drivers[0]}"] = 1.0
             usage[f"recv:{t.drivers[-1]}"] = 1.0

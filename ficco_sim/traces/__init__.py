@@ -12,15 +12,36 @@ Out: Chrome-trace JSON for Perfetto and Gantt PNGs of any :class:`~ficco_sim.tim
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import InputError
 from .export import to_chrome_trace, write_chrome_trace, write_gantt
 from .graph import trace_to_graph
-from .kineto import load_kineto, read_json
+from .kineto import load_kineto
+from .kineto_io import read_json  # noqa: F401 - part of this package's API
 from .ops import Trace, TraceOp, classify_kernel
 from .replay import find_pairs, pair_whatif, replay, whatif
+
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".et", ".pt.trace.json", ".pt.trace.json.gz")
+
+
+def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
+    """The trace files named: a directory stands for the trace files in it (``*.json``,
+    ``*.json.gz``, ``*.et``), in name order."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise InputError(str(p), None, "directory holds no trace files (*.json, *.json.gz, *.et)")
+            out += found
+        else:
+            out.append(p)
+    return out
 
 
 def trace_format(path: str | Path) -> str:
@@ -28,25 +49,36 @@ def trace_format(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         raise InputError(str(p), None, "no such trace file")
-    head = p.read_bytes()[:4096]
+    if p.is_dir():
+        raise InputError(str(p), None, "is a directory; give its trace files (or the directory to load_trace)")
+    with open(p, "rb") as fh:
+        head = fh.read(4096)
     if p.suffix == ".et" or (head[:1] not in (b"{", b"[", b"\x1f") and not head.lstrip()[:1] in (b"{", b"[")):
         return "chakra"
     if head[:2] == b"\x1f\x8b":
-        data = read_json(p)
-        return "et" if isinstance(data, dict) and "nodes" in data else "kineto"
+        try:
+            with gzip.open(p, "rb") as fh:
+                head = fh.read(65536)
+        except (OSError, EOFError):
+            raise InputError(str(p), None, "truncated or corrupt gzip data") from None
     return "et" if b'"nodes"' in head and b'"traceEvents"' not in head else "kineto"
 
 
-def load_trace(paths: Sequence[str | Path]) -> Trace:
-    """Import trace files (one per rank) of one format, detected from their content."""
+def load_trace(paths: Sequence[str | Path], *, steps: Sequence[int] | None = None) -> Trace:
+    """Import trace files (one per rank; a directory stands for the files in it) of one
+    format, detected from their content. ``steps``: keep only the GPU work launched in
+    those profiler steps (``ProfilerStep#N``; Kineto traces)."""
     if not paths:
         raise InputError("trace", None, "no trace files given")
+    paths = expand_paths(paths)
     fmts = {trace_format(p) for p in paths}
     if len(fmts) > 1:
         raise InputError(str(paths[0]), None, f"mixed trace formats: {', '.join(sorted(fmts))}")
     fmt = fmts.pop()
     if fmt == "kineto":
-        return load_kineto(paths)
+        return load_kineto(paths, steps=steps)
+    if steps:
+        raise InputError("--steps", None, f"profiler steps are a Kineto notion; {fmt} traces have none")
     from .chakra import load_chakra, load_et_json
     return load_chakra(paths) if fmt == "chakra" else load_et_json(paths)
 

@@ -1,15 +1,33 @@
 """Execution traces: MLCommons Chakra ``.et`` (protobuf) and JSON ETs with durations.
 
-**Chakra ``.et``** (schema ``et_def.proto`` of chakra 1.0): a stream of messages, each
-prefixed by its varint length: one ``GlobalMetadata`` then ``Node`` s. Decoded here with
-a small wire-format reader (no protobuf dependency). A node becomes an op:
-``COMP_NODE`` -> compute (GEMM by name), ``COMM_COLL/SEND/RECV_NODE`` -> comm with
-``comm_type`` / ``comm_size`` attributes, ``MEM_*`` -> opaque compute; metadata nodes
-pass their dependencies through. Start and duration from ``start_time_micros`` /
-``duration_micros``, stream from the ``stream`` attribute, dependencies from
-``ctrl_deps`` and ``data_deps``. When a file has GPU nodes (``is_cpu_op`` false), CPU
-nodes are left out (their time is the launch, not the work). One file per rank
-(``trace.0.et``, ``trace.1.et``...).
+**Chakra ``.et``** (schema ``et_def.proto`` of chakra 1.0, proto3): a stream of
+messages, each prefixed by its varint length: one ``GlobalMetadata`` then ``Node`` s.
+Decoded here with a small wire-format reader (no protobuf dependency) that reads what
+proto3 writers leave out as its default: a node without an ``id`` field is node 0, one
+without ``type`` is ``INVALID_NODE``, a missing time is 0. Attributes are read by their
+``oneof`` field (``int64_val``, ``bool_val``, ``double_val``, ``*_list``...).
+
+A node becomes an op: ``COMP_NODE`` -> compute (GEMM by name), ``MEM_LOAD/STORE_NODE``
+-> a ``memory`` op, ``COMM_COLL_NODE`` -> a collective whose kind comes from
+``comm_type`` (``CollectiveCommType``; the name when the attribute is absent),
+``COMM_SEND/RECV_NODE`` -> send-recv with its peer from ``comm_dst`` / ``comm_src``;
+bytes from ``comm_size``. Metadata, invalid and unknown nodes pass their dependencies
+through. Start and duration from ``start_time_micros`` / ``duration_micros``; stream
+from the ``stream`` attribute (GPU nodes without one: ``tid``, which is the stream in
+converted PyTorch traces; else ``s0`` for compute and ``comm`` for communication, as
+ASTRA-sim runs one of each at a time). Dependencies from ``data_deps`` and
+``ctrl_deps``, less two kinds that real files have, each dropped and counted in a
+note: ids not in the file (converted traces point at the root node and at filtered-out
+ops) and ``ctrl_deps`` that contradict ``data_deps`` (converted PyTorch traces put the
+caller there, which waits for its callees). When a file has GPU nodes (``is_cpu_op``
+false), CPU nodes are left out (their time is the launch, not the work). One file per
+rank (``trace.0.et``, ``trace.1.et``...).
+
+A file with no start times (ASTRA-sim workloads, converted PyTorch traces) gets
+as-soon-as-possible starts: each op begins when its dependencies and the op before it
+on its stream are done, so the trace's makespan is its longest dependency chain.
+Workload files give communication no duration at all (ASTRA-sim simulates it): replay
+holds such ops for 0 s, ``trace whatif --topology ...`` models them from their bytes.
 
 **JSON ET** (PyTorch ``ExecutionTraceObserver`` output after ``chakra_trace_link``):
 nodes that carry a duration (``dur`` / ``exclusive_dur``, top-level or in ``attrs``)
@@ -17,187 +35,42 @@ become ops on stream ``stream`` (GPU) or ``tid`` (CPU); dependencies are the ten
 they share (read after write of the same storage). A host-only ET has no durations: it
 is refused with a hint to import the matching Kineto trace.
 
->>> blob = encode_chakra([{"id": 1, "name": "mm", "type": COMP_NODE, "duration_micros": 5},
-...                       {"id": 2, "name": "ag", "type": COMM_COLL_NODE, "data_deps": [1], "duration_micros": 3,
+>>> blob = encode_chakra([{"id": 0, "name": "mm", "type": COMP_NODE, "duration_micros": 5},
+...                       {"id": 2, "name": "ag", "type": COMM_COLL_NODE, "data_deps": [0, 7], "duration_micros": 3,
 ...                        "attr": {"comm_type": 2, "comm_size": 1024}}])
->>> [n["name"] for n in decode_chakra(blob, "x.et")[1]]
-['mm', 'ag']
+>>> [(n["id"], n["name"], n["attr"]) for n in decode_chakra(blob, "x.et")[1]]
+[(0, 'mm', {}), (2, 'ag', {'comm_type': 2, 'comm_size': 1024})]
+>>> t = load_chakra_blobs([("x.0.et", blob)])
+>>> [(o.id, o.collective, o.deps) for o in t.ops]
+[('r0.n0', '', []), ('r0.n2', 'all-gather', ['r0.n0'])]
+>>> t.notes[0]
+'dropped 1 dependency on node ids not in their file (1 data_deps, 0 ctrl_deps; e.g. x.0.et node 2 -> 7)'
 """
 
 from __future__ import annotations
 
 import re
-import struct
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
+import networkx as nx
+
 from ..errors import InputError
-from .kineto import read_json
+from .chakra_wire import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMP_NODE, INVALID_NODE,  # noqa: F401
+                          MEM_LOAD_NODE, MEM_STORE_NODE, METADATA_NODE, decode_chakra, encode_chakra)
+from .kineto_io import read_json
 from .ops import Trace, TraceOp, classify_cpu_op, classify_kernel, collective_kind
 
-METADATA_NODE, MEM_LOAD_NODE, MEM_STORE_NODE, COMP_NODE = 1, 2, 3, 4
-COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 5, 6, 7
+COMM_NODES = (COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE)
+OP_NODES = (MEM_LOAD_NODE, MEM_STORE_NODE, COMP_NODE) + COMM_NODES
 COMM_TYPES = {0: "all-reduce", 1: "reduce", 2: "all-gather", 3: "gather", 4: "scatter", 5: "broadcast",
               6: "all-to-all", 7: "reduce-scatter", 8: "reduce-scatter", 9: "barrier"}
 US = 1e-6
 
 
 # ------------------------------------------------------------------------------------
-# Wire format
-
-def _varint(buf: bytes, i: int, where: str) -> tuple[int, int]:
-    out = shift = 0
-    while True:
-        if i >= len(buf):
-            raise InputError(where, None, "truncated protobuf (varint runs past the end)")
-        b = buf[i]
-        i += 1
-        out |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return out, i
-        shift += 7
-        if shift > 63:
-            raise InputError(where, None, "malformed protobuf varint")
-
-
-def _fields(buf: bytes, where: str) -> list[tuple[int, int, Any]]:
-    """(field number, wire type, value) of one message."""
-    out, i = [], 0
-    while i < len(buf):
-        key, i = _varint(buf, i, where)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = _varint(buf, i, where)
-        elif wt == 1:
-            if i + 8 > len(buf):
-                raise InputError(where, None, "truncated protobuf (fixed64)")
-            v, i = struct.unpack_from("<d", buf, i)[0], i + 8
-        elif wt == 2:
-            n, i = _varint(buf, i, where)
-            if i + n > len(buf):
-                raise InputError(where, None, "truncated protobuf (length-delimited field)")
-            v, i = buf[i:i + n], i + n
-        elif wt == 5:
-            if i + 4 > len(buf):
-                raise InputError(where, None, "truncated protobuf (fixed32)")
-            v, i = struct.unpack_from("<f", buf, i)[0], i + 4
-        else:
-            raise InputError(where, None, f"unsupported protobuf wire type {wt} (field {num})")
-        out.append((num, wt, v))
-    return out
-
-
-def _packed(v: Any, wt: int, where: str) -> list[int]:
-    if wt == 0:
-        return [v]
-    vals, i = [], 0
-    while i < len(v):
-        x, i = _varint(v, i, where)
-        vals.append(x)
-    return vals
-
-
-def _attr(buf: bytes, where: str) -> tuple[str, Any]:
-    name, value = "", None
-    for num, wt, v in _fields(buf, where):
-        if num == 1:
-            name = v.decode("utf-8", "replace")
-        elif num == 2:
-            continue
-        elif wt == 2 and num in (29, 31):        # string_val, bytes_val
-            value = v.decode("utf-8", "replace")
-        elif wt == 2:                            # *_list messages: keep raw ints where possible
-            value = [x for _, w, x in _fields(v, where) if w == 0]
-        elif num == 27:
-            value = bool(v)
-        else:
-            value = v
-    return name, value
-
-
-def _node(buf: bytes, where: str) -> dict:
-    n: dict = {"ctrl_deps": [], "data_deps": [], "attr": {}}
-    for num, wt, v in _fields(buf, where):
-        if num == 1:
-            n["id"] = v
-        elif num == 2:
-            n["name"] = v.decode("utf-8", "replace")
-        elif num == 3:
-            n["type"] = v
-        elif num == 4:
-            n["ctrl_deps"] += _packed(v, wt, where)
-        elif num == 5:
-            n["data_deps"] += _packed(v, wt, where)
-        elif num == 6:
-            n["start_time_micros"] = v
-        elif num == 7:
-            n["duration_micros"] = v
-        elif num == 10:
-            k, val = _attr(v, where)
-            n["attr"][k] = val
-    return n
-
-
-def decode_chakra(blob: bytes, where: str) -> tuple[dict, list[dict]]:
-    """(metadata attributes, nodes) of a Chakra ``.et`` byte string."""
-    msgs, i = [], 0
-    while i < len(blob):
-        n, i = _varint(blob, i, where)
-        if i + n > len(blob):
-            raise InputError(where, None, f"truncated Chakra trace: message {len(msgs)} needs {n} bytes, "
-                             f"{len(blob) - i} left")
-        msgs.append(blob[i:i + n])
-        i += n
-    if not msgs:
-        raise InputError(where, None, "empty Chakra trace")
-    meta = {}
-    for num, _, v in _fields(msgs[0], where):
-        if num == 1 and isinstance(v, bytes):
-            meta["version"] = v.decode("utf-8", "replace")
-    nodes = [_node(m, where) for m in msgs[1:]]
-    for k, n in enumerate(nodes):
-        if "id" not in n:
-            raise InputError(where, f"node[{k}].id", "missing")
-    return meta, nodes
-
-
-def _enc_varint(x: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = x & 0x7F
-        x >>= 7
-        out.append(b | (0x80 if x else 0))
-        if not x:
-            return bytes(out)
-
-
-def _enc_field(num: int, value: Any) -> bytes:
-    if isinstance(value, bool) or isinstance(value, int):
-        return _enc_varint(num << 3) + _enc_varint(int(value))
-    data = value.encode() if isinstance(value, str) else value
-    return _enc_varint(num << 3 | 2) + _enc_varint(len(data)) + data
-
-
-def encode_chakra(nodes: list[dict], version: str = "0.0.4") -> bytes:
-    """A Chakra ``.et`` byte string (for tests and tools): node dicts with ``id``, ``name``,
-    ``type``, ``ctrl_deps``, ``data_deps``, ``start_time_micros``, ``duration_micros``,
-    ``attr`` (name -> int | bool | str)."""
-    def msg(body: bytes) -> bytes:
-        return _enc_varint(len(body)) + body
-    out = msg(_enc_field(1, version))
-    for n in nodes:
-        body = _enc_field(1, n["id"]) + _enc_field(2, n.get("name", "")) + _enc_field(3, n.get("type", COMP_NODE))
-        for d in n.get("ctrl_deps", []):
-            body += _enc_field(4, d)
-        for d in n.get("data_deps", []):
-            body += _enc_field(5, d)
-        body += _enc_field(6, n.get("start_time_micros", 0)) + _enc_field(7, n.get("duration_micros", 0))
-        for k, v in (n.get("attr") or {}).items():
-            num = 27 if isinstance(v, bool) else 9 if isinstance(v, int) else 29
-            body += _enc_field(10, _enc_field(1, k) + _enc_field(num, v))
-        out += msg(body)
-    return out
-
+# Nodes -> ops
 
 def _rank_of(path: str, index: int) -> int:
     m = re.search(r"(\d+)\D*$", Path(path).name.split(".et")[0] + ".")
@@ -206,84 +79,236 @@ def _rank_of(path: str, index: int) -> int:
 
 def load_chakra(paths: Sequence[str | Path]) -> Trace:
     """Import Chakra ``.et`` files, one per rank (see module docstring)."""
+    blobs = []
+    for p in paths:
+        try:
+            blobs.append((str(p), Path(p).read_bytes()))
+        except OSError as exc:
+            raise InputError(str(p), None, f"cannot read: {exc.strerror}") from None
+    return load_chakra_blobs(blobs)
+
+
+def load_chakra_blobs(blobs: Sequence[tuple[str, bytes]]) -> Trace:
+    """:func:`load_chakra` on (name, bytes) pairs, one per rank."""
+    if not blobs:
+        raise InputError("trace", None, "no Chakra files given")
     ops: list[TraceOp] = []
     ranks_seen: dict[int, str] = {}
-    for index, p in enumerate(paths):
-        where = str(p)
-        try:
-            blob = Path(p).read_bytes()
-        except OSError as exc:
-            raise InputError(where, None, f"cannot read: {exc.strerror}") from None
-        _, nodes = decode_chakra(blob, where)
-        rank = _rank_of(where, index) if len(paths) > 1 else 0
+    tally: Counter = Counter()
+    for index, (where, blob) in enumerate(blobs):
+        meta, nodes = decode_chakra(blob, where)
+        tally["no_metadata"] += bool(meta.get("no_metadata"))
+        rank = _rank_of(where, index) if len(blobs) > 1 else 0
         if rank in ranks_seen:
             raise InputError(where, "rank", f"inconsistent ranks: rank {rank} also in {ranks_seen[rank]}")
         ranks_seen[rank] = where
-        ops += _chakra_ops(nodes, rank, where)
+        ops += _chakra_ops(nodes, rank, where, tally)
     n = max(ranks_seen) + 1
-    group = tuple(range(n))
     for o in ops:
         if o.category == "comm" and not o.group:
-            o.group = group
-    timed = any(o.start > 0 for o in ops)
-    trace = Trace(ops, n, [str(p) for p in paths], "chakra", on_gpu=True)
-    if not timed:
-        trace.notes.append("no start times in the trace: its makespan is the longest dependency chain")
+            o.group = tuple(range(n))
+    trace = Trace(ops, n, [w for w, _ in blobs], "chakra", on_gpu=True)
+    trace.notes += _notes(tally, ops)
+    if not any(o.start > 0 for o in ops):
+        _asap(ops, ranks_seen)
+        trace.notes.append("no start times in the trace: ops start as soon as their dependencies and stream "
+                           "allow, so its makespan is the longest dependency chain")
     return trace
 
 
-def _chakra_ops(nodes: list[dict], rank: int, where: str) -> list[TraceOp]:
-    by_id = {n["id"]: n for n in nodes}
-    if len(by_id) != len(nodes):
-        raise InputError(where, "node.id", "duplicate node ids")
-    has_gpu = any(n.get("attr", {}).get("is_cpu_op") is False for n in nodes)
+def _notes(tally: Counter, ops: list[TraceOp]) -> list[str]:
+    out = []
+    if tally["dangling"]:
+        k = tally["dangling"]
+        out.append(f"dropped {k} dependenc{'y' if k == 1 else 'ies'} on node ids not in their file "
+                   f"({tally['dangling_data']} data_deps, {tally['dangling_ctrl']} ctrl_deps; "
+                   f"e.g. {tally['dangling_example']})")
+    if tally["ctrl_contradicted"]:
+        out.append(f"dropped {tally['ctrl_contradicted']} ctrl_deps that contradict data_deps (on the node itself "
+                   "or on one that waits for it: a caller, as converted PyTorch traces record it)")
+    if tally["skipped"]:
+        out.append(f"{tally['skipped']} invalid or unknown-type node(s) left out (their dependencies pass through)")
+    if tally["no_metadata"]:
+        out.append(f"{tally['no_metadata']} file(s) without GlobalMetadata (chakra < 0.0.4)")
+    if tally["no_kind"]:
+        out.append(f"{tally['no_kind']} collective(s) of unknown kind (no or unknown comm_type, name not "
+                   "recognised)")
+    if tally["pg"]:
+        out.append(f"{tally['pg']} collective(s) name a process group (pg_name): taken as all ranks, the group's "
+                   "members are not in the trace")
+    idle = [o for o in ops if o.category == "comm" and o.dur <= 0]
+    if idle:
+        out.append(f"{len(idle)} of {sum(o.category == 'comm' for o in ops)} communication op(s) have no duration "
+                   "(a workload for a simulator, not a measurement): replay holds them for 0 s; "
+                   "`trace whatif --topology ...` models them from their bytes")
+    return out
+
+
+def _int_attr(attr: dict, key: str, where: str, field: str) -> int | None:
+    v = attr.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
+        raise InputError(where, f"{field}.attr[{key}]", f"must be a non-negative number, got {v!r}")
+    return int(v)
+
+
+def _chakra_ops(nodes: list[dict], rank: int, where: str, tally: Counter) -> list[TraceOp]:
+    pos: dict[int, int] = {}
+    for k, n in enumerate(nodes):
+        if n["id"] in pos:
+            raise InputError(where, f"node[{k}].id", f"duplicate node id {n['id']} (also node[{pos[n['id']]}])")
+        pos[n["id"]] = k
+    for n in nodes:
+        for key in ("data_deps", "ctrl_deps"):
+            gone = [d for d in n[key] if d not in pos]
+            if gone:
+                tally["dangling"] += len(gone)
+                tally["dangling_" + key[:4]] += len(gone)
+                tally.setdefault("dangling_example", f"{Path(where).name} node {n['id']} -> {gone[0]}")
+                n[key] = [d for d in n[key] if d in pos]
+    _consistent_ctrl(nodes, where, tally)
+    has_gpu = any(n["attr"].get("is_cpu_op") is False for n in nodes)
 
     def keep(n: dict) -> bool:
-        if n.get("type") == METADATA_NODE or n.get("type") not in range(1, 8):
-            return False
-        return not (has_gpu and n.get("attr", {}).get("is_cpu_op"))
+        return n["type"] in OP_NODES and not (has_gpu and n["attr"].get("is_cpu_op"))
 
-    kept = {i for i, n in by_id.items() if keep(n)}
-    resolved: dict[int, set[int]] = {}
-
-    def real_deps(i: int, stack: tuple = ()) -> set[int]:
-        # Dependencies on dropped nodes pass through to what those depended on.
-        if i in resolved:
-            return resolved[i]
-        if i in stack:
-            raise InputError(where, f"node[{i}].deps", f"dependency cycle: {' -> '.join(map(str, stack + (i,)))}")
-        out: set[int] = set()
-        n = by_id[i]
-        for d in n["ctrl_deps"] + n["data_deps"]:
-            if d not in by_id:
-                raise InputError(where, f"node[{i}].data_deps", f"depends on unknown node {d}")
-            out |= {d} if d in kept else real_deps(d, stack + (i,))
-        resolved[i] = out
-        return out
-
+    kept = {n["id"] for n in nodes if keep(n)}
+    tally["skipped"] += sum(1 for n in nodes if n["type"] not in OP_NODES and n["type"] != METADATA_NODE)
+    deps = _resolve(nodes, kept, pos, where)
     ops = []
     for order, n in enumerate(nodes):
         if n["id"] not in kept:
             continue
-        attr = n.get("attr", {})
-        t, name = n.get("type"), n.get("name", "")
-        op = TraceOp(f"r{rank}.n{n['id']}", rank, f"s{attr.get('stream', 0)}", name, "compute", "opaque",
-                     n.get("start_time_micros", 0) * US, n.get("duration_micros", 0) * US, order=order)
-        if t in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE):
-            op.category, op.kind = "comm", "comm"
-            ct = attr.get("comm_type")
-            op.collective = COMM_TYPES.get(ct, "") if isinstance(ct, int) else collective_kind(name)
-            if t != COMM_COLL_NODE:
-                op.collective = "send-recv"
-            size = attr.get("comm_size")
-            op.nbytes = float(size) if isinstance(size, (int, float)) else 0.0
-        elif t == COMP_NODE:
-            op.kind = classify_kernel(name)[0] if classify_kernel(name)[0] == "gemm" else classify_cpu_op(name)[0]
-            if op.kind == "comm":
-                op.kind = "opaque"
-        op.deps = [f"r{rank}.n{d}" for d in sorted(real_deps(n["id"]))]
-        ops.append(op)
+        ops.append(_op(n, rank, order, where, tally))
+        ops[-1].deps = [f"r{rank}.n{d}" for d in sorted(deps[n["id"]])]
     return ops
+
+
+def _consistent_ctrl(nodes: list[dict], where: str, tally: Counter) -> None:
+    """Drop the ``ctrl_deps`` that contradict ``data_deps``: on the node itself, or on a
+    node that waits (through data) for this one. Converted PyTorch traces record the
+    caller there, which runs around its callees, not before them; simulators (ASTRA-sim,
+    chakra's feeder) order by ``data_deps`` only."""
+    if not any(n["ctrl_deps"] for n in nodes):
+        return
+    parents = {n["id"]: n["data_deps"] for n in nodes}
+    g = nx.DiGraph()
+    g.add_nodes_from(parents)
+    g.add_edges_from((d, i) for i, ds in parents.items() for d in ds)
+    try:
+        topo = {i: k for k, i in enumerate(nx.topological_sort(g))}
+    except nx.NetworkXUnfeasible:
+        cycle = [a for a, _ in nx.find_cycle(g)]
+        raise InputError(where, "data_deps", "dependency cycle: " + " -> ".join(map(str, cycle + cycle[:1]))) \
+            from None
+    for n in nodes:
+        keep = [d for d in n["ctrl_deps"]
+                if d != n["id"] and not (topo[n["id"]] < topo[d] and _reaches(parents, d, n["id"], topo))]
+        tally["ctrl_contradicted"] += len(n["ctrl_deps"]) - len(keep)
+        n["ctrl_deps"] = keep
+
+
+def _reaches(parents: dict[int, list[int]], start: int, target: int, topo: dict[int, int]) -> bool:
+    """Whether ``start`` waits for ``target`` through data dependencies."""
+    seen, stack = {start}, [start]
+    while stack:
+        for d in parents[stack.pop()]:
+            if d == target:
+                return True
+            if d not in seen and topo[d] > topo[target]:   # nodes sorted before target cannot reach it
+                seen.add(d)
+                stack.append(d)
+    return False
+
+
+def _resolve(nodes: list[dict], kept: set[int], pos: dict[int, int], where: str) -> dict[int, set[int]]:
+    """Kept node id -> the kept nodes it waits for: dependencies on left-out nodes pass
+    through to what those waited for (iteratively: real traces chain thousands deep)."""
+    by_id = {n["id"]: n for n in nodes}
+    done: dict[int, set[int]] = {}
+    for root in kept:
+        stack = [(root, iter(by_id[root]["data_deps"] + by_id[root]["ctrl_deps"]))]
+        acc: dict[int, set[int]] = {root: set()}
+        while stack:
+            i, it = stack[-1]
+            for d in it:
+                if d in kept:
+                    acc[i].add(d)
+                elif d in done:
+                    acc[i] |= done[d]
+                elif d in acc:
+                    path = [s for s, _ in stack]
+                    path = path[path.index(d):] + [d]
+                    raise InputError(where, f"node[{pos[d]}].deps",
+                                     f"dependency cycle: {' -> '.join(map(str, path))}")
+                else:
+                    acc[d] = set()
+                    stack.append((d, iter(by_id[d]["data_deps"] + by_id[d]["ctrl_deps"])))
+                    break
+            else:
+                stack.pop()
+                done[i] = acc.pop(i)
+                if stack:
+                    acc[stack[-1][0]] |= done[i]
+    return {i: done[i] for i in kept}
+
+
+def _op(n: dict, rank: int, order: int, where: str, tally: Counter) -> TraceOp:
+    attr, t, name = n["attr"], n["type"], n["name"]
+    field = f"node[{order}]"
+    stream = attr.get("stream")
+    if stream is None and attr.get("is_cpu_op") is False:
+        stream = attr.get("tid")
+    sname = f"s{stream}" if stream is not None else ("comm" if t in COMM_NODES else "s0")
+    op = TraceOp(f"r{rank}.n{n['id']}", rank, sname, name, "compute", "opaque",
+                 n["start_time_micros"] * US, n["duration_micros"] * US, order=order)
+    if t in COMM_NODES:
+        op.category, op.kind = "comm", "comm"
+        op.nbytes = float(_int_attr(attr, "comm_size", where, field) or 0)
+        if t == COMM_COLL_NODE:
+            ct = _int_attr(attr, "comm_type", where, field)
+            op.collective = COMM_TYPES.get(ct, "") if ct is not None else collective_kind(name)
+            tally["no_kind"] += not op.collective
+            tally["pg"] += str(attr.get("pg_name") or "0") != "0"
+        else:
+            # comm_type on send/recv nodes is not a collective (generators write the node type there)
+            op.collective = "send-recv"
+            peer = _int_attr(attr, "comm_dst" if t == COMM_SEND_NODE else "comm_src", where, field)
+            if peer is not None and peer != rank:
+                op.group = tuple(sorted((rank, peer)))
+                op.src, op.dst = (rank, peer) if t == COMM_SEND_NODE else (peer, rank)
+    elif t in (MEM_LOAD_NODE, MEM_STORE_NODE):
+        op.kind = "memory"
+    else:
+        gpu_kind = classify_kernel(name)[0]
+        if attr.get("is_cpu_op") is False:
+            op.kind = gpu_kind if gpu_kind in ("gemm", "memory") else "opaque"
+        else:
+            op.kind = "gemm" if gpu_kind == "gemm" or classify_cpu_op(name)[0] == "gemm" else "opaque"
+    return op
+
+
+def _asap(ops: list[TraceOp], sources: dict[int, str]) -> None:
+    """Start each op when its dependencies and the op before it on its stream are done,
+    streams taking their ops in a topological order (file order where free: ASTRA-sim
+    workloads need not list a node after those it waits for), which becomes ``order``."""
+    by_id = {o.id: o for o in ops}
+    g = nx.DiGraph()
+    g.add_nodes_from(by_id)
+    g.add_edges_from((d, o.id) for o in ops for d in o.deps)
+    try:
+        topo = list(nx.lexicographical_topological_sort(g, key=lambda i: (by_id[i].rank, by_id[i].order)))
+    except nx.NetworkXUnfeasible:
+        cycle = [a for a, _ in nx.find_cycle(g)]
+        raise InputError(sources[by_id[cycle[0]].rank], "deps",
+                         "dependency cycle: " + " -> ".join(cycle + cycle[:1])) from None
+    free: dict[tuple[int, str], float] = {}
+    for k, i in enumerate(topo):
+        o = by_id[i]
+        o.order = k
+        o.start = max([free.get((o.rank, o.stream), 0.0)] + [by_id[d].end for d in o.deps])
+        free[(o.rank, o.stream)] = o.end
 
 
 # ------------------------------------------------------------------------------------

@@ -44,8 +44,29 @@ examples:
 """
 
 
+def _steps(text: str) -> list[int]:
+    """``12``, ``12,14`` or ``12-14`` -> step numbers."""
+    out: list[int] = []
+    for part in text.split(","):
+        a, _, b = part.strip().partition("-")
+        if not a.isdigit() or (b and not b.isdigit()) or (b and int(b) < int(a)):
+            raise argparse.ArgumentTypeError(f"{text!r}: give step numbers like 12, 12,14 or 12-14")
+        out += list(range(int(a), int(b or a) + 1))
+    return out
+
+
 def _files(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="TRACE", help="one trace file per rank (same run)")
+    p.add_argument("files", nargs="+", metavar="TRACE", help="one trace file per rank of the same run, or a "
+                   "directory holding them")
+    p.add_argument("--steps", type=_steps, metavar="N[-M]", help="only the GPU work launched in these "
+                   "profiler steps (ProfilerStep#N ranges), e.g. 12 or 12-14 (default: the whole trace)")
+
+
+def _source(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--source-gpu", "--gpu", dest="source_gpu", metavar="GPU",
+                   help="profile of the GPU the trace ran on, a built-in name or a YAML file (default: from the "
+                   "trace's deviceProperties; a GPU that matches no built-in profile is an error, never a "
+                   "silent substitute)")
 
 
 def _hw(p: argparse.ArgumentParser, *, gpu_help: str) -> None:
@@ -75,8 +96,9 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
                        "kernels hold their measured time, copies are modelled from their bytes. Reports the "
                        "simulated makespan against the trace's own (first op start to last op end).")
     _files(p)
-    _hw(p, gpu_help="profile of the GPU the trace ran on "
-        "(default: from deviceProperties or a ficco-sim export, else h100)")
+    _source(p)
+    p.add_argument("--topology", help="interconnect, e.g. switch:8, fc:8, ring:8 or a YAML file "
+                   "(default: the topology a ficco-sim export names, else switch:<ranks>)")
     p.add_argument("--exact", action="store_true", help="one block per kernel: no SM re-sharing "
                    "(checks dependencies and pacing only)")
     p.add_argument("--out", help="also write the replayed timeline as Chrome-trace JSON (.json or .json.gz)")
@@ -94,7 +116,8 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
                        "schedules given (default: none, shard-p2p-sm, ficco-a2a-sm, ficco-a2a-dma).",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _files(p)
-    p.add_argument("--source-gpu", help="profile the trace ran on (default: from the trace, else h100)")
+    p.add_argument("--source-gpu", help="profile the trace ran on (default: from the trace's deviceProperties; "
+                   "a GPU that matches no built-in profile is an error, never a silent substitute)")
     _hw(p, gpu_help="profile to run on instead (e.g. a100, mi300x)")
     p.add_argument("--comm-engine", choices=("sm", "dma"), help="move all communication to SM kernels or copy "
                    "engines (default: as traced)")
@@ -113,7 +136,9 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
                        "per stream, SM transfers on their own tracks, counters for resident blocks, busy copy "
                        "engines and link load. Open the JSON at https://ui.perfetto.dev.")
     _files(p)
-    _hw(p, gpu_help="profile of the GPU the trace ran on")
+    _source(p)
+    p.add_argument("--topology", help="interconnect, e.g. switch:8, fc:8, ring:8 or a YAML file "
+                   "(default: the topology a ficco-sim export names, else switch:<ranks>)")
     p.add_argument("--out", required=True, help="Chrome-trace JSON to write (.json or .json.gz)")
     p.add_argument("--gantt", help="also write a Gantt PNG")
     p.add_argument("--idle", action="store_true", help="include the idle (gap) blocks")
@@ -134,7 +159,7 @@ def _check_out(path: str | None, flag: str) -> None:
 def cmd_import(args) -> int:
     from . import load_trace
     from .replay import find_pairs
-    t = load_trace(args.files)
+    t = load_trace(args.files, steps=args.steps)
     pairs = find_pairs(t)
     s = t.summary()
     if args.json:
@@ -145,10 +170,15 @@ def cmd_import(args) -> int:
                              "kind": o.kind, "start_s": o.start, "dur_s": o.dur, "deps": o.deps} for o in t.ops]
         print(json.dumps(s, indent=2, default=str))
         return 0
-    print(f"{len(args.files)} file(s), format {t.fmt}, {t.num_ranks} rank(s), "
+    print(f"{len(t.sources)} file(s), format {t.fmt}, {t.num_ranks} rank(s), "
           f"{'GPU' if t.on_gpu else 'CPU'} trace{' (' + t.device + ')' if t.device else ''}")
     print(f"  ops: {s['ops']}  " + "  ".join(f"{k}: {v}" for k, v in sorted(s["by_category"].items())))
     print(f"  streams: {s['streams']}  cross-stream dependencies: {s['cross_stream_deps']}  span: {_us(t.makespan)}")
+    if s["collectives"]:
+        print("  collectives: " + "  ".join(f"{k}: {v}" for k, v in s["collectives"].items()))
+        if s["comm_wait_s"]:
+            print(f"  communication time {_us(s['comm_s'])}, of which waiting for peers {_us(s['comm_wait_s'])} "
+                  f"({s['comm_wait_s'] / s['comm_s']:.0%}; collectives with every rank in the trace)")
     for (rank, stream), prio in sorted(t.stream_priority.items()):
         if prio:
             print(f"  priority: rank {rank} {stream} = {prio}")
@@ -168,20 +198,24 @@ def cmd_replay(args) -> int:
     from . import load_trace, replay, write_chrome_trace, write_gantt
     _check_out(args.out, "--out")
     _check_out(args.gantt, "--gantt")
-    t = load_trace(args.files)
-    r = replay(t, args.gpu, args.topology, footprints=not args.exact)
+    t = load_trace(args.files, steps=args.steps)
+    r = replay(t, args.source_gpu, args.topology, footprints=not args.exact)
     if args.out:
         write_chrome_trace(r.timeline, args.out, r.graph)
     if args.gantt:
-        write_gantt(r.timeline, args.gantt, title=f"replay of {Path(args.files[0]).name}")
+        write_gantt(r.timeline, args.gantt, title=f"replay of {Path(t.sources[0]).name}")
     if args.json:
         print(json.dumps({"trace_makespan_s": r.trace_makespan, "sim_makespan_s": r.sim_makespan, "error": r.error,
-                          "gpu": r.gpu, "topology": r.topology, "tasks": len(r.graph.tasks)}, indent=2))
+                          "rank_errors": r.rank_errors, "gpu": r.gpu, "topology": r.topology,
+                          "tasks": len(r.graph.tasks)}, indent=2))
         return 0
     print(f"replay on {r.gpu}, {r.topology}, {len(r.graph.tasks)} tasks"
-          f"{' (exact: one block per kernel)' if args.exact else ''}")
+          f"{' (exact: measured times, one block per kernel)' if args.exact else ''}")
     print(f"  trace makespan     {_us(r.trace_makespan)}")
     print(f"  simulated makespan {_us(r.sim_makespan)}   error {r.error * 100:+.2f}%")
+    if len(r.rank_errors) > 1:
+        worst = max(r.rank_errors.items(), key=lambda kv: abs(kv[1]))
+        print(f"  per rank           worst {worst[1] * 100:+.2f}% (rank {worst[0]}) of {len(r.rank_errors)} ranks")
     for n in r.graph.meta.get("notes", []):
         print(f"  note: {n}")
     return 0
@@ -190,7 +224,7 @@ def cmd_replay(args) -> int:
 def cmd_whatif(args) -> int:
     from . import load_trace
     from .replay import DEFAULT_PAIR_SCHEDULES, find_pairs, pair_whatif, source_gpu, whatif
-    t = load_trace(args.files)
+    t = load_trace(args.files, steps=args.steps)
     w = whatif(t, source=args.source_gpu, gpu=args.gpu, topology=args.topology, engine=args.comm_engine,
                comm_priority=args.comm_priority, footprints=not args.exact)
     out: dict = {"changes": w.changes, "trace_makespan_s": w.baseline.trace_makespan,
@@ -215,8 +249,10 @@ def cmd_whatif(args) -> int:
     print(f"  trace makespan              {_us(w.baseline.trace_makespan)}")
     print(f"  replay (as measured)        {_us(w.baseline.sim_makespan)}   error {w.baseline.error * 100:+.2f}%")
     if w.model_baseline:
-        print(f"  replay, comm modelled       {_us(w.model_baseline.sim_makespan)}   "
-              f"(the comm model on the original hardware: {w.model_baseline.error * 100:+.2f}% vs trace)")
+        measured = any(o.dur > 0 for o in t.ops if o.category == "comm")
+        print(f"  replay, comm modelled       {_us(w.model_baseline.sim_makespan)}   " +
+              (f"(the comm model on the original hardware: {w.model_baseline.error * 100:+.2f}% vs trace)"
+               if measured else "(the trace has no measured communication to compare with)"))
     print(f"  what-if                     {_us(w.variant.sim_makespan)}   change {w.change * 100:+.2f}%")
     for n in w.notes:
         print(f"  note: {n}")
@@ -236,8 +272,8 @@ def cmd_export(args) -> int:
     from . import load_trace, replay, write_chrome_trace, write_gantt
     _check_out(args.out, "--out")
     _check_out(args.gantt, "--gantt")
-    t = load_trace(args.files)
-    r = replay(t, args.gpu, args.topology)
+    t = load_trace(args.files, steps=args.steps)
+    r = replay(t, args.source_gpu, args.topology)
     write_chrome_trace(r.timeline, args.out, r.graph, include_idle=args.idle)
     print(f"wrote {args.out} ({len(r.timeline.records)} tasks, makespan {_us(r.sim_makespan)})")
     if args.gantt:

@@ -12,10 +12,13 @@ ranges.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .kineto import CPU_CATS, US, _File, _num
+from .kineto_io import CPU_CATS, US, _num
 from .ops import CPU_COMM, CPU_GEMM_OPS, DTYPE_SIZE, TraceOp, collective_kind
+
+if TYPE_CHECKING:
+    from .kineto import _File
 
 
 EXECUTOR_RANGE = "ficco:"

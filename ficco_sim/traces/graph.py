@@ -41,11 +41,12 @@ from ..errors import InputError
 from ..gemm_model import blocks_per_sm
 from ..hardware import BlockShape, GpuProfile
 from ..taskgraph import Kernel, Stream, TaskGraph, Transfer
-from .ops import Trace, TraceOp
+from .ops import Trace, TraceOp, match_collectives
 
 WARP_BLOCK = BlockShape(threads=32, registers=16, smem=0)
 IDLE_BLOCK = BlockShape(threads=1, registers=1, smem=0)
 COMM_MODES = ("measured", "model")
+COUPLED = {"all-gather", "reduce-scatter", "all-reduce", "all-to-all", "broadcast"}
 
 
 def fit_block(block: BlockShape, gpu: GpuProfile) -> tuple[BlockShape, bool]:
@@ -65,23 +66,33 @@ def waves(gpu: GpuProfile, grid: int, block: BlockShape) -> int:
     return max(1, math.ceil(grid / per_wave))
 
 
-def ordered_ops(trace: Trace) -> list[TraceOp]:
-    """Ops in an order that respects stream order (start time) and cross-stream deps."""
+def ordered_ops(trace: Trace, coupled: dict | None = None, after: dict | None = None) -> list[TraceOp]:
+    """Ops in an order that respects stream order (start time) and cross-stream deps; with
+    ``coupled`` (:func:`~ficco_sim.traces.ops.match_collectives`), also every member of a
+    collective after everything any member waits for."""
     ops = trace.ops
     ids = {o.id for o in ops}
     g = nx.DiGraph()
     g.add_nodes_from(o.id for o in ops)
     last: dict[tuple[int, str], str] = {}
+    before: dict[str, list[str]] = {}
     for o in sorted(ops, key=lambda o: (o.start, o.order)):
         key = (o.rank, o.stream)
         if key in last:
             g.add_edge(last[key], o.id)
+            before[o.id] = [last[key]]
         last[key] = o.id
         for d in o.deps:
             if d not in ids:
                 raise InputError(trace.sources[min(o.rank, len(trace.sources) - 1)], f"{o.id}.deps",
                                  f"depends on unknown op {d!r}")
             g.add_edge(d, o.id)
+    for b, firsts in (after or {}).items():
+        g.add_edges_from((a, b) for a in firsts)
+    for _num, members in (coupled or {}).values():
+        for a in members:
+            for x in before.get(a.id, []) + a.deps:
+                g.add_edges_from((x, b.id) for b in members if b is not a)
     pos = {o.id: (o.start, o.order, o.rank) for o in ops}
     by_id = trace.by_id()
     try:
@@ -128,13 +139,15 @@ class _Lowering:
         return out
 
     # -- per op ------------------------------------------------------------------------
-    def kernel(self, op: TraceOp, *, kind: str, role: str, deps: list[str], default_block: BlockShape) -> Kernel:
+    def kernel(self, op: TraceOp, *, kind: str, role: str, deps: list[str], default_block: BlockShape,
+               dur: float | None = None) -> Kernel:
         grid = op.grid if op.grid and op.block and self.footprints else 0
         block = op.block if grid else default_block
         block, changed = fit_block(block, self.gpu)
         self.clamped += bool(changed and grid)
         grid = grid or 1
-        dur = op.dur * (self.scale.get(kind, 1.0) if role == "compute" else 1.0)
+        dur = (op.dur if dur is None else dur) * \
+            (self.scale.get(op.cls or kind, self.scale.get(kind, 1.0)) if role == "compute" else 1.0)
         if op.id in self.overrides:
             grid, block, dur = self.overrides[op.id]
         block_time = dur / waves(self.gpu, grid, block)
@@ -152,35 +165,45 @@ class _Lowering:
         return k.id
 
     def build(self) -> TaskGraph:
-        ops = ordered_ops(self.trace)
+        # GPU collectives end together on all their ranks (a CPU/gloo op does not: it returns
+        # once its message is posted); point-to-point pairs are not matched by count.
+        coupled = {k: v for k, v in match_collectives(self.trace.ops).items() if v[1][0].collective in COUPLED} \
+            if self.comm == "measured" and self.trace.on_gpu else {}
+        # a modelled receive comes after its send (the message is sent when the sender is ready)
+        sends = {k: v for k, v in match_collectives(self.trace.ops).items() if _p2p(v[1])} \
+            if self.comm == "model" else {}
+        after = {m.id: [s.id for s in members if s.src == s.rank] for _n, members in sends.values()
+                 for m in members if m.dst == m.rank}
+        try:
+            ops = ordered_ops(self.trace, coupled, after)
+        except InputError:
+            if not coupled:
+                raise
+            ops, coupled = ordered_ops(self.trace, None, after), {}   # ranks order their collectives differently
+            self.notes.append("collectives left uncoupled: their order differs between ranks")
         by_id = self.trace.by_id()
         prev_on_stream: dict[tuple[int, str], TraceOp] = {}
-        instances = _match_collectives(ops) if self.comm == "model" else {}
+        instances = match_collectives(ops) if self.comm == "model" else {}
         if self.comm == "model":
             alone = [o for o in ops if o.category == "comm" and (o.id not in instances or o.nbytes <= 0)]
             if alone:
                 self.notes.append(f"{len(alone)} collective(s) kept measured: peers missing from the trace or "
                                   "size unknown")
         pending: dict[int, list[str]] = {}       # collective instance -> member kernel ids placed so far
+        arrived: dict[str, str] = {}             # coupled member -> its arrival task
         for op in ops:
-            key = (op.rank, op.stream)
-            prev = prev_on_stream.get(key)
-            prev_on_stream[key] = op
-            deps = self.exits_of(op.deps)
-            # Stream order is implicit only between single tasks on the same stream.
-            if prev is not None and (len(self.exits.get(prev.id, [])) != 1 or
-                                     self.task_stream(self.exits[prev.id][0]) != key):
-                deps += self.exits_of([prev.id])
-            if self.keep_gaps:
-                allowed = max([prev.end if prev else 0.0] + [by_id[d].end for d in op.deps])
-                gap = op.start - allowed
-                if op.category == "copy" and op.direction not in ("HtoD", "DtoH", "HtoH"):
-                    # The engine pays a command's fixed cost and the path latency before the
-                    # first byte moves (where the trace's start is): not a gap.
-                    gap -= self.gpu.dma.command_overhead + (self.gpu.link.latency if op.src != op.dst else 0.0)
-                if gap > 1e-9:
-                    deps = [self.idle(op, gap, deps)]
-            self.lower(op, deps, instances, pending)
+            if op.id in arrived:                 # placed with its instance: only the transfer part is left
+                self.coupled(op, [arrived[m.id] for m in coupled[op.id][1]])
+                continue
+            deps = self.entry(op, prev_on_stream, by_id)
+            if op.id not in coupled:
+                self.lower(op, deps, instances, pending)
+                continue
+            # The first member of a collective reached: every member arrives now (their inputs
+            # are placed: ordered_ops saw to it); each one's transfer part starts once all have.
+            for m in coupled[op.id][1]:
+                arrived[m.id] = self.arrival(m, deps if m is op else self.entry(m, prev_on_stream, by_id))
+            self.coupled(op, [arrived[m.id] for m in coupled[op.id][1]])
         graph_streams = sorted(self.streams.values(), key=lambda s: (s.gpu, s.name))
         meta = {"source": "trace", "trace_files": list(self.trace.sources), "comm": self.comm,
                 "engine": self.engine or "as traced", "trace_makespan": self.trace.makespan,
@@ -190,6 +213,43 @@ class _Lowering:
             return TaskGraph.build(self.trace.num_ranks, graph_streams, self.tasks, meta=meta)
         except ValueError as exc:
             raise InputError(self.trace.sources[0], "deps", str(exc)) from None
+
+    def entry(self, op: TraceOp, prev_on_stream: dict, by_id: dict) -> list[str]:
+        """The tasks ``op`` waits for: its dependencies, its stream predecessor where stream
+        order is not implicit, and the idle time the trace left before it (``keep_gaps``)."""
+        key = (op.rank, op.stream)
+        prev = prev_on_stream.get(key)
+        prev_on_stream[key] = op
+        deps = self.exits_of(op.deps)
+        # Stream order is implicit only between single tasks on the same stream.
+        if prev is not None and (len(self.exits.get(prev.id, [])) != 1 or
+                                 self.task_stream(self.exits[prev.id][0]) != key):
+            deps += self.exits_of([prev.id])
+        if self.keep_gaps:
+            allowed = max([prev.end if prev else 0.0] + [by_id[d].end for d in op.deps])
+            gap = op.start - allowed
+            if op.category == "copy" and op.direction not in ("HtoD", "DtoH", "HtoH") and self.footprints:
+                # The engine pays a command's fixed cost and the path latency before the
+                # first byte moves (where the trace's start is): not a gap.
+                gap -= self.gpu.dma.command_overhead + (self.gpu.link.latency if op.src != op.dst else 0.0)
+            if gap > 1e-9:
+                deps = [self.idle(op, gap, deps)]
+        return deps
+
+    def arrival(self, op: TraceOp, deps: list[str]) -> str:
+        """A coupled collective's member reaching it on its rank (no time of its own)."""
+        k = Kernel(id=f"{op.id}.arrive", gpu=op.rank, stream=self.stream(op.rank, op.stream), kind="opaque", grid=1,
+                   block=IDLE_BLOCK, block_time=0.0, deps=tuple(dict.fromkeys(deps)), role="comm", label="arrive",
+                   io={"arrival_of": op.id})
+        self.tasks.append(k)
+        return k.id
+
+    def coupled(self, op: TraceOp, arrivals: list[str]) -> None:
+        """A coupled member's transfer part: it starts when every member has arrived and
+        holds the collective's measured transfer time (:func:`~ficco_sim.traces.ops.split_waits`)."""
+        k = self.kernel(op, kind="opaque", role="comm", deps=arrivals, default_block=self.gpu.comm_kernel.block,
+                        dur=op.dur - (op.wait or 0.0))
+        self.exits[op.id] = [k.id]
 
     def task_stream(self, task_id: str) -> tuple[int, str] | None:
         while self._indexed < len(self.tasks):   # index tasks added since the last call
@@ -214,9 +274,10 @@ class _Lowering:
 
     def copy(self, op: TraceOp, deps: list[str], engine: str | None) -> None:
         stream = self.stream(op.rank, op.stream)
-        if op.direction in ("HtoD", "DtoH", "HtoH"):
+        if op.direction in ("HtoD", "DtoH", "HtoH") or not self.footprints:
             # ficco-sim models no host link (PCIe): a host copy keeps its measured time, as a
-            # one-thread block that holds (almost) nothing on the GPU.
+            # one-thread block that holds (almost) nothing on the GPU. So does every copy of an
+            # exact replay (``footprints=False``: measured times throughout).
             k = Kernel(id=op.id, gpu=op.rank, stream=stream, kind="memory", grid=1, block=IDLE_BLOCK,
                        block_time=op.dur, deps=tuple(dict.fromkeys(deps)), role="comm", label=op.name[:80],
                        io={"measured_dur": op.dur, "host_copy_bytes": op.nbytes})
@@ -244,9 +305,39 @@ class _Lowering:
         self.tasks.append(t)
         self.exits[op.id] = [t.id]
 
+    def p2p(self, op: TraceOp, deps: list[str], num: int, members: list[TraceOp]) -> None:
+        """One side of a matched send/receive (see :meth:`modelled_comm`)."""
+        engine = self.engine or "sm"
+        tid = f"p2p{num}"
+        if op.src == op.rank:       # the send: ordered_ops places it before its receive
+            if engine == "sm":
+                k = Kernel(id=op.id, gpu=op.rank, stream=self.stream(op.rank, op.stream), kind="comm",
+                           grid=self.gpu.comm_kernel.channels, block=self.gpu.comm_kernel.block,
+                           deps=tuple(dict.fromkeys(deps)), role="comm", label=op.name[:80])
+                self.tasks += [k, Transfer(id=tid, src=op.src, dst=op.dst, nbytes=op.nbytes, engine="sm",
+                                           gpu=op.src, drivers=(k.id,), role="comm", label="send-recv")]
+                self.exits[op.id] = [k.id]
+            else:
+                self.tasks.append(Transfer(id=tid, src=op.src, dst=op.dst, nbytes=op.nbytes, engine="dma",
+                                           gpu=op.src, stream=self.stream(op.rank, op.stream),
+                                           dma_engine=op.dst % self.gpu.dma.engines, deps=tuple(dict.fromkeys(deps)),
+                                           role="comm", label="send-recv"))
+                self.exits[op.id] = [tid]
+            return
+        k = Kernel(id=op.id, gpu=op.rank, stream=self.stream(op.rank, op.stream), kind="opaque", grid=1,
+                   block=IDLE_BLOCK, block_time=0.0, deps=tuple(dict.fromkeys(deps + [tid])), role="comm",
+                   label=op.name[:80], io={"receives": tid})
+        self.tasks.append(k)
+        self.exits[op.id] = [k.id]
+
     def modelled_comm(self, op: TraceOp, deps: list[str], inst: tuple[int, list[TraceOp]], pending: dict) -> None:
-        """One member of a collective; the transfers are emitted once every member is placed."""
+        """One member of a collective; the transfers are emitted once every member is placed
+        (a matched send and receive: the message leaves with the send, the receive ends when
+        it has arrived)."""
         num, members = inst
+        if _p2p(members):
+            self.p2p(op, deps, num, members)
+            return
         engine = self.engine or "sm"
         if engine == "sm":
             k = Kernel(id=op.id, gpu=op.rank, stream=self.stream(op.rank, op.stream), kind="comm",
@@ -284,31 +375,11 @@ class _Lowering:
                     self.exits[m.id] = list(self._dma_entry[m.id])
 
 
-def _match_collectives(ops: list[TraceOp]) -> dict[str, tuple[int, list[TraceOp]]]:
-    """op id -> (instance number, members): the k-th collective of a kind (or the one
-    with sequence number k) in a group, on each of its ranks. Needs every rank present."""
-    ranks = {o.rank for o in ops}
-    groups: dict[tuple, list[TraceOp]] = {}
-    counters: dict[tuple, int] = {}
-    for o in ops:
-        if o.category != "comm" or not o.collective:
-            continue
-        grp = o.group or tuple(sorted(ranks))
-        base = (o.collective, grp)
-        if o.seq is not None:
-            n = o.seq
-        else:
-            n = counters.get((base, o.rank), 0)
-            counters[(base, o.rank)] = n + 1
-        groups.setdefault(base + (n,), []).append(o)
-    out: dict[str, tuple[int, list[TraceOp]]] = {}
-    for i, (key, members) in enumerate(groups.items()):
-        grp = key[1]
-        if sorted(m.rank for m in members) != sorted(grp) or len(grp) < 2:
-            continue  # incomplete (a rank's file is missing): keep it measured
-        for m in members:
-            out[m.id] = (i, members)
-    return out
+def _p2p(members: list[TraceOp]) -> bool:
+    """A matched send/receive pair that says who sends (Chakra COMM_SEND/RECV nodes)."""
+    return members[0].collective == "send-recv" and len(members) == 2 and \
+        all(m.src >= 0 and m.dst >= 0 for m in members) and {m.rank for m in members} == {members[0].src,
+                                                                                         members[0].dst}
 
 
 def _pairs(members: list[TraceOp]) -> list[tuple[int, int, float]]:
@@ -318,6 +389,9 @@ def _pairs(members: list[TraceOp]) -> list[tuple[int, int, float]]:
     ranks = [m.rank for m in members]
     kind = members[0].collective
     out = []
+    if kind == "send-recv" and all(m.src >= 0 and m.dst >= 0 for m in members):
+        # a matched send and receive: one message, from the sender to the receiver
+        return [(m.src, m.dst, m.nbytes) for m in members if m.src == m.rank][:1]
     for m in members:
         b = m.nbytes
         per = {"all-gather": b, "reduce-scatter": b / n, "all-reduce": 2 * b / n, "all-to-all": b / n}.get(kind)
@@ -337,8 +411,8 @@ def trace_to_graph(trace: Trace, gpu: GpuProfile, *, comm: str = "measured", eng
 
     ``priorities``: ``{(gpu, stream): priority}`` overrides (larger = more urgent).
     ``scale``: ``{kernel kind: factor}`` applied to measured compute durations (what-if
-    on another GPU). ``footprints=False``: every measured kernel becomes one block of
-    its measured duration, so kernels that overlapped in the trace cannot slow each other
+    on another GPU). ``footprints=False``: every measured kernel (and copy) becomes one
+    block of its measured duration, so kernels that overlapped in the trace cannot slow each other
     again in the simulation (exact replay; SM-sharing what-ifs then say nothing).
     ``overrides``: ``{op id: (grid, block, duration)}`` for compute kernels (what-if).
     """

@@ -40,8 +40,6 @@ left out.
 
 from __future__ import annotations
 
-import bisect
-import gzip
 import json
 import math
 import re
@@ -50,96 +48,15 @@ from typing import Any, Sequence
 
 from ..errors import InputError
 from ..hardware import BlockShape
-from .ops import DTYPE_SIZE, Trace, TraceOp, classify_cpu_op, classify_kernel, collective_kind
+from .host import COMM_OPS, RUNTIME_CATS, Call, Host, api
+from .kineto_cpu import _cpu_ops
+from .kineto_io import GPU_CATS, US, _events, _kineto_hook, _num, _prod, read_json
+from .kineto_set import _check_ranks, _check_set, _select_steps
+from .ops import (CPU_GEMM_OPS, DTYPE_SIZE, Trace, TraceOp, classify_kernel, collective_kind,
+                  kernel_class, split_waits)
 
-GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
-CPU_CATS = {"cpu_op", "user_annotation"}
-US = 1e-6
 _MEMCPY_DIR = re.compile(r"\b(HtoD|DtoH|DtoD|PtoP|HtoH)\b")
 _DEVICES = re.compile(r"\(\s*(\w+)\s*(\d*)\s*->\s*(\w+)\s*(\d*)\s*\)")
-
-
-def read_json(path: str | Path) -> Any:
-    """Parse a JSON file, gzipped or not; errors become :class:`InputError` naming the file."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise InputError(str(p), None, f"cannot read: {exc.strerror}") from None
-    try:
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError):
-        raise InputError(str(p), None, "truncated or corrupt gzip data") from None
-    try:
-        return json.loads(raw.decode("utf-8", errors="replace"))
-    except json.JSONDecodeError as exc:
-        what = "truncated JSON" if exc.pos >= len(raw.rstrip()) - 1 else "malformed JSON"
-        raise InputError(str(p), None, f"{what} at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-
-
-KEEP_PH = {"X", "M", "s", "f", "i"}
-
-
-def compact_trace(raw_path: str | Path, out_path: str | Path, meta: dict | None = None) -> Path:
-    """Shrink a raw ``export_chrome_trace`` file for shipping: keep only what ficco-sim
-    reads (``ph`` X/M/s/f/i events), round ``ts``/``dur`` to 0.001 us (1 ns), add ``meta``
-    under the top-level key ``ficco``, gzip to ``out_path`` (written to a temporary name
-    and renamed, so a failure leaves no half file) and delete ``raw_path``."""
-    raw_path, out_path = Path(raw_path), Path(out_path)
-    data = json.loads(raw_path.read_text())
-    events = [e for e in data.get("traceEvents", []) if e.get("ph") in KEEP_PH]
-    for e in events:
-        for key in ("ts", "dur"):
-            if isinstance(e.get(key), float):
-                e[key] = round(e[key], 3)
-    data["traceEvents"] = events
-    if meta:
-        data["ficco"] = meta
-    tmp = out_path.with_name(f".{out_path.name}.partial")
-    try:
-        with gzip.open(tmp, "wt") as f:
-            json.dump(data, f, separators=(",", ":"))
-        tmp.replace(out_path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    raw_path.unlink()
-    return out_path
-
-
-def _events(data: Any, where: str) -> list[dict]:
-    if isinstance(data, list):
-        events = data
-    elif isinstance(data, dict) and "traceEvents" in data:
-        events = data["traceEvents"]
-    else:
-        raise InputError(where, "traceEvents", "missing: not a Chrome/Kineto trace")
-    if not isinstance(events, list):
-        raise InputError(where, "traceEvents", "must be a list of events")
-    return [e for e in events if isinstance(e, dict)]
-
-
-def _num(e: dict, key: str, where: str, index: int) -> float:
-    v = e.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        name = e.get("name", "?")
-        raise InputError(where, f"traceEvents[{index}].{key}",
-                         f"missing or not a number in event {str(name)[:60]!r}" if v is None else
-                         f"must be a number, got {v!r} in event {str(name)[:60]!r}")
-    if key == "dur" and v < 0:
-        raise InputError(where, f"traceEvents[{index}].dur", f"negative duration {v!r}")
-    return float(v)
-
-
-def _prod(v: Any) -> int:
-    if isinstance(v, (int, float)):
-        return int(v)
-    if isinstance(v, (list, tuple)) and v and all(isinstance(x, (int, float)) for x in v):
-        out = 1
-        for x in v:
-            out *= int(x)
-        return out
-    return 0
 
 
 def _ranks(v: Any) -> tuple[int, ...]:
@@ -158,7 +75,7 @@ class _File:
 
     def __init__(self, path: str, index: int):
         self.where = path
-        data = read_json(path)
+        data = read_json(path, _kineto_hook)
         self.events = _events(data, path)
         meta = data if isinstance(data, dict) else {}
         dist = meta.get("distributedInfo") or {}
@@ -181,15 +98,40 @@ class _File:
         if other.get("generator") == "ficco-sim":
             self.device_name = self.device_name or str(other.get("gpu", ""))
             self.topology = str(other.get("topology", ""))
-        self.on_gpu = any(e.get("cat") in GPU_CATS and e.get("ph") == "X" for e in self.events)
+        self.nccl_version = str(dist.get("nccl_version", ""))
+        # GPU activity?, ProfilerStep#N windows (s) and the file's own span (s), in one pass
+        self.on_gpu = False
+        self.steps: dict[int, tuple[float, float]] = {}
+        starts, ends = [], []
+        for e in self.events:
+            if e.get("ph") != "X":
+                continue
+            cat = e.get("cat")
+            if cat in GPU_CATS:
+                self.on_gpu = True     # (a GPU event with a bad ts/dur is refused by _gpu_ops, naming it)
+            ts, dur = e.get("ts"), e.get("dur")
+            if ts.__class__ not in (int, float) or dur.__class__ not in (int, float):
+                continue
+            starts.append(ts)
+            ends.append(ts + dur)
+            if cat == "user_annotation":
+                name = e.get("name")
+                if isinstance(name, str) and name.startswith("ProfilerStep#") and name[13:].isdigit():
+                    self.steps[int(name[13:])] = (ts * US, (ts + dur) * US)
+        self.span = (min(starts, default=math.inf) * US, max(ends, default=-math.inf) * US)
 
 
-def load_kineto(paths: Sequence[str | Path]) -> Trace:
-    """Import one Kineto trace per rank (see module docstring)."""
+MAX_SPAN_S = 3600.0   # a replay spans at most an hour of measured time (else: timestamps are broken)
+
+
+def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = None) -> Trace:
+    """Import one Kineto trace per rank (see module docstring). ``steps``: keep only the
+    ops launched (GPU) or run (CPU) inside those ``ProfilerStep#N`` windows."""
     if not paths:
         raise InputError("trace", None, "no trace files given")
     files = [_File(str(p), i) for i, p in enumerate(paths)]
     _check_ranks(files)
+    notes_set = _check_set(files)
     on_gpu = {f.on_gpu for f in files}
     if len(on_gpu) > 1:
         raise InputError(files[0].where, "traceEvents", "mixes GPU traces and CPU-only traces across ranks")
@@ -198,40 +140,43 @@ def load_kineto(paths: Sequence[str | Path]) -> Trace:
     notes: list[str] = []
     if files[0].on_gpu:
         device_to_gpu = _device_map(files)
+        stats: dict[str, int] = {}
         for fi, f in enumerate(files):
-            ops += _gpu_ops(f, fi, device_to_gpu, prio, notes)
+            ops += _gpu_ops(f, fi, device_to_gpu, prio, stats)
+        if stats.get("waits") or stats.get("syncs") or stats.get("entries"):
+            notes.append(f"dependencies from the host side: {stats['waits']} stream waits, {stats['syncs']} host "
+                         f"synchronisations, {stats['entries']} collective entries"
+                         + (f" ({stats['corrected']} moved to an earlier op the run shows had finished)"
+                            if stats["corrected"] else ""))
+        if stats.get("host_copies"):
+            notes.append(f"{stats['host_copies']} host copies (HtoD/DtoH) kept with their measured times "
+                         "(no PCIe model)")
     else:
         for f in files:
             ops += _cpu_ops(f)
     if not ops:
         raise InputError(files[0].where, "traceEvents", "no GPU kernels, copies or CPU operators found")
+    if steps:
+        ops = _select_steps(ops, files, steps)
+    notes[:0] = notes_set
     t0 = min(o.start for o in ops)
+    span = max(o.end for o in ops) - t0
+    if span > MAX_SPAN_S:
+        raise InputError(files[0].where, "traceEvents.ts", f"the ops span {span / 3600:.1f} h of measured time; a "
+                         "replay needs a window (--steps N) or timestamps in microseconds")
     for o in ops:
         o.start -= t0
         if o.launch is not None:
             o.launch -= t0
     ops.sort(key=lambda o: (o.start, o.rank, o.order))
+    if files[0].on_gpu:    # a GPU collective's kernel spans until all its ranks are done
+        split_waits(ops)
     num = max(max(o.rank for o in ops), max((max(o.src, o.dst) for o in ops if o.category == "copy"), default=0)) + 1
     world = next((f.world for f in files if f.world), None)
     if world and len(files) > 1:
         num = max(num, world)
     return Trace(ops, num, [f.where for f in files], "kineto", files[0].device_name, files[0].on_gpu, prio, notes,
                  topology=files[0].topology)
-
-
-def _check_ranks(files: list[_File]) -> None:
-    worlds = {f.world for f in files if f.world is not None}
-    if len(worlds) > 1:
-        bad = next(f for f in files if f.world != files[0].world)
-        raise InputError(bad.where, "distributedInfo.world_size",
-                         f"inconsistent ranks: {bad.world} here, {files[0].world} in {files[0].where}")
-    seen: dict[int, str] = {}
-    for f in files:
-        if f.rank in seen:
-            raise InputError(f.where, "distributedInfo.rank", f"inconsistent ranks: rank {f.rank} also in {seen[f.rank]}")
-        if f.world is not None and f.rank >= f.world:
-            raise InputError(f.where, "distributedInfo.rank", f"rank {f.rank} is not below world_size {f.world}")
-        seen[f.rank] = f.where
 
 
 def _device_of(e: dict) -> Any:
@@ -260,13 +205,16 @@ def _device_map(files: list[_File]) -> dict[tuple[int, Any], int]:
     return out
 
 
-def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, notes: list[str]) -> list[TraceOp]:
+def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) -> list[TraceOp]:
     cpu_by_ext: dict[Any, dict] = {}
-    launch_ts: dict[Any, float] = {}
-    waits: list[tuple[dict, float]] = []
-    syncs: list[tuple[dict, float]] = []
+    calls: list[Call] = []
+    comm_ranges: dict[Any, list] = {}
+    gemm_ranges: dict[Any, list] = {}
     flows: list[dict] = []
     ops: list[TraceOp] = []
+    unnamed: set[str] = set()     # comm kernels whose kind comes from their name only
+    missing_bytes: dict[str, int] = {}   # memcpy op id -> event index, bytes not on the GPU event
+    host_copies = 0
     for i, e in enumerate(f.events):
         ph, cat, args = e.get("ph"), e.get("cat"), e.get("args") or {}
         if ph in ("s", "f", "t") and cat != "ac2g":
@@ -274,20 +222,24 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, notes: list[str
             continue
         if ph != "X":
             continue
-        if cat in ("cpu_op", "user_annotation") and "External id" in args:
-            prev = cpu_by_ext.get(args["External id"])
-            # Prefer the op that carries comm metadata (record_param_comms) or shapes.
-            if prev is None or ("Collective name" in args and "Collective name" not in prev):
-                cpu_by_ext[args["External id"]] = args
-        if cat in ("cuda_runtime", "cuda_driver", "cuda_sync"):
-            ts = _num(e, "ts", f.where, i) * US
-            if "correlation" in args:
-                launch_ts[args["correlation"]] = ts
+        if cat in ("cpu_op", "user_annotation"):
+            if "External id" in args:
+                prev = cpu_by_ext.get(args["External id"])
+                # Prefer the op that carries comm metadata (record_param_comms) or shapes.
+                if prev is None or ("Collective name" in args and "Collective name" not in prev):
+                    cpu_by_ext[args["External id"]] = args
             name = str(e.get("name", ""))
-            if "wait_on_stream" in args or "wait_on_cuda_event_record_corr_id" in args or name == "cudaStreamWaitEvent":
-                waits.append((e, ts))
-            elif "Synchronize" in name or cat == "cuda_sync":
-                syncs.append((e, ts))
+            if name.startswith(COMM_OPS) or name in CPU_GEMM_OPS:
+                ts = _num(e, "ts", f.where, i) * US
+                ranges = comm_ranges if name.startswith(COMM_OPS) else gemm_ranges
+                ranges.setdefault(e.get("tid"), []).append((ts, ts + _num(e, "dur", f.where, i) * US, name, args))
+            continue
+        if cat in RUNTIME_CATS:
+            corr = args.get("correlation")
+            if isinstance(corr, int):
+                ts = _num(e, "ts", f.where, i) * US
+                calls.append(Call(e.get("tid"), ts, ts + _num(e, "dur", f.where, i) * US,
+                                  api(str(e.get("name", ""))), corr, args))
             continue
         if cat not in GPU_CATS:
             continue
@@ -305,6 +257,7 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, notes: list[str
             prio[(gpu, stream)] = -args["priority"]
         if cat == "kernel":
             kind, role = classify_kernel(name)
+            op.cls = kernel_class(name)
             if args.get("ficco role") in ("compute", "comm"):  # a timeline ficco-sim exported
                 role = args["ficco role"]
                 kind = "comm" if role == "comm" else args.get("ficco kind", kind)
@@ -321,6 +274,8 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, notes: list[str
             parent = cpu_by_ext.get(args.get("External id"), {})
             if op.category == "comm":
                 _comm_meta(op, {**parent, **args}, f)
+                if not (parent.get("Collective name") or args.get("Collective name")):
+                    unnamed.add(op.id)
             else:
                 _shape_meta(op, parent)
         elif cat == "gpu_memcpy":
@@ -328,9 +283,16 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, notes: list[str
             m = _MEMCPY_DIR.search(name)
             op.direction = m.group(1) if m else "DtoD"
             nbytes = args.get("bytes")
-            if not isinstance(nbytes, (int, float)) or nbytes < 0:
-                raise InputError(f.where, f"traceEvents[{i}].args.bytes", f"missing in memcpy {name[:60]!r}")
-            op.nbytes = float(nbytes)
+            if nbytes is None:
+                op.nbytes = -1.0           # roctracer: the size is on the runtime call (resolved below)
+                missing_bytes[op.id] = i
+            elif not isinstance(nbytes, (int, float)) or isinstance(nbytes, bool) or nbytes < 0:
+                raise InputError(f.where, f"traceEvents[{i}].args.bytes", f"must be a non-negative number in "
+                                 f"memcpy {name[:60]!r}, got {nbytes!r}")
+            else:
+                op.nbytes = float(nbytes)
+            op.direction = op.direction if m or not isinstance(args.get("kind"), str) else \
+                (_MEMCPY_DIR.search(args["kind"]).group(1) if _MEMCPY_DIR.search(args["kind"]) else "DtoD")
             op.src = op.dst = gpu
             if isinstance(args.get("ficco dma engine"), int):
                 op.dma_engine = args["ficco dma engine"]
@@ -342,17 +304,56 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, notes: list[str
                         src_dev, dst_dev = int(dm.group(2)), int(dm.group(4))
                 op.src = device_to_gpu.get((fi, src_dev), _peer(src_dev, gpu))
                 op.dst = device_to_gpu.get((fi, dst_dev), _peer(dst_dev, gpu))
-            elif op.direction in ("HtoD", "DtoH", "HtoH") and len(notes) < 5:
-                notes.append(f"{name}: host copy kept with its measured time on GPU {gpu} (no PCIe model)")
+            elif op.direction in ("HtoD", "DtoH", "HtoH"):
+                host_copies += 1
         else:  # gpu_memset
-            op.kind = "memory"
+            op.kind = op.cls = "memory"
         ops.append(op)
+    host = Host(calls, comm_ranges, gemm_ranges)
+    launches = {c.corr: c for c in calls}
     for o in ops:
-        o.launch = launch_ts.get(o.order)
-    _wait_deps(ops, waits, f)
-    _sync_deps(ops, syncs)
+        c = launches.get(o.order)
+        o.launch = c.ts if c is not None else None
+        if c is not None:
+            _from_launch(o, c)
+        if o.id in missing_bytes and o.nbytes < 0:
+            raise InputError(f.where, f"traceEvents[{missing_bytes[o.id]}].args.bytes",
+                             f"missing in memcpy {o.name[:60]!r} and on its runtime call")
+        if o.category == "comm" and c is not None and (o.id in unnamed or not o.nbytes):
+            host.describe_comm(o, c.tid, c.ts, rename=o.id in unnamed)
+        elif o.kind == "gemm" and not o.shapes and c is not None:
+            host.gemm_shapes(o, c.tid, c.ts)
+    links = host.link(ops)
+    for key in ("waits", "syncs", "entries", "corrected"):
+        stats[key] = stats.get(key, 0) + getattr(links, key)
+    stats["host_copies"] = stats.get("host_copies", 0) + host_copies
     _flow_deps(ops, flows, f, device_to_gpu, fi)
     return ops
+
+
+def _from_launch(op: TraceOp, call: Call) -> None:
+    """What the runtime call knows and the GPU event lacks (roctracer): a memcpy's size, a
+    kernel's grid and block. ``hipExtModuleLaunchKernel`` gives its grid in work-items
+    (threads), so blocks = ceil(grid / block) per dimension."""
+    args = call.args
+    if op.category == "copy" and op.nbytes < 0:
+        try:
+            size = float(args.get("size", args.get("bytes")))
+        except (TypeError, ValueError):
+            return
+        if math.isfinite(size) and size >= 0:
+            op.nbytes = size
+        return
+    if op.category == "copy" or op.grid or not isinstance(args.get("grid"), list):
+        return
+    grid, block = args.get("grid"), args.get("block")
+    if not isinstance(block, list) or not all(isinstance(x, int) and x > 0 for x in grid + block):
+        return
+    if call.name == "ExtModuleLaunchKernel":
+        grid = [-(-g // max(1, b)) for g, b in zip(grid, block)]
+    op.grid = _prod(grid)
+    smem = args.get("shared memory", 0)
+    op.block = op.block or BlockShape(_prod(block), 0, int(smem) if isinstance(smem, (int, float)) else 0)
 
 
 def _peer(dev: Any, default: int) -> int:
@@ -373,6 +374,8 @@ def _comm_meta(op: TraceOp, args: dict, f: _File) -> None:
         group = f.pg_ranks.get(pg, ())
     if not group and isinstance(args.get("Group size"), int):
         group = tuple(range(args["Group size"]))
+    if not group and f.world:
+        group = tuple(range(f.world))    # no group recorded: the default process group
     op.group = group
     seq = args.get("Seq")
     op.seq = seq if isinstance(seq, int) else None
@@ -385,54 +388,6 @@ def _shape_meta(op: TraceOp, parent: dict) -> None:
     types = parent.get("Input type")
     if isinstance(types, list) and types:
         op.dtype = str(types[0])
-
-
-def _wait_deps(ops: list[TraceOp], waits: list[tuple[dict, float]], f: _File) -> None:
-    """cudaStreamWaitEvent: the next op launched on the waiting stream waits for the last
-    op launched on ``wait_on_stream`` before the event was recorded."""
-    by_stream: dict[str, list[TraceOp]] = {}
-    for o in sorted(ops, key=lambda o: o.order):
-        by_stream.setdefault(o.stream, []).append(o)
-    orders = {s: [o.order for o in lst] for s, lst in by_stream.items()}
-    for e, _ts in waits:
-        args = e.get("args") or {}
-        src_stream = args.get("wait_on_stream")
-        if src_stream is None or "stream" not in args:
-            continue
-        corr = args.get("correlation")
-        rec = args.get("wait_on_cuda_event_record_corr_id", corr)
-        if not isinstance(corr, int) or not isinstance(rec, int):
-            continue
-        src_ops, dst_ops = by_stream.get(f"s{src_stream}", []), by_stream.get(f"s{args['stream']}", [])
-        i = bisect.bisect_left(orders.get(f"s{src_stream}", []), rec)       # last op launched before the record
-        j = bisect.bisect_right(orders.get(f"s{args['stream']}", []), corr)  # first op launched after the wait
-        if i > 0 and j < len(dst_ops):
-            src, dst = src_ops[i - 1], dst_ops[j]
-            if src.id not in dst.deps and src.stream != dst.stream:
-                dst.deps.append(src.id)
-
-
-def _sync_deps(ops: list[TraceOp], syncs: list[tuple[dict, float]]) -> None:
-    """A host synchronisation: ops launched after it wait for the synchronised streams."""
-    ordered = sorted(ops, key=lambda o: o.order)
-    for e, _ts in syncs:
-        args = e.get("args") or {}
-        corr = args.get("correlation")
-        if not isinstance(corr, int):
-            continue
-        only = args.get("stream") if "Stream" in str(e.get("name", "")) else None
-        before: dict[str, TraceOp] = {}
-        for o in ordered:
-            if o.order < corr and (only is None or o.stream == f"s{only}"):
-                before[o.stream] = o
-        after: dict[str, TraceOp] = {}
-        for o in ordered:
-            if o.order > corr:
-                after.setdefault(o.stream, o)
-        for s, nxt in after.items():
-            for s2, prev in before.items():
-                if s2 != s and prev.id not in nxt.deps:
-                    nxt.deps.append(prev.id)
 
 
 def _flow_deps(ops: list[TraceOp], flows: list[dict], f: _File, device_to_gpu: dict, fi: int) -> None:
@@ -470,73 +425,3 @@ def _flow_deps(ops: list[TraceOp], flows: list[dict], f: _File, device_to_gpu: d
                 op.deps.append(start[key].id)
 
 
-# ------------------------------------------------------------------------------------
-# CPU traces
-
-def _cpu_ops(f: _File) -> list[TraceOp]:
-    names = {}
-    for e in f.events:
-        if e.get("ph") == "M" and e.get("name") == "thread_name":
-            n = str((e.get("args") or {}).get("name", ""))
-            m = re.search(r"\((.*)\)", n)
-            names[e.get("tid")] = (m.group(1) if m else n) or "thread"
-    from .executor_trace import EXECUTOR_RANGE, executor_ops   # ficco-sim's own executor traces
-    if any(e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(EXECUTOR_RANGE)
-           for e in f.events):
-        return executor_ops(f, names)
-    by_tid: dict[Any, list[tuple[float, float, int, dict]]] = {}
-    for i, e in enumerate(f.events):
-        if e.get("ph") != "X" or e.get("cat") not in CPU_CATS:
-            continue
-        ts, dur = _num(e, "ts", f.where, i) * US, _num(e, "dur", f.where, i) * US
-        by_tid.setdefault(e.get("tid"), []).append((ts, dur, i, e))
-    ops: list[TraceOp] = []
-    for tid, evs in by_tid.items():
-        evs.sort(key=lambda x: (x[0], -x[1]))
-        stream = f"{names.get(tid, 'thread')}.{tid}"
-        open_end = -math.inf
-        for k, (ts, dur, i, e) in enumerate(evs):
-            name = str(e.get("name", ""))
-            kind, role = classify_cpu_op(name)
-            if e.get("cat") == "user_annotation" and role != "comm":
-                continue  # wrappers (ProfilerStep#N, record_function blocks) are not ops
-            if ts < open_end - 1e-12:
-                continue  # nested inside a kept op
-            open_end = ts + dur
-            args = e.get("args") or {}
-            op = TraceOp(f"r{f.rank}.c{i}", f.rank, stream, name, "comm" if role == "comm" else "compute",
-                         kind, ts, dur, order=i)
-            op.shapes = args.get("Input Dims") if isinstance(args.get("Input Dims"), list) else []
-            types = args.get("Input type")
-            op.dtype = str(types[0]) if isinstance(types, list) and types else ""
-            if role == "comm":
-                op.collective = collective_kind(name)
-                op.group = next(iter(f.pg_ranks.values()), ()) or tuple(range(f.world or 1))
-                if op.shapes and isinstance(op.shapes[0], list):
-                    op.nbytes = float(math.prod(op.shapes[0])) * DTYPE_SIZE.get(op.dtype, 4)
-            ops.append(op)
-    _cpu_comm_deps(ops)
-    return ops
-
-
-def _cpu_comm_deps(ops: list[TraceOp]) -> None:
-    """Link each background collective to its launching ``c10d::`` op's thread: it starts
-    after the op before the launch, and the first later op on that thread that reads a
-    tensor of a shape the launch touched waits for it (``work.wait()``)."""
-    launches = [o for o in ops if o.name.startswith("c10d::")]
-    for c in (o for o in ops if o.category == "comm"):
-        cands = [lo for lo in launches if lo.stream != c.stream and lo.start <= c.start
-                 and collective_kind(lo.name) == c.collective]
-        if not cands:
-            continue
-        lo = max(cands, key=lambda x: x.start)
-        c.launch = lo.start
-        before = [o for o in ops if o.stream == lo.stream and o.end <= lo.start]
-        if before:
-            c.deps.append(max(before, key=lambda x: x.end).id)
-        # repr: c10d ops list their tensors one level deeper ([[[256, 384]], [], ...]).
-        touched = {repr(d) for d in lo.shapes if isinstance(d, list) and d}
-        for o in sorted((o for o in ops if o.stream == lo.stream and o.start >= c.end), key=lambda x: x.start):
-            if touched & {repr(d) for d in o.shapes if isinstance(d, list) and d}:
-                o.deps.append(c.id)
-                break

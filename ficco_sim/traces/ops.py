@@ -29,13 +29,50 @@ The classification rules live here so every importer agrees:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
 from ..hardware import BlockShape
 
-COMM_KERNEL = re.compile(r"^(void )?(nccl(Dev)?Kernel|ncclSymk|rccl|ncclKernel)", re.IGNORECASE)
-GEMM_KERNEL = re.compile(r"gemm|cutlass|xmma|matmul|ampere_|sm90_|sm80_|cublas|hipblaslt|Cijk_", re.IGNORECASE)
+COMM_KERNEL = re.compile(r"^(void )?(nccl(Dev)?Kernel|ncclSymk|rccl|ncclKernel)|multimem_all_reduce|"
+                         r"(one|two)_shot_all_reduce|cross_device_reduce|all_reduce_kernel", re.IGNORECASE)
+# Kernel-name families, first match wins (names as CUPTI/roctracer report them). What-ifs
+# scale compute-bound classes by peak FLOP/s and memory-bound ones by HBM bandwidth.
+KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
+    ("embedding", re.compile(r"fbgemm|split_embedding|embedding_|embedding_bag|bounds_check_indices|"
+                             r"linearize_index|permute_pooled_embs|jagged", re.I)),
+    ("attention", re.compile(r"flash_?(fwd|bwd|attn)|flash::|fmha|attention|sdpa|xformers|mha_", re.I)),
+    ("conv", re.compile(r"conv|scudnn|winograd|implicit_gemm|fprop|dgrad|wgrad|fft2d", re.I)),
+    ("gemm", re.compile(r"nvjet|^(void )?bmm_|gemm|cutlass|xmma|matmul|_mm_|triton_tem_fused_\w*mm|"
+                        r"(volta|turing|ampere|ada|hopper|sm\d\d)_[sdhi]?\w*gemm|cublas|hipblaslt|Cijk_|"
+                        r"magma_.gemm", re.I)),
+    ("elementwise", re.compile(r"elementwise|reduce_kernel|splitKreduce|at::native|triton_|cub::|"
+                               r"multi_tensor_apply|softmax|layer_?norm|rms_?norm|bn_|batch_?norm|"
+                               r"nchwToNhwc|nhwcToNchw|gemv|index|scatter|gather|copy|fill|dropout", re.I)),
+    ("memory", re.compile(r"memset|memcpy", re.I)),
+]
+FLOP_CLASSES = {"gemm", "conv", "attention"}
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def kernel_class(name: str) -> str:
+    """The family of a GPU kernel from its name: ``comm``, ``gemm``, ``conv``,
+    ``attention``, ``embedding``, ``elementwise``, ``memory`` or ``opaque``.
+
+    >>> [kernel_class(n) for n in ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN", "fbgemm_gpu::permute_2D_lengths_kernel",
+    ...  "void at::native::vectorized_elementwise_kernel<4>", "flash_fwd_kernel", "Cijk_Alik_Bljk_HB_MT256x128")]
+    ['gemm', 'embedding', 'elementwise', 'attention', 'gemm']
+    """
+    name = name.strip()
+    if COMM_KERNEL.search(name):
+        return "comm"
+    for cls, pattern in KERNEL_CLASSES:
+        if pattern.search(name):
+            return cls
+    return "opaque"
+
+
 CPU_GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
                 "aten::_scaled_mm", "aten::addmv", "aten::mv"}
 CPU_COMM = re.compile(r"^(gloo|nccl|mpi|ucc):|^record_param_comms$|^nccl:", re.IGNORECASE)
@@ -50,17 +87,19 @@ _COLLECTIVES = [
 DTYPE_SIZE = {"float": 4, "float32": 4, "Float": 4, "float16": 2, "half": 2, "Half": 2, "bfloat16": 2,
               "BFloat16": 2, "double": 8, "Double": 8, "int": 4, "Int": 4, "long": 8, "Long": 8, "int64": 8,
               "int32": 4, "c10::Half": 2, "c10::BFloat16": 2, "float8": 1, "Float8_e4m3fn": 1, "Byte": 1,
-              "uint8": 1, "int8": 1, "Char": 1, "bool": 1, "Bool": 1}
+              "uint8": 1, "int8": 1, "Char": 1, "bool": 1, "Bool": 1, "long int": 8, "long long": 8,
+              "unsigned char": 1, "signed char": 1, "short int": 2, "short": 2, "Short": 2,
+              "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "Float8_e5m2": 1, "c10::complex<float>": 8}
 
 
 def classify_kernel(name: str) -> tuple[str, str]:
-    """(kernel kind, role) of a GPU kernel from its name: NCCL/RCCL -> comm, GEMM-like ->
-    gemm, anything else -> opaque compute (never dropped)."""
-    if COMM_KERNEL.search(name.strip()):
+    """(kernel kind, role) of a GPU kernel from its name (:func:`kernel_class`):
+    NCCL/RCCL -> comm, GEMMs -> gemm, memsets -> memory, anything else -> opaque compute
+    (never dropped)."""
+    cls = kernel_class(name)
+    if cls == "comm":
         return "comm", "comm"
-    if GEMM_KERNEL.search(name):
-        return "gemm", "compute"
-    return "opaque", "compute"
+    return (cls if cls in ("gemm", "memory") else "opaque"), "compute"
 
 
 def classify_cpu_op(name: str) -> tuple[str, str]:
@@ -99,6 +138,7 @@ class TraceOp:
     start: float
     dur: float
     priority: int = 0
+    cls: str = ""                 # kernel family (:func:`kernel_class`); what-ifs scale by it
     grid: int = 0                 # 0: not known
     block: BlockShape | None = None
     collective: str = ""          # comm: all-gather | reduce-scatter | ...
@@ -113,6 +153,7 @@ class TraceOp:
     shapes: list = field(default_factory=list)   # input dims of the op (GEMM: [[m, k], [k, n]])
     dtype: str = ""
     launch: float | None = None   # host launch time (s), when known
+    wait: float | None = None     # comm: the part of ``dur`` spent waiting for peers (:func:`split_waits`)
     order: int = 0                # launch order on its rank (correlation), for tie-breaks
 
     @property
@@ -166,4 +207,54 @@ class Trace:
             cats[key] = cats.get(key, 0) + 1
         return {"format": self.fmt, "ranks": self.num_ranks, "ops": len(self.ops), "streams": len(self.streams()),
                 "by_category": cats, "span_s": self.makespan, "on_gpu": self.on_gpu, "device": self.device,
-                "cross_stream_deps": sum(len(o.deps) for o in self.ops)}
+                "cross_stream_deps": sum(len(o.deps) for o in self.ops),
+                "comm_s": sum(o.dur for o in self.ops if o.category == "comm"),
+                "comm_wait_s": sum(o.wait or 0.0 for o in self.ops if o.category == "comm"),
+                "collectives": {k or "unknown": sum(1 for o in self.ops if o.category == "comm" and o.collective == k)
+                                for k in sorted({o.collective for o in self.ops if o.category == "comm"})}}
+
+
+def match_collectives(ops: list[TraceOp]) -> dict[str, tuple[int, list[TraceOp]]]:
+    """op id -> (instance number, members): the k-th collective of a kind (or the one
+    with sequence number k) in a group, on each of its ranks. Needs every rank present."""
+    ranks = {o.rank for o in ops}
+    groups: dict[tuple, list[TraceOp]] = {}
+    counters: dict[tuple, int] = {}
+    for o in ops:
+        if o.category != "comm" or not o.collective:
+            continue
+        grp = o.group or tuple(sorted(ranks))
+        base = (o.collective, grp)
+        if o.seq is not None:
+            n = o.seq
+        else:
+            n = counters.get((base, o.rank), 0)
+            counters[(base, o.rank)] = n + 1
+        groups.setdefault(base + (n,), []).append(o)
+    out: dict[str, tuple[int, list[TraceOp]]] = {}
+    for i, (key, members) in enumerate(groups.items()):
+        grp = key[1]
+        if sorted(m.rank for m in members) != sorted(grp) or len(grp) < 2:
+            continue  # incomplete (a rank's file is missing): keep it measured
+        for m in members:
+            out[m.id] = (i, members)
+    return out
+
+
+def split_waits(ops: list[TraceOp]) -> int:
+    """Split every collective whose ranks are all in the trace into waiting and transfer:
+    a measured NCCL/RCCL kernel runs from its rank's arrival until the collective ends on
+    all ranks, so the last rank to arrive waited least and its duration is the transfer;
+    each member's ``wait`` is its duration minus that (seconds). Returns the instances
+    split. (Durations, not cross-rank timestamps, are compared, so clock offsets between
+    hosts do not matter.)"""
+    instances = match_collectives(ops)
+    seen: set[int] = set()
+    for num, members in instances.values():
+        if num in seen or members[0].collective in ("", "send-recv"):
+            continue
+        seen.add(num)
+        transfer = min(m.dur for m in members)
+        for m in members:
+            m.wait = m.dur - transfer
+    return len(seen)

@@ -35,7 +35,7 @@ from ..timeline import Timeline
 from ..topology import Topology, load_topology
 from ..workload import Scenario
 from .graph import replay_profile, trace_to_graph
-from .ops import Trace, TraceOp
+from .ops import FLOP_CLASSES, Trace, TraceOp
 
 DTYPES = {"float": "float32", "float32": "float32", "c10::Half": "float16", "half": "float16", "float16": "float16",
           "c10::BFloat16": "bfloat16", "bfloat16": "bfloat16", "BFloat16": "bfloat16", "Half": "float16"}
@@ -54,23 +54,39 @@ class ReplayResult:
     topology: str
     comm: str = "measured"
 
+    rank_spans: dict[int, tuple[float, float]] = field(default_factory=dict)   # rank -> (trace s, simulated s)
+
     @property
     def error(self) -> float:
         """Relative error of the simulated makespan (sim / trace - 1)."""
         return self.sim_makespan / self.trace_makespan - 1 if self.trace_makespan > 0 else 0.0
 
+    @property
+    def rank_errors(self) -> dict[int, float]:
+        """Per rank: relative error of its span (its first op's start to its last op's end)."""
+        return {r: (s / t - 1 if t > 0 else 0.0) for r, (t, s) in sorted(self.rank_spans.items())}
+
 
 def source_gpu(trace: Trace, gpu: str | GpuProfile | None = None) -> GpuProfile:
     """The profile of the GPU the trace ran on: ``gpu`` if given, else the built-in
-    profile named in the trace's ``deviceProperties`` (e.g. "NVIDIA H100 80GB HBM3"
-    -> h100), else h100 (CPU traces: the profile only hosts the measured ops)."""
+    profile named in the trace's ``deviceProperties`` (e.g. "NVIDIA H100 80GB HBM3" ->
+    h100, "Tesla V100-SXM2-32GB" -> v100). A GPU trace whose device matches no built-in
+    profile, or names none, is an error naming ``--source-gpu``: replaying it on another
+    GPU's profile would answer for the wrong hardware. CPU traces use h100's (the profile
+    only hosts the measured operators, each one block of its measured time, and h100 has
+    SMs enough that none waits for another)."""
     if gpu is not None:
         return load_gpu(gpu)
+    if not trace.on_gpu:
+        return load_gpu("h100")
     name = trace.device.lower().replace(" ", "")
     for p in sorted(available_profiles(), key=len, reverse=True):
-        if p and p in name:
+        if p and p != "cpu" and p in name:
             return load_gpu(p)
-    return load_gpu("h100")
+    said = f"ran on {trace.device!r}, which matches no built-in profile" if trace.device else \
+        "does not say which GPU it ran on (no deviceProperties)"
+    raise InputError("--source-gpu", None, f"the trace {said}; name the GPU it ran on (built-in: "
+                     f"{', '.join(p for p in available_profiles() if p != 'cpu')}, or a profile YAML)")
 
 
 def default_topology(trace: Trace, gpu: GpuProfile, topology: str | Topology | None = None) -> Topology:
@@ -87,7 +103,17 @@ def default_topology(trace: Trace, gpu: GpuProfile, topology: str | Topology | N
 
 def _run(trace: Trace, graph: TaskGraph, gpu: GpuProfile, topo: Topology, comm: str) -> ReplayResult:
     tl = simulate_graph(graph, gpu, topo)
-    return ReplayResult(trace.makespan, tl.makespan, tl, graph, gpu.name, topo.name, comm)
+    measured: dict[int, list[float]] = {}
+    for o in trace.ops:
+        a = measured.setdefault(o.rank, [o.start, o.end])
+        a[0], a[1] = min(a[0], o.start), max(a[1], o.end)
+    sim: dict[int, list[float]] = {}
+    for rec in tl.records:
+        if rec.gpu in measured and rec.label != "idle" and rec.end == rec.end:
+            a = sim.setdefault(rec.gpu, [rec.start, rec.end])
+            a[0], a[1] = min(a[0], rec.start), max(a[1], rec.end)
+    spans = {r: (m[1] - m[0], sim[r][1] - sim[r][0]) for r, m in measured.items() if r in sim}
+    return ReplayResult(trace.makespan, tl.makespan, tl, graph, gpu.name, topo.name, comm, spans)
 
 
 def replay(trace: Trace, gpu: str | GpuProfile | None = None, topology: str | Topology | None = None, *,
@@ -118,9 +144,10 @@ class WhatIf:
 
 
 def compute_scale(src: GpuProfile, dst: GpuProfile, dtype: str = "float16") -> dict[str, float]:
-    """Duration factors for measured kernels moved from ``src`` to ``dst``: GEMMs by peak
-    FLOP/s, memory and opaque kernels by HBM bandwidth (most non-GEMM kernels are
-    memory-bound).
+    """Duration factors for measured kernels moved from ``src`` to ``dst``, per kernel
+    class (:func:`~ficco_sim.traces.ops.kernel_class`): GEMMs, convolutions and attention
+    by peak FLOP/s, everything else (element-wise, embeddings, memory, unknown kernels) by
+    HBM bandwidth (most non-matrix kernels are memory-bound).
 
     >>> compute_scale(load_gpu("h100"), load_gpu("h100"))["gemm"]
     1.0
@@ -128,7 +155,8 @@ def compute_scale(src: GpuProfile, dst: GpuProfile, dtype: str = "float16") -> d
     d = dtype if dtype in src.peak_flops and dtype in dst.peak_flops else next(iter(src.peak_flops))
     flops = src.peak_flops[d] / dst.peak_flops.get(d, src.peak_flops[d])
     hbm = src.hbm_bandwidth / dst.hbm_bandwidth
-    return {"gemm": flops, "memory": hbm, "opaque": hbm}
+    classes = ("gemm", "conv", "attention", "embedding", "elementwise", "memory", "opaque")
+    return {c: flops if c in FLOP_CLASSES else hbm for c in classes}
 
 
 def replanned_gemms(trace: Trace, src: GpuProfile, dst: GpuProfile) -> dict:

@@ -153,7 +153,7 @@ def profiled(path: Path, device: str, meta: dict) -> Iterator[dict]:
     ``meta`` (stored under the trace's top-level ``ficco`` key). On an error nothing is
     written and the raw export is removed."""
     from torch.profiler import ProfilerActivity, profile
-    from ..traces.kineto import compact_trace
+    from ..traces.kineto_io import compact_trace
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(meta)

@@ -1,0 +1,77 @@
+"""Copy the small real traces shipped in ``traces/real/`` out of their public repositories.
+
+Run from the repository root with the two repositories checked out (any clone; the
+commits below are the ones the shipped files came from):
+
+    python traces/real/make_real.py --hta PATH/TO/HolisticTraceAnalysis --param PATH/TO/param
+
+Each file is read from git at the pinned commit, its events are kept as recorded except
+``python_function`` events (Python call stacks, unused by ficco-sim and most of the bytes),
+and it is written gzipped with a top-level ``ficco_source`` entry naming where it came
+from. Nothing else is changed: timestamps, durations and arguments are the measured ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+HTA_COMMIT = "f4d0062c382f42bd8a74838bcdad1916c7d5d2da"
+PARAM_COMMIT = "37f542b3424716e67aedae3627364ba1ffe71372^"   # the last commit with the DLRM traces at this path
+HTA = "https://github.com/facebookresearch/HolisticTraceAnalysis"
+PARAM = "https://github.com/facebookresearch/param"
+
+# shipped name -> (repository, path in it)
+HTA_FILES = {
+    "hta_a100_nccl217_rank0.json.gz": "tests/data/nccl_parser_config/nccl_data.json.gz",
+    "hta_a100_16ranks_rank0.json.gz": "tests/data/negative_queue_length_values_check/rank0.json.gz",
+    "hta_128ranks_sampled_rank0.json.gz": "tests/data/trace_filter/sampled_rank-0.json.gz",
+    "hta_a100_event_sync.json.gz": "tests/data/critical_path/cuda_event_sync/event_sync_trace.json.gz",
+    "hta_a100_event_sync_multi_stream.json.gz":
+        "tests/data/critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz",
+    "hta_mi250_rocm62.json.gz": "tests/data/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+}
+PARAM_TAR = "et_replay/tests/inputs/dlrm_kineto.tar.gz"
+
+
+def git_show(repo: Path, commit: str, path: str) -> bytes:
+    return subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], check=True,
+                          capture_output=True).stdout
+
+
+def write(data: dict, name: str, source: str) -> None:
+    data["traceEvents"] = [e for e in data.get("traceEvents", []) if e.get("cat") != "python_function"]
+    data["ficco_source"] = source
+    out = HERE / name
+    out.write_bytes(gzip.compress(json.dumps(data, separators=(",", ":")).encode(), mtime=0))
+    print(f"{out.relative_to(HERE.parent.parent)}: {out.stat().st_size / 1e3:.0f} kB")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hta", type=Path, required=True, help="a git clone of facebookresearch/HolisticTraceAnalysis")
+    ap.add_argument("--param", type=Path, required=True, help="a git clone of facebookresearch/param")
+    args = ap.parse_args()
+    for name, path in HTA_FILES.items():
+        raw = git_show(args.hta, HTA_COMMIT, path)
+        write(json.loads(gzip.decompress(raw)), name, f"{HTA}/blob/{HTA_COMMIT}/{path} (MIT License)")
+    commit = subprocess.run(["git", "-C", str(args.param), "rev-parse", PARAM_COMMIT], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    with tarfile.open(fileobj=io.BytesIO(git_show(args.param, commit, PARAM_TAR))) as tar:
+        for member in sorted(tar.getmembers(), key=lambda m: m.name):
+            if not member.name.endswith(".json"):
+                continue
+            worker = Path(member.name).name.split("_")[0]          # worker3_step_12....json -> worker3
+            data = json.loads(tar.extractfile(member).read())
+            write(data, f"param_dlrm_v100_8ranks_{worker}.json.gz",
+                  f"{PARAM}/blob/{commit}/{PARAM_TAR} :: {member.name} (MIT License)")
+
+
+if __name__ == "__main__":
+    main()
