@@ -85,12 +85,14 @@ def test_every_all_reduce_waits_for_compute(traces, name):
     assert ar and all(any(by[d].category == "compute" and by[d].stream != o.stream for d in o.deps) for o in ar)
 
 
-def test_cupti_sync_events_and_event_records(traces):
-    # The multi-stream sample carries cuda_sync events with both streams: one cross-stream wait.
+def test_cupti_sync_events(traces):
+    """With CUPTI sync events (``cuda_sync``) the streams are named: the host's event
+    synchronisation on stream 20 (recorded after its GEMM) orders the next launches on
+    streams 28 and 24 after that GEMM, and stream 24 also waits (event sync) for 28's."""
     t = traces["sync_ms"]
-    assert sum(len(o.deps) for o in t.ops) == 1
-    dep_op = next(o for o in t.ops if o.deps)
-    assert t.by_id()[dep_op.deps[0]].stream != dep_op.stream
+    by = t.by_id()
+    deps = {(o.stream, by[d].stream, by[d].name[:13]) for o in t.ops for d in o.deps}
+    assert deps == {("s28", "s20", "ampere_sgemm_"), ("s24", "s20", "ampere_sgemm_"), ("s24", "s28", "ampere_sgemm_")}
 
 
 @pytest.mark.parametrize("name", SETS)

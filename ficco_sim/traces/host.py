@@ -84,7 +84,7 @@ class Host:
 
     def __init__(self, calls: list[Call], comm_ranges: dict[Any, list[tuple[float, float, str, dict]]],
                  gemm_ranges: dict[Any, list[tuple[float, float, str, dict]]] | None = None):
-        self.calls = sorted(calls, key=lambda c: (c.ts, c.corr))
+        self.calls = sorted(_merge_sync_events(calls), key=lambda c: (c.ts, c.corr))
         self.comm_ranges = {t: sorted(r, key=lambda x: (x[0], -x[1])) for t, r in comm_ranges.items()}
         self.gemm_ranges = {t: sorted(r, key=lambda x: (x[0], -x[1])) for t, r in (gemm_ranges or {}).items()}
         self._gemm_starts = {t: [x[0] for x in r] for t, r in self.gemm_ranges.items()}
@@ -163,7 +163,8 @@ class Host:
                 records.setdefault(c.tid, []).append(c)
                 continue
             if name == "StreamWaitEvent":
-                if "wait_on_stream" in c.args and "stream" in c.args:
+                if isinstance(c.args.get("wait_on_stream"), int) and c.args["wait_on_stream"] >= 0 and \
+                        isinstance(c.args.get("stream"), int) and c.args["stream"] >= 0:
                     self._cupti_wait(c, stream_ops, stream_keys, add)
                     continue
                 nxt = next_by_thread(c.tid, c.corr)
@@ -190,8 +191,16 @@ class Host:
                     for dst in after:
                         add(src, dst, "syncs")
             elif name in ("StreamSynchronize", "EventSynchronize"):
-                if isinstance(c.args.get("stream"), int):
-                    stream = f"s{c.args['stream']}"
+                waited, stream_arg = c.args.get("wait_on_stream"), c.args.get("stream")
+                rec = c.args.get("wait_on_cuda_event_record_corr_id")
+                if isinstance(waited, int) and waited >= 0:       # CUPTI: the event's stream
+                    stream = f"s{waited}"
+                    src = last_on(stream, rec if isinstance(rec, int) and rec >= 0 else c.corr)
+                    for dst in _first_per_stream(next_by_thread(c.tid, c.corr)):
+                        add(src, dst, "syncs")
+                    continue
+                if isinstance(stream_arg, int) and stream_arg >= 0:
+                    stream = f"s{stream_arg}"
                 else:
                     stream = self._synced_stream(c, stream_ops, last_on, last_by_thread)
                 if stream is None:
@@ -215,7 +224,7 @@ class Host:
     def _cupti_wait(c: Call, stream_ops, stream_keys, add) -> None:
         """A wait CUPTI recorded with both streams (``cuda_sync`` / sync events on)."""
         rec = c.args.get("wait_on_cuda_event_record_corr_id", c.corr)
-        if not isinstance(rec, int):
+        if not isinstance(rec, int) or not isinstance(c.args["wait_on_stream"], int) or c.args["wait_on_stream"] < 0:
             return
         src_s, dst_s = f"s{c.args['wait_on_stream']}", f"s{c.args['stream']}"
         i = bisect.bisect_left(stream_keys.get(src_s, []), rec)
@@ -262,6 +271,35 @@ class Host:
             if found and op.nbytes:
                 break
         return found
+
+
+_SYNC_KINDS = {"Stream Wait Event": "StreamWaitEvent", "Event Sync": "EventSynchronize",
+               "Stream Sync": "StreamSynchronize", "Context Sync": "DeviceSynchronize"}
+
+
+def _merge_sync_events(calls: list[Call]) -> list[Call]:
+    """CUPTI sync events (``cuda_sync``, when traced) name the streams of a runtime call
+    with the same correlation: their arguments join that call (which keeps its CPU
+    thread), so each synchronisation is read once, with its streams."""
+    runtime = [c for c in calls if not c.args.get("cuda_sync_kind")]
+    by_corr = {c.corr: c for c in runtime}
+    runtime_sorted = sorted(runtime, key=lambda c: c.corr)
+    corrs = [c.corr for c in runtime_sorted]
+    orphans = []
+    for c in calls:
+        kind = c.args.get("cuda_sync_kind")
+        if not kind:
+            continue
+        name = _SYNC_KINDS.get(str(kind), c.name.replace(" ", ""))
+        host = by_corr.get(c.corr)
+        if host is not None:
+            host.args = {**host.args, **{k: v for k, v in c.args.items() if k != "correlation"}}
+            host.name = name
+        else:   # its runtime call is not traced: the thread of the call just before it
+            i = bisect.bisect_left(corrs, c.corr)
+            tid = runtime_sorted[i - 1].tid if i > 0 else c.tid
+            orphans.append(Call(tid, c.ts, c.end, name, c.corr, c.args))
+    return runtime + orphans
 
 
 def _first_per_stream(ops: list[TraceOp]) -> list[TraceOp]:
