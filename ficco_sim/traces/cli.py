@@ -13,29 +13,41 @@ from pathlib import Path
 from ..errors import InputError
 
 HELP = """\
-Trace-driven simulation. Give one trace file per rank of the same run:
+Trace-driven simulation. Give one trace file per rank of the same run (or the
+directory holding them):
 
   Kineto / PyTorch-profiler JSON (.json or .json.gz), written by
       with torch.profiler.profile(activities=[CPU, CUDA], record_shapes=True) as p: ...
       p.export_chrome_trace(f"rank{rank}.json")
   Chakra .et protobuf (one per rank), or a JSON execution trace with durations.
 
-How a trace becomes a task graph (see ficco_sim/traces/graph.py):
+How a trace becomes a task graph (ficco_sim/traces/graph.py, host.py):
   * GPU kernels keep their stream, priority and launch footprint (grid, threads,
-    registers, shared memory); NCCL/RCCL kernels (ncclDevKernel*, ncclKernel*,
-    ncclSymk*) are communication, GEMM-like names compute, anything else opaque
-    compute - nothing is dropped. gpu_memcpy PtoP/DtoD become copy-engine transfers.
-  * CPU-only traces: each thread is a stream; aten::mm & co. are GEMMs, gloo:* ops
-    are collectives.
-  * Dependencies: stream order, cudaStreamWaitEvent / sync events, flow arrows, and
-    on CPU traces the launch and first consumer of an async collective.
+    registers, shared memory) and get a class from their name (gemm, conv,
+    attention, embedding, elementwise, ...); NCCL/RCCL kernels are communication,
+    their kind (all-gather, all-to-all, ...) and bytes from the trace's metadata or
+    the nccl:* / c10d:: operator that launched them. Nothing is dropped. Peer and
+    same-device copies become copy-engine transfers; host copies keep their time.
+  * Dependencies: stream order; cudaStreamWaitEvent and host synchronisations
+    (cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize) with their
+    real scope, inferred from the launching thread when the trace has no CUPTI sync
+    events, and never one the measured run contradicts; flow arrows; on CPU traces
+    the launch and first consumer of an async collective.
+  * A collective with all its ranks in the trace is split into waiting and transfer
+    and ends together on all of them, in a replay and in a what-if.
   * Time the trace left idle before an op (host launch latency, untraced waits) is
     kept as an 'idle' block, so a replay paces like the run did.
+  * The GPU comes from the trace (deviceProperties); one with no built-in profile
+    (or a trace that names none) needs --source-gpu. Files of different runs are
+    refused; missing ranks are said; --steps N[-M] keeps some profiler steps.
 """
 
 EXAMPLES = """\
 examples:
   ficco-sim trace import traces/cpu_ag_mm.rank0.json.gz traces/cpu_ag_mm.rank1.json.gz
+  ficco-sim trace import traces/real/param_dlrm_v100_8ranks_worker*.json.gz
+  ficco-sim trace replay traces/real/hta_a100_16ranks_rank0.json.gz --exact --steps 551
+  ficco-sim trace whatif traces/real/param_dlrm_v100_8ranks_worker*.json.gz --gpu h100
   ficco-sim trace replay traces/synthetic_gpu_ag_gemm.rank*.json --gantt out/replay.png
   ficco-sim trace whatif traces/synthetic_gpu_ag_gemm.rank*.json --comm-engine dma
   ficco-sim trace whatif traces/synthetic_gpu_ag_gemm.rank*.json --comm-priority 2 --no-pairs
