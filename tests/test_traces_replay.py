@@ -162,7 +162,7 @@ def test_whatif_other_gpu_retiles_known_gemms():
 def test_help_teaches(capsys):
     assert main(["trace", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "ncclSymk" in out and "cudaStreamWaitEvent" in out and "examples:" in out
+    assert "--source-gpu" in out and "cudaStreamWaitEvent" in out and "--steps" in out and "examples:" in out
 
 
 def test_an_export_replays_on_the_hardware_it_was_simulated_on(tmp_path):
