@@ -36,7 +36,7 @@ from ..taskgraph import Kernel, TaskGraph, Transfer
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
 from .dispatcher import SmPool, Waiting
-from .fluid import Activity, max_min_rates
+from .fluid import Activity, FluidPool
 
 SETTLE_PRIORITY = 2   # after every ordinary simpy event of the same instant (NORMAL = 1)
 NAN = float("nan")
@@ -58,10 +58,11 @@ class Simulation:
         self.pools = [SmPool(gpu.num_sms, gpu.sm, policy) for _ in range(graph.num_gpus)]
         self.waiting: list[list[Waiting]] = [[] for _ in range(graph.num_gpus)]
         self.engines = [[simpy.Resource(env, 1) for _ in range(gpu.dma.engines)] for _ in range(graph.num_gpus)]
-        self.capacity: dict[str, float] = {f"hbm{i}": gpu.hbm_effective for i in range(graph.num_gpus)}
+        self.fluid = FluidPool()
+        for i in range(graph.num_gpus):
+            self.fluid.set_capacity(f"hbm{i}", gpu.hbm_effective)
         for u, v, d in topology.graph.edges(data=True):
-            self.capacity[f"link:{u}->{v}"] = d["bandwidth"]
-        self.activities: dict[str, Activity] = {}
+            self.fluid.set_capacity(f"link:{u}->{v}", d["bandwidth"])
         self.records: dict[str, TaskRecord] = {}
         self.dirty: set[int] = set()
         self.settle_pending = False
@@ -75,7 +76,9 @@ class Simulation:
         self.open_transfers: dict[str, set[str]] = {}
         self.finished_comm: set[str] = set()
         self.counters: dict[str, list[tuple[float, float]]] = {}
-        self.link_counters: set[str] = set()
+        self._protocols: dict[float, Protocol] = {}
+        self._paths: dict[tuple[int, int], tuple[dict[str, float], float]] = {}
+        self.link_counters: dict[str, None] = {}     # link resources ever crossed, in first-use order
         self._setup()
 
     # -- set-up ---------------------------------------------------------------------------
@@ -101,7 +104,7 @@ class Simulation:
             if key:
                 per_stream.setdefault(key, []).append(t)
             else:
-                self.env.process(self._sm_transfer(t))
+                self._arm_sm_transfer(t)
         for key, tasks in per_stream.items():
             self.env.process(self._stream(self.g.stream(*key).priority, tasks))
 
@@ -127,22 +130,36 @@ class Simulation:
                     yield req
                     rec.start = env.now   # the engine starts the command: its fixed cost is part of it
                     self._count(f"gpu{t.gpu}.dma_busy", +1)
-                    wait = self.gpu.dma.command_overhead + self.topo.path_latency(t.src, t.dst)
+                    wait = self.gpu.dma.command_overhead + self._path(t.src, t.dst)[1]
                     if wait:
                         yield env.timeout(wait)
                     self._start_transfer(t)
                     yield self.done[t.id]
                     self._count(f"gpu{t.gpu}.dma_busy", -1)
 
-    def _sm_transfer(self, t: Transfer):
-        env = self.env
+    def _arm_sm_transfer(self, t: Transfer) -> None:
+        """An SM transfer starts once its dependencies are done and its drivers have started:
+        callbacks on those events count down (no simpy process per transfer)."""
         waits = [self.done[d] for d in t.deps] + [self.started[k] for k in t.drivers]
-        yield simpy.AllOf(env, waits)
-        self.records[t.id].ready = self.records[t.id].start = env.now   # latency is part of the transfer
-        latency = self.topo.path_latency(t.src, t.dst) + self._protocol(t).latency
+        left = [len(waits)]
+
+        def one(_event) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                self._sm_transfer_ready(t)
+
+        for ev in waits:
+            ev.callbacks.append(one)
+        if not waits:
+            self.env.timeout(0).callbacks.append(lambda _e: self._sm_transfer_ready(t))
+
+    def _sm_transfer_ready(self, t: Transfer) -> None:
+        self.records[t.id].ready = self.records[t.id].start = self.env.now   # latency is part of the transfer
+        latency = self._path(t.src, t.dst)[1] + self._protocol(t).latency
         if latency:
-            yield env.timeout(latency)
-        self._start_transfer(t)
+            self.env.timeout(latency).callbacks.append(lambda _e: self._start_transfer(t))
+        else:
+            self._start_transfer(t)
 
     # -- fluid activities ------------------------------------------------------------------
     def _start_transfer(self, t: Transfer) -> None:
@@ -150,9 +167,7 @@ class Simulation:
         if t.nbytes <= 0:
             self._finish_transfer(t)
             return
-        usage: dict[str, float] = {}
-        for u, v in self.topo.path_links(t.src, t.dst):
-            usage[f"link:{u}->{v}"] = 1.0
+        usage = dict(self._path(t.src, t.dst)[0])
         usage[f"hbm{t.src}"] = usage.get(f"hbm{t.src}", 0.0) + 1.0
         usage[f"hbm{t.dst}"] = usage.get(f"hbm{t.dst}", 0.0) + (3.0 if t.reduce else 1.0)
         cap = math.inf
@@ -168,8 +183,19 @@ class Simulation:
 
     def _protocol(self, t: Transfer) -> Protocol:
         """The wire protocol of an SM transfer (its latency and payload share)."""
-        spec = self.gpu.comm_kernel
-        return spec.protocols[spec.protocol_index(t.nbytes)]
+        hit = self._protocols.get(t.nbytes)
+        if hit is None:
+            spec = self.gpu.comm_kernel
+            hit = self._protocols[t.nbytes] = spec.protocols[spec.protocol_index(t.nbytes)]
+        return hit
+
+    def _path(self, src: int, dst: int) -> tuple[dict[str, float], float]:
+        """({link resource: 1.0} along the route, path latency) from ``src`` to ``dst``."""
+        hit = self._paths.get((src, dst))
+        if hit is None:
+            hit = self._paths[(src, dst)] = ({f"link:{u}->{v}": 1.0 for u, v in self.topo.path_links(src, dst)},
+                                             self.topo.path_latency(src, dst))
+        return hit
 
     def _finish_transfer(self, t: Transfer) -> None:
         self.records[t.id].end = self.env.now
@@ -180,17 +206,16 @@ class Simulation:
                 self._finish_comm(k)
 
     def _add_activity(self, act: Activity) -> None:
-        act.hbm = [(int(r[3:]), u) for r, u in act.usage.items() if r.startswith("hbm")]
-        act.links = [r for r in act.usage if r.startswith("link:")]
         self._advance()
-        self.activities[act.id] = act
+        if self.record:
+            self.link_counters.update((r, None) for r in act.usage if r.startswith("link:"))
+        self.fluid.add(act)
         self._request_settle()
 
     def _advance(self) -> None:
         dt = self.env.now - self.last
         if dt > 0:
-            for a in self.activities.values():
-                a.remaining -= a.rate * dt
+            self.fluid.advance(dt)
         self.last = self.env.now
 
     # -- kernels ---------------------------------------------------------------------------
@@ -207,7 +232,8 @@ class Simulation:
         if k.kind == "comm":
             self.cohorts[k.id].append(counts)
             bw = self.resident[k.id] * self.gpu.comm_kernel.channel_bandwidth
-            self.capacity[f"send:{k.id}"] = self.capacity[f"recv:{k.id}"] = bw
+            self.fluid.set_capacity(f"send:{k.id}", bw)
+            self.fluid.set_capacity(f"recv:{k.id}", bw)
             if not self.open_transfers[k.id]:
                 self._finish_comm(k.id)
             else:
@@ -244,7 +270,8 @@ class Simulation:
             self.pools[k.gpu].release(k.block, counts)
         self._count(f"gpu{k.gpu}.blocks.comm", -self.resident[kid])
         self.resident[kid] = 0
-        self.capacity[f"send:{kid}"] = self.capacity[f"recv:{kid}"] = 0.0
+        self.fluid.set_capacity(f"send:{kid}", 0.0)
+        self.fluid.set_capacity(f"recv:{kid}", 0.0)
         self.waiting[k.gpu] = [w for w in self.waiting[k.gpu] if w.id != kid]
         self.records[kid].end = self.env.now
         self.done[kid].succeed()
@@ -275,46 +302,38 @@ class Simulation:
         self._recompute()
 
     def _recompute(self) -> None:
-        acts = list(self.activities.values())
-        caps = self.capacity   # channel capacities are kept current by _placed/_finish_comm
-        rates = max_min_rates(acts, caps)
-        self._interfere(acts, rates)
+        self.fluid.rates()     # channel capacities are kept current by _placed/_finish_comm
+        self._interfere()
         self.version += 1
         if self.record:
-            self._record_links(acts)
-        nxt = math.inf
-        for a in acts:
-            if a.rate > 0:
-                nxt = min(nxt, a.remaining / a.rate)
+            self._record_links()
+        nxt = self.fluid.next_finish()
         if math.isfinite(nxt):
             wake = self.env.timeout(max(nxt, 0.0))
             ver = self.version
             wake.callbacks.append(lambda _e, ver=ver: self._wake(ver))
 
-    def _interfere(self, acts: list[Activity], rates: dict[str, float]) -> None:
+    def _interfere(self) -> None:
         """Calibrated slowdown beyond fair sharing: compute by communication's HBM traffic, and back."""
+        f = self.fluid
+        s = f.slots()
+        if not len(s):
+            return
         n = self.g.num_gpus
-        comm_hbm, comp_hbm = [0.0] * n, [0.0] * n
-        for a in acts:
-            r = rates[a.id]
-            for gpu, u in a.hbm:
-                (comm_hbm if a.kind == "transfer" else comp_hbm)[gpu] += r * u
-        for a in acts:
-            r = rates[a.id]
-            if a.kind == "compute":
-                r /= compute_slowdown(self.gpu, comm_hbm[a.gpu])
-            else:
-                r /= comm_slowdown(self.gpu, max(comp_hbm[e] for e in a.ends))
-            a.rate = r
+        comm_hbm = np.resize(f.hbm_rates(of_compute=False), max(n, 1))
+        comp_hbm = np.resize(f.hbm_rates(of_compute=True), max(n, 1))
+        comp = f.compute[s]
+        slow = np.empty(len(s))
+        slow[comp] = compute_slowdown(self.gpu, comm_hbm[f.gpu[s[comp]]])
+        ends = f.ends[s[~comp]]
+        slow[~comp] = comm_slowdown(self.gpu, np.maximum(comp_hbm[ends[:, 0]], comp_hbm[ends[:, 1]]))
+        f.rate[s] /= slow
 
     def _wake(self, ver: int) -> None:
         if ver != self.version:
             return
         self._advance()
-        finished = [a for a in self.activities.values() if a.remaining <= a.rate * 1e-10 + 1e-18]
-        for a in finished:
-            del self.activities[a.id]
-        for a in finished:
+        for a in self.fluid.finished():
             a.on_done()
         self._request_settle()
 
@@ -329,15 +348,11 @@ class Simulation:
         else:
             series.append((self.env.now, v + delta))
 
-    def _record_links(self, acts: list[Activity]) -> None:
-        load: dict[str, float] = dict.fromkeys(self.link_counters, 0.0)
-        for a in acts:
-            for res in a.links:
-                load[res] = load.get(res, 0.0) + a.rate
-        self.link_counters.update(load)
-        for res in load:
+    def _record_links(self) -> None:
+        loads = self.fluid.link_loads()
+        for res in self.link_counters:
             series = self.counters.setdefault(res, [(0.0, 0.0)])
-            value = load.get(res, 0.0)
+            value = loads.get(res, 0.0)
             if series[-1][1] != value:
                 if series[-1][0] == self.env.now:
                     series[-1] = (self.env.now, value)

@@ -15,6 +15,10 @@ so a transfer and a GEMM wave asking for the same HBM get the same share of it.
 >>> c = Activity("c", remaining=1.0, usage={"link": 1.0}, cap=2.0)
 >>> max_min_rates([a, c], {"link": 10.0})
 {'a': 8.0, 'c': 2.0}
+
+The engine keeps its live activities in a :class:`FluidPool`: the same filling on arrays
+(activities x resources as a sparse incidence list), so a recomputation costs in
+proportion to the (activity, resource) pairs in flight, not to activities x resources.
 """
 
 from __future__ import annotations
@@ -92,3 +96,197 @@ def max_min_rates(activities: list[Activity], capacity: Mapping[str, float]) -> 
             frozen |= (use[:, saturated] > 0).any(axis=1)
         live &= ~frozen
     return {a.id: float(rate[i]) for i, a in enumerate(activities)}
+
+
+class FluidPool:
+    """The live activities of a simulation as arrays, with :meth:`rates` (the filling of
+    :func:`max_min_rates`, vectorized over a sparse incidence list), :meth:`advance` and
+    :meth:`finished`. Resources are named as in ``usage``; their capacities are set with
+    :meth:`set_capacity` (unknown resources have none)."""
+
+    def __init__(self) -> None:
+        self.res: dict[str, int] = {}
+        self.capacity = np.zeros(16)
+        self.res_gpu = np.full(16, -1, dtype=np.int64)     # the GPU of an hbm<i> resource, else -1
+        self.is_link = np.zeros(16, dtype=bool)
+        self.acts: list[Activity | None] = []
+        size = 64
+        self.remaining = np.zeros(size)
+        self.rate = np.zeros(size)
+        self.cap = np.zeros(size)
+        self.weight = np.zeros(size)
+        self.alive = np.zeros(size, dtype=bool)
+        self.compute = np.zeros(size, dtype=bool)
+        self.gpu = np.zeros(size, dtype=np.int64)
+        self.ends = np.zeros((size, 2), dtype=np.int64)
+        self._inc: list[np.ndarray] = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
+        self._pending: tuple[list, list, list] = ([], [], [])
+        self.live = 0
+
+    def __len__(self) -> int:
+        return self.live
+
+    # -- resources --------------------------------------------------------------------------
+    def resource(self, name: str) -> int:
+        i = self.res.get(name)
+        if i is None:
+            i = self.res[name] = len(self.res)
+            if i >= len(self.capacity):
+                grow = len(self.capacity)
+                self.capacity = np.concatenate([self.capacity, np.zeros(grow)])
+                self.res_gpu = np.concatenate([self.res_gpu, np.full(grow, -1, dtype=np.int64)])
+                self.is_link = np.concatenate([self.is_link, np.zeros(grow, dtype=bool)])
+            if name.startswith("hbm"):
+                self.res_gpu[i] = int(name[3:])
+            self.is_link[i] = name.startswith("link:")
+        return i
+
+    def set_capacity(self, name: str, value: float) -> None:
+        i = self.resource(name)          # (may grow the arrays: index after)
+        self.capacity[i] = value
+
+    # -- activities -------------------------------------------------------------------------
+    def add(self, a: Activity) -> None:
+        slot = len(self.acts)
+        if slot >= len(self.remaining):
+            self._grow()
+        self.acts.append(a)
+        self.remaining[slot], self.rate[slot], self.cap[slot], self.weight[slot] = a.remaining, 0.0, a.cap, a.weight
+        self.alive[slot], self.compute[slot], self.gpu[slot] = True, a.kind == "compute", a.gpu
+        self.ends[slot] = (a.ends[0], a.ends[-1]) if a.ends else (a.gpu, a.gpu)
+        rows, cols, vals = self._pending
+        known = self.res
+        for r, u in a.usage.items():
+            i = known.get(r)
+            rows.append(slot)
+            cols.append(self.resource(r) if i is None else i)
+            vals.append(u)
+        self.live += 1
+
+    def _grow(self) -> None:
+        for name in ("remaining", "rate", "cap", "weight", "alive", "compute", "gpu", "ends"):
+            arr = getattr(self, name)
+            setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
+
+    def incidence(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(activity slot, resource, usage) of every live activity's resources."""
+        rows, cols, vals = self._pending
+        if rows:
+            self._inc = [np.concatenate([self._inc[0], np.array(rows, dtype=np.int64)]),
+                         np.concatenate([self._inc[1], np.array(cols, dtype=np.int64)]),
+                         np.concatenate([self._inc[2], np.array(vals, dtype=float)])]
+            self._pending = ([], [], [])
+        a, r, u = self._inc
+        if len(a) and not self.alive[a].all():
+            keep = self.alive[a]
+            self._inc = [a[keep], r[keep], u[keep]]
+        return self._inc[0], self._inc[1], self._inc[2]
+
+    def slots(self) -> np.ndarray:
+        n = len(self.acts)
+        return np.flatnonzero(self.alive[:n])
+
+    def advance(self, dt: float) -> None:
+        n = len(self.acts)
+        self.remaining[:n] -= self.rate[:n] * dt * self.alive[:n]
+
+    def next_finish(self) -> float:
+        s = self.slots()
+        r = self.rate[s]
+        moving = r > 0
+        return float((self.remaining[s][moving] / r[moving]).min(initial=math.inf))
+
+    def finished(self) -> list[Activity]:
+        """Remove and return (in the order they were added) the activities that are done."""
+        s = self.slots()
+        done = s[self.remaining[s] <= self.rate[s] * 1e-10 + 1e-18]
+        out = [self.acts[i] for i in done]
+        self.alive[done] = False
+        for i in done:
+            self.acts[i] = None
+        self.live -= len(done)
+        if len(self.acts) > 1024 and self.live < len(self.acts) // 4:
+            self._compact()
+        return out
+
+    def _compact(self) -> None:
+        s = self.slots()
+        remap = np.full(len(self.acts), -1, dtype=np.int64)
+        remap[s] = np.arange(len(s))
+        a, r, u = self.incidence()
+        self._inc = [remap[a], r, u]
+        for name in ("remaining", "rate", "cap", "weight", "alive", "compute", "gpu", "ends"):
+            arr = getattr(self, name)
+            kept = arr[s]
+            fresh = np.zeros_like(arr)
+            fresh[:len(s)] = kept
+            setattr(self, name, fresh)
+        self.acts = [self.acts[i] for i in s]
+
+    # -- rates ------------------------------------------------------------------------------
+    def rates(self) -> None:
+        """Weighted max-min fair rates of the live activities into :attr:`rate` (the
+        progressive filling of :func:`max_min_rates`)."""
+        n = len(self.acts)
+        a, r, u = self.incidence()
+        self.rate[:n] = 0.0
+        s = self.slots()
+        if not len(s):
+            return
+        m = len(self.res)
+        full = self.capacity[:m]
+        w, cap = self.weight[:n], self.cap[:n]
+        tol = 1e-9 * np.maximum(1.0, full)
+        if np.isfinite(cap[s]).all() and \
+                (np.bincount(r, weights=u * cap[a], minlength=m) <= full + tol).all():
+            self.rate[s] = cap[s]
+            return
+        rate = np.zeros(n)
+        live = self.alive[:n].copy()
+        live &= cap > 0
+        slack = full.copy()
+        dead_res = slack <= 0
+        if dead_res.any():
+            live[a[dead_res[r] & (u > 0)]] = False
+        wu = u * w[a]
+        on = live[a]
+        a, r, u, wu = a[on], r[on], u[on], wu[on]       # entries of unfrozen activities only
+        for _ in range(len(s) + m + 1):
+            if not live.any():
+                break
+            grow = np.bincount(r, weights=wu, minlength=m)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                by_res = np.where(grow > 1e-300, slack / grow, np.inf)
+                by_cap = (cap[live] - rate[live]) / w[live]
+            step = min(by_res.min(initial=np.inf), by_cap.min(initial=np.inf))
+            if not math.isfinite(step):
+                raise RuntimeError("unbounded activity: no cap and no resource limits it")
+            step = max(step, 0.0)
+            rate[live] += w[live] * step
+            slack -= grow * step
+            saturated = slack <= tol
+            frozen = rate >= cap * (1 - 1e-12)
+            hit = saturated[r] & (u > 0)
+            if hit.any():
+                frozen[a[hit]] = True
+            live &= ~frozen
+            on = live[a]
+            if not on.all():
+                a, r, u, wu = a[on], r[on], u[on], wu[on]
+        self.rate[:n] = rate * self.alive[:n]
+
+    def hbm_rates(self, of_compute: bool) -> np.ndarray:
+        """Bytes/s on each GPU's HBM by live compute (or transfer) activities, at :attr:`rate`."""
+        a, r, u = self.incidence()
+        g = self.res_gpu[r]
+        pick = (g >= 0) & (self.compute[a] == of_compute)
+        size = int(self.res_gpu.max(initial=-1)) + 1
+        return np.bincount(g[pick], weights=self.rate[a[pick]] * u[pick], minlength=max(size, 1))
+
+    def link_loads(self) -> dict[str, float]:
+        """Rate summed over the activities crossing each link resource."""
+        a, r, _u = self.incidence()
+        pick = self.is_link[r]
+        load = np.bincount(r[pick], weights=self.rate[a[pick]], minlength=len(self.res))
+        names = list(self.res)
+        return {names[i]: float(load[i]) for i in np.flatnonzero(self.is_link[:len(self.res)])}

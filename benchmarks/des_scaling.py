@@ -1,0 +1,101 @@
+"""How the discrete-event engine scales: CPU seconds, simulated events (settled instants)
+and events per CPU-second, peak Python memory, and tasks, for every collective at 8-512
+GPUs on ring, fully connected and switch topologies, and one whole ag-gemm and a2a-gemm
+scenario per topology; the closed form's time beside the DES's as a check.
+
+    python benchmarks/des_scaling.py                    # 8, 64 and 256 GPUs (a few minutes)
+    python benchmarks/des_scaling.py --gpus 8 64 256 512 --collectives all-gather
+    python benchmarks/des_scaling.py --quick            # 8 and 64 GPUs, 1 MiB only
+
+Each case runs once in this process (cold caches); graph construction is timed apart
+from the simulation. ``--timeout`` skips a case whose previous size took longer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+
+from rich.console import Console
+from rich.table import Table
+
+from ficco_sim import Scenario
+from ficco_sim.engine.des import Simulation
+from ficco_sim.hardware import load_gpu
+from ficco_sim.schedules import lower
+from ficco_sim.simulate import _run, collective_graph
+from ficco_sim.topology import load_topology
+
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv")
+KINDS = ("ring", "fc", "switch")
+
+
+def case(gpu, topo, graph) -> dict:
+    t0 = time.process_time()
+    sim = Simulation(graph, gpu, topo, record=False)
+    tl = sim.run()
+    cpu = time.process_time() - t0
+    tracemalloc.start()
+    Simulation(graph, gpu, topo, record=False).run()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return {"cpu": cpu, "events": sim.events, "peak": peak, "makespan": tl.makespan}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpus", type=int, nargs="+", default=[8, 64, 256])
+    ap.add_argument("--collectives", nargs="+", default=list(COLLECTIVES), choices=COLLECTIVES)
+    ap.add_argument("--topologies", nargs="+", default=list(KINDS), choices=KINDS)
+    ap.add_argument("--mib", type=int, nargs="+", default=[1, 64])
+    ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--timeout", type=float, default=60.0, help="skip larger sizes of a case after one this slow")
+    ap.add_argument("--quick", action="store_true", help="8 and 64 GPUs, 1 MiB")
+    args = ap.parse_args()
+    if args.quick:
+        args.gpus, args.mib = [8, 64], [1]
+    gpu = load_gpu(args.gpu)
+    table = Table(title=f"DES scaling on {gpu.name} (1 process; CPU s = simulation, graph built apart)")
+    for c in ("case", "GPUs", "size", "tasks", "graph CPU s", "DES CPU s", "events", "events/s", "peak MB",
+              "DES ms", "closed form ms"):
+        table.add_column(c, justify="right")
+    slow: set[tuple] = set()
+    for kind in args.topologies:
+        for coll in args.collectives:
+            for mib in args.mib:
+                for n in args.gpus:
+                    key = (kind, coll, mib)
+                    if key in slow:
+                        table.add_row(f"{kind} {coll}", str(n), f"{mib} MiB", "skipped (previous size over "
+                                      f"{args.timeout:.0f} s)", "", "", "", "", "", "", "")
+                        continue
+                    topo = load_topology(f"{kind}:{n}", gpu)
+                    t0 = time.process_time()
+                    graph = collective_graph(gpu, topo, coll, mib << 20)
+                    build = time.process_time() - t0
+                    r = case(gpu, topo, graph)
+                    cf = _run(graph, gpu, topo, "analytical", "backfill").makespan
+                    if r["cpu"] > args.timeout:
+                        slow.add(key)
+                    table.add_row(f"{kind} {coll}", str(n), f"{mib} MiB", f"{len(graph.tasks):,}", f"{build:.2f}",
+                                  f"{r['cpu']:.2f}", f"{r['events']:,}", f"{r['events'] / max(r['cpu'], 1e-9):,.0f}",
+                                  f"{r['peak'] / 1e6:.0f}", f"{r['makespan'] * 1e3:.4f}", f"{cf * 1e3:.4f}")
+        for scen in ("ag-gemm", "a2a-gemm"):
+            n = 8
+            topo = load_topology(f"{kind}:{n}", gpu)
+            sc = Scenario(scen, n, 16384, 8192, 8192)
+            t0 = time.process_time()
+            graph = lower(sc, "ficco-a2a-sm", gpu, topo)
+            build = time.process_time() - t0
+            r = case(gpu, topo, graph)
+            cf = _run(graph, gpu, topo, "analytical", "backfill").makespan
+            table.add_row(f"{kind} {scen} ficco-a2a-sm", str(n), "16384x8192x8192", f"{len(graph.tasks):,}",
+                          f"{build:.2f}", f"{r['cpu']:.2f}", f"{r['events']:,}",
+                          f"{r['events'] / max(r['cpu'], 1e-9):,.0f}", f"{r['peak'] / 1e6:.0f}",
+                          f"{r['makespan'] * 1e3:.4f}", f"{cf * 1e3:.4f}")
+    Console(width=170).print(table)
+
+
+if __name__ == "__main__":
+    main()
