@@ -61,6 +61,13 @@ def main() -> None:
               "DES ms", "closed form ms"):
         table.add_column(c, justify="right")
     slow: set[tuple] = set()
+    add = table.add_row
+
+    def row(*cells: str) -> None:        # the table at the end, and each row as it comes
+        add(*cells)
+        print(" | ".join(c for c in cells if c), flush=True)
+
+    table.add_row = row  # type: ignore[method-assign]
     for kind in args.topologies:
         for coll in args.collectives:
             for mib in args.mib:

@@ -103,7 +103,7 @@ def trial(work: Path, out: str, sig: signal.Signals, delay: float, ref: tuple[by
     while any(alive(k) for k in kids) and time.time() < deadline:
         time.sleep(0.05)
     logged = read_points(work / out / POINTS_FILE)
-    keys = [(r["scenario_id"], r["schedule"]) for r in logged]
+    keys = [(r["scenario_id"], r["schedule"], r["engine"]) for r in logged]
     again = start(work, out)
     resumed_ok = again.wait(300) == 0
     return {"signal": sig.name, "delay_s": round(delay, 3), "exit_s": round(exit_s, 3), "rc": p.returncode,

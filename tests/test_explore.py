@@ -143,7 +143,7 @@ def test_study_reports_per_model_totals_and_says_its_space():
     from ficco_sim.explore.library import MODELS, model_layers
     from ficco_sim.explore.study import model_totals, run_study
     scs = model_layers(MODELS["llama3-70b"], 4096, 4)[:3]
-    _, summ = run_study(scs, [("h100", "switch:4")], engine="analytical", progress=False)
+    _, summ = run_study(scs, [("h100", "switch:4")], engine="analytical", space="basic", progress=False)
     assert set(summ["space"]) == {"basic"} and set(summ["engine"]) == {"analytical"}
     assert set(summ["model"]) == {"llama3-70b"}
     tot = model_totals(summ)
@@ -172,3 +172,21 @@ def test_bounded_evaluation_blocks_change_no_answer(monkeypatch):
             else:
                 assert b[k] == v, k
     estimate.clear_cache()
+
+
+def test_confirmed_study_answers_as_the_des_over_the_whole_space():
+    """The default study ranks the full space with the closed form and lets the DES confirm
+    the fastest few: its best schedule and numbers are the DES's, and the same as the DES
+    run on every schedule of the space."""
+    from ficco_sim.explore.study import run_study
+    scs = [Scenario("ag-gemm", 4, 8192, 2048, 2048, name="ag"), Scenario("gemm-rs", 4, 8192, 2048, 4096, name="rs")]
+    pts, summ = run_study(scs, [("mi300x", "fc:4")], progress=False, top=3)
+    assert set(summ["engine"]) == {"confirm"} and set(summ["space"]) == {"full"}
+    des = pts[pts["engine"] == "des"]
+    assert set(des.groupby("scenario_id").size()) <= {4} and (summ["confirmed"] <= 4).all()
+    assert len(pts[pts["engine"] == "rank"]) > len(des)          # the whole space was ranked
+    _, full = run_study(scs, [("mi300x", "fc:4")], engine="des", space="full", progress=False)
+    got = summ.set_index("scenario")[["best", "makespan"]]
+    ref = full.set_index("scenario")[["best", "makespan"]]
+    assert (got["best"] == ref["best"]).all()
+    assert got["makespan"].to_numpy() == pytest.approx(ref["makespan"].to_numpy(), rel=1e-12)

@@ -162,7 +162,7 @@ def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
                   out=tmp_path / "o", progress=False)
     assert f.exists() and first.wait(120) == 0
     rows = read_points(tmp_path / "o" / POINTS_FILE)
-    assert len(rows) == len({(r["scenario_id"], r["schedule"]) for r in rows})
+    assert len(rows) == len({(r["scenario_id"], r["schedule"], r["engine"]) for r in rows})
 
 
 # ----------------------------------------------------------------------------------------
@@ -212,7 +212,8 @@ def test_a_failing_log_append_is_one_line_and_the_log_stays_readable(tmp_path, c
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real(path, rows)
     monkeypatch.setattr(sweep, "append_points", disk_full)
-    args = ["explore", "--scenarios", str(f), "--topology", "switch:4", "--out", str(out), "--quiet"]
+    args = ["explore", "--scenarios", str(f), "--topology", "switch:4", "--out", str(out), "--quiet",
+            "--engine", "des", "--space", "basic", "--jobs", "1"]
     assert cli_main(args) == 2
     assert "No space left on device" in capsys.readouterr().err
     kept = read_points(out / POINTS_FILE)

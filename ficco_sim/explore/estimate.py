@@ -153,6 +153,30 @@ def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | 
     return out  # type: ignore[return-value]
 
 
+def rank_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | str], gpu: GpuProfile | str,
+              topology: Topology | str) -> list[dict]:
+    """Makespan and speedup over ``none`` of every scenario x schedule from the closed form,
+    scenario-major, and nothing else: the ranking pass of a confirmed study (no
+    communication-only templates, no metrics; each template evaluated on its own)."""
+    gpu = load_gpu(gpu)
+    topo = load_topology(topology, gpu)
+    schedules = [parse_schedule(s) for s in schedules]
+    by_structure: dict[tuple, list[int]] = defaultdict(list)
+    for i, sc in enumerate(scenarios):
+        by_structure[sc.structure()].append(i)
+    out: list[dict | None] = [None] * (len(scenarios) * len(schedules))
+    for idx in by_structure.values():
+        scs = [scenarios[i] for i in idx]
+        t_none = evaluate(template(scs[0], "none", gpu, topo), gpu, scs)["makespan"]
+        for j, sch in enumerate(schedules):
+            t = evaluate(template(scs[0], sch, gpu, topo), gpu, scs)["makespan"]
+            for a, i in enumerate(idx):
+                out[i * len(schedules) + j] = {**scenarios[i].columns(), "gpu": gpu.name, "topology": topo.name,
+                                               "schedule": sch.name, "engine": "rank", "makespan": float(t[a]),
+                                               "speedup": float(t_none[a] / t[a])}
+    return out  # type: ignore[return-value]
+
+
 def _chunks(base, schedules, count, ref, gpu, topo):
     """Blocks of (schedule indices, their template pairs) whose merged evaluation over
     ``count`` scenarios stays within :data:`EVAL_BUDGET` cells, so memory is bounded whatever

@@ -24,6 +24,8 @@ from ..files import atomic_path
 from .sweep import ENGINES, Job, run_sweep
 
 DEFAULT_PAIRS = (("h100", "switch:8"), ("mi300x", "fc:8"))
+CONFIRM_TOP = 5      # schedules per scenario the DES confirms after the closed form ranked them all
+STUDY_ENGINES = ("confirm", "des", "analytical")
 LOSSES = ("dil_compute", "cil_compute", "cil_comm", "exposed_comm")
 
 
@@ -75,7 +77,7 @@ def build_jobs(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], 
             invalid += [{"gpu": gpu, "topology": t, "scenario": sc.label(), "scenario_id": sc.key(),
                          "schedule": p.schedule.name,
                          "reason": p.reason} for p in pts if not p.valid]
-            if engine == "analytical":
+            if engine in ("analytical", "rank"):
                 batch.setdefault((t, ok), []).append(sc)
             else:
                 jobs.append(Job(gpu, t, (sc,), ok, engine))
@@ -105,23 +107,54 @@ def summarize(points: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *, engine: str = "des",
-              space: str = "basic", workers: int = 1, ray: bool | str = False, out: str | Path | None = None,
-              progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run the sweep and return (points, summary) DataFrames (SI units)."""
+def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *, engine: str = "confirm",
+              space: str = "full", workers: int = 1, ray: bool | str = False, out: str | Path | None = None,
+              progress: bool = True, top: int = CONFIRM_TOP) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run the sweep and return (points, summary) DataFrames (SI units).
+
+    ``engine="confirm"`` (the default): the closed form ranks every schedule of ``space``,
+    then the discrete-event engine runs the ``top`` fastest of each scenario and ``none``;
+    the summary's best and losses are the DES's (its ``engine`` column says ``confirm``,
+    ``confirmed`` how many schedules the DES ran). ``des`` / ``analytical`` run one engine
+    on every point."""
+    if engine not in STUDY_ENGINES:
+        raise InputError("--engine", None, f"unknown engine {engine!r}; known: {', '.join(STUDY_ENGINES)}")
     notes: list[str] = []
-    jobs, invalid = build_jobs(scenarios, pairs, engine=engine, space=space, notes=notes)
+    first = "rank" if engine == "confirm" else engine
+    jobs, invalid = build_jobs(scenarios, pairs, engine=first, space=space, notes=notes)
     rows = run_sweep(jobs, workers=workers, ray=ray, out=out, progress=progress)
+    if engine == "confirm":
+        rows += run_sweep(confirm_jobs(rows, scenarios, top), workers=workers, ray=ray, out=out, progress=progress)
     points = ordered(pd.DataFrame(rows))
     points.attrs["invalid"] = invalid
     points.attrs["notes"] = notes
-    summary = summarize(points)
+    summary = summarize(points[points["engine"] == "des"] if engine == "confirm" else points)
+    if engine == "confirm" and len(summary):
+        ranked = points[(points["engine"] == "des") & (points["status"] == "ok")]
+        summary["confirmed"] = summary.merge(ranked.groupby(["gpu", "topology", "scenario_id"]).size()
+                                             .rename("n").reset_index(), how="left")["n"].to_numpy()
     meta = {(s.key(), s.label()): s.meta for s in scenarios}
     for col in ("model", "layer", "phase", "tokens"):
         summary[col] = [meta.get((k, lab), {}).get(col) for k, lab in zip(summary["scenario_id"], summary["scenario"])] \
             if len(summary) else []
     summary["engine"], summary["space"] = engine, space
     return points, summary
+
+
+def confirm_jobs(rows: Sequence[dict], scenarios: Sequence[Scenario], top: int) -> list[Job]:
+    """DES jobs for the ``top`` fastest schedules (closed form) of every scenario, and ``none``."""
+    by_key = {s.key(): s for s in scenarios}
+    ranked: dict[tuple, list[tuple[float, str]]] = {}
+    for r in rows:
+        if r.get("status") == "ok":
+            ranked.setdefault((r["gpu_arg"], r["topology_arg"], r["scenario_id"]), []).append((r["makespan"],
+                                                                                           r["schedule"]))
+    jobs = []
+    for (gpu, topo, sid), pts in ranked.items():
+        names = [name for _, name in sorted(pts)[:top]]
+        names = ["none"] + [n for n in names if n != "none"]
+        jobs.append(Job(gpu, topo, (by_key[sid],), tuple(names), "des"))
+    return jobs
 
 
 def model_totals(summary: pd.DataFrame) -> pd.DataFrame:
@@ -188,5 +221,5 @@ def default_pairs(gpus: Sequence[str], topologies: Sequence[str]) -> list[tuple[
     return list(zip(gpus, topologies))
 
 
-__all__ = ["DEFAULT_PAIRS", "basic_schedules", "build_jobs", "default_pairs", "default_scenarios", "run_study", "summarize",
+__all__ = ["CONFIRM_TOP", "DEFAULT_PAIRS", "basic_schedules", "confirm_jobs", "build_jobs", "default_pairs", "default_scenarios", "run_study", "summarize",
            "write_tables"]
