@@ -251,6 +251,53 @@ def cmd_list(args) -> int:
     return 0
 
 
+PROFILE_HELP = """\
+A GPU profile is YAML (hw_profiles/*.yaml; pass a name or a path to --gpu). Every number is
+{value, kind, source}: kind is datasheet | measured | fitted | derived | assumption and
+source says where it comes from (a URL, a measurement file, or a fit with its error).
+Units are in the key names (_gbps, _us, _kib, _mhz). The sections, with {example} values:
+"""
+
+
+def cmd_formats(args) -> int:
+    """Print the YAML formats users write (profile, topology, scenarios), each with an example."""
+    from .explore.library import YAML_HELP as SCENARIO_HELP
+    from .hardware import PROFILE_DIR, read_yaml
+    from .topology import YAML_HELP as TOPOLOGY_HELP
+    parts = [args.what] if args.what else ["profile", "topology", "scenario"]
+    for part in parts:
+        if part == "profile":
+            print("# GPU profile\n" + PROFILE_HELP)
+            path = PROFILE_DIR / "h100.yaml"
+            for line in _profile_outline(read_yaml(path)):
+                print("  " + line)
+            print(f"\nThe whole file, every source included: {path}\n")
+        elif part == "topology":
+            print("# Topology\n" + TOPOLOGY_HELP)
+        else:
+            print("# Scenarios (explore --scenarios FILE)\n" + SCENARIO_HELP)
+    return 0
+
+
+def _profile_outline(data, indent: int = 0) -> list[str]:
+    """The keys of a profile with their values, sources left out (the file has them)."""
+    out = []
+    for key, v in data.items():
+        pad = "  " * indent
+        if isinstance(v, dict) and "value" in v:
+            out.append(f"{pad}{key}: {{value: {v['value']}, kind: {v.get('kind')}, source: ...}}")
+        elif isinstance(v, dict):
+            out.append(f"{pad}{key}:")
+            out += _profile_outline(v, indent + 1)
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            out.append(f"{pad}{key}:   # a list, e.g. its first item:")
+            first = _profile_outline(v[0], indent + 2)
+            out += [f"{pad}  - {first[0].strip()}"] + first[1:]
+        else:
+            out.append(f"{pad}{key}: {v}")
+    return out
+
+
 # ------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -271,8 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "closed-form")
     s.add_argument("--policy", default="backfill", choices=["backfill", "strict", "fifo"],
                    help="block dispatcher policy (default backfill)")
-    s.add_argument("--format", default="table", choices=["table", "csv", "json"])
-    s.add_argument("--output", "-o", help="write the table/CSV/JSON here (atomically) instead of stdout")
+    s.add_argument("--format", default="table", choices=["table", "csv", "json"],
+                   help="table (default), csv or json")
+    s.add_argument("--out", "--output", "-o", dest="output", metavar="FILE",
+                   help="write the table/CSV/JSON here (atomically) instead of stdout")
     s.add_argument("--trace", help="also write the fastest schedule's timeline as Chrome/Perfetto JSON")
     s.add_argument("--gantt", help="also draw the fastest schedule's timeline as a Gantt chart (PNG)")
     s.set_defaults(func=cmd_simulate)
@@ -280,29 +329,39 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("predict", help="isolated time of one GEMM or one collective")
     psub = pr.add_subparsers(dest="what", metavar="WHAT", required=True, parser_class=_Parser)
     g = psub.add_parser("gemm", help="C[m,n] = A[m,k] @ B[k,n] alone on one GPU")
-    g.add_argument("--gpu", default="h100")
-    g.add_argument("--m", type=positive_int("--m"), required=True)
-    g.add_argument("--n", type=positive_int("--n"), required=True)
-    g.add_argument("--k", type=positive_int("--k"), required=True)
-    g.add_argument("--dtype", default="float16")
+    g.add_argument("--gpu", default="h100", help="profile name or YAML path (default h100)")
+    g.add_argument("--m", type=positive_int("--m"), required=True, help="rows of A and C")
+    g.add_argument("--n", type=positive_int("--n"), required=True, help="columns of B and C")
+    g.add_argument("--k", type=positive_int("--k"), required=True, help="the reduced dimension")
+    g.add_argument("--dtype", default="float16", help="float16 | bfloat16 | float32 | float8 (default float16)")
     c = psub.add_parser("collective", help="one collective alone over every GPU of a topology")
-    c.add_argument("--gpu", default="h100")
+    c.add_argument("--gpu", default="h100", help="profile name or YAML path (default h100)")
     c.add_argument("--topology", help="ring:N | fc:N | switch:N | name | YAML path (default switch:8)")
-    c.add_argument("--gpus", type=positive_int("--gpus"))
+    c.add_argument("--gpus", type=positive_int("--gpus"), help="GPUs of a parametric topology (default: its N)")
     c.add_argument("--kind", required=True, choices=["all-gather", "reduce-scatter", "all-reduce", "all-to-all",
-                                                       "send-recv"])
+                                                       "send-recv"], help="the collective")
     c.add_argument("--bytes", required=True, help="per-rank buffer: the shard for all-gather, the full input for "
                    "reduce-scatter/all-reduce, the send buffer for all-to-all (e.g. 64MiB)")
-    c.add_argument("--comm-engine", default="sm", choices=["sm", "dma"])
-    c.add_argument("--algorithm", default="auto", choices=["auto", "ring", "direct"])
-    c.add_argument("--engine", default="des", choices=["des", "analytical"])
+    c.add_argument("--comm-engine", default="sm", choices=["sm", "dma"],
+                   help="SM kernels (default, as NCCL/RCCL) or copy engines")
+    c.add_argument("--algorithm", default="auto", choices=["auto", "ring", "direct"],
+                   help="auto (default: as NCCL/RCCL would on this topology), ring or direct")
+    c.add_argument("--engine", default="des", choices=["des", "analytical"],
+                   help="discrete-event (default) or closed-form")
     for q in (g, c):
-        q.add_argument("--format", default="table", choices=["table", "csv", "json"])
-        q.add_argument("--output", "-o")
+        q.add_argument("--format", default="table", choices=["table", "csv", "json"],
+                       help="table (default), csv or json")
+        q.add_argument("--out", "--output", "-o", dest="output", metavar="FILE",
+                       help="write the result here (atomically) instead of stdout")
     pr.set_defaults(func=cmd_predict)
 
     lst = sub.add_parser("list", help="profiles, topologies, scenarios and schedules")
     lst.set_defaults(func=cmd_list)
+
+    fm = sub.add_parser("formats", help="the profile, topology and scenario YAML formats, with examples")
+    fm.add_argument("what", nargs="?", choices=["profile", "topology", "scenario"],
+                    help="one format only (default: all three)")
+    fm.set_defaults(func=cmd_formats)
 
     for module, fn in WORKFLOWS:
         try:

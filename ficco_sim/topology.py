@@ -205,6 +205,27 @@ def load_topology(spec: str | Path | Topology, gpu: Any = None) -> Topology:
     return _load_yaml_topology(path)
 
 
+YAML_HELP = """\
+A topology file is YAML: GPUs gpu0..gpu{N-1}, any switches sw0, sw1, ..., and links between
+them (bidirectional unless said; bandwidth is per direction, as realized by transfers):
+
+  name: my-node              # optional (default: the file name)
+  kind: switch               # optional: ring | fc | switch | custom (default custom)
+  gpus: 4
+  defaults: {bandwidth_gbps: 300, latency_us: 1.0}   # optional, for links that omit them
+  links:
+    - {from: gpu0, to: sw0}
+    - {from: gpu1, to: sw0}
+    - {from: gpu2, to: sw0, bandwidth_gbps: 150}      # a slower port
+    - {from: gpu3, to: sw0}
+    - {from: gpu0, to: gpu1, bandwidth_gbps: 50, latency_us: 0.5, bidirectional: false}
+
+Routing takes the fewest hops, then the lowest latency. Every GPU must reach every other.
+Built-in files: topologies/*.yaml; parametric names ring:N, fc:N, switch:N take their links
+from the GPU profile.
+"""
+
+
 def _load_yaml_topology(path: Path) -> Topology:
     from .hardware import read_yaml
     where = str(path)

@@ -122,3 +122,51 @@ def test_small_things_a_user_meets_at_once(capsys, tmp_path):
     from ficco_sim import Scenario, lower
     g = lower(Scenario("ag-gemm", 8, 16384, 8192, 8192), "ficco-a2a-sm", "h100", "switch:8")
     assert len(repr(g)) < 400 and "kernels" in repr(g)
+
+
+def _options(parser, path=()):
+    import argparse
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                yield from _options(sub, path + (name,))
+        elif not isinstance(a, argparse._HelpAction):
+            yield path, a
+
+
+def test_every_option_teaches_and_shows_its_default():
+    """One vocabulary: every option of every command has help text, and help states the default
+    of every optional one that has a default."""
+    import argparse
+    from ficco_sim.cli import build_parser
+    missing, hidden = [], []
+    for path, a in _options(build_parser()):
+        name = " ".join(path) + " " + "/".join(a.option_strings or [a.dest])
+        if not a.help or a.help == argparse.SUPPRESS:
+            missing.append(name)
+        elif a.default not in (None, False, [], argparse.SUPPRESS) and not a.required and \
+                "default" not in a.help.lower():
+            hidden.append(name)
+    assert not missing and not hidden, (missing, hidden)
+
+
+def test_one_output_flag_convention():
+    """Every command that writes a file or folder takes it as --out, with -o for short."""
+    from ficco_sim.cli import build_parser
+    outs = {path: a.option_strings for path, a in _options(build_parser())
+            if "--out" in a.option_strings or "--output" in a.option_strings}
+    assert {p[0] for p in outs} >= {"simulate", "predict", "explore", "calibrate", "validate", "trace"}
+    assert all("--out" in flags and "-o" in flags for flags in outs.values()), outs
+
+
+def test_formats_page_shows_working_examples(tmp_path, capsys):
+    from ficco_sim.topology import YAML_HELP, load_topology
+    assert main(["formats"]) == 0
+    out = capsys.readouterr().out
+    assert "# GPU profile" in out and "# Topology" in out and "# Scenarios" in out
+    assert "num_sms: {value: 132" in out and "ring | fc | switch | custom" in out
+    block = [line[2:] for line in YAML_HELP.split("\n\n")[1].splitlines()]
+    f = tmp_path / "node.yaml"
+    f.write_text("\n".join(block))
+    t = load_topology(f)
+    assert t.num_gpus == 4 and t.path_bandwidth(2, 3) == pytest.approx(150e9)

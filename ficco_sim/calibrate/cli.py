@@ -42,7 +42,7 @@ def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
     src.add_argument("--from", dest="files", nargs="+", metavar="FILE", help="fit to measurement files")
     p.add_argument("--gpu", help="which GPU's rows to fit in the files (a40, a100, h100, ...)")
     p.add_argument("--base", metavar="PROFILE", help="profile to start from (name or YAML); default: --gpu")
-    p.add_argument("--out", required=True, metavar="PATH", help="profile YAML to write")
+    p.add_argument("--out", "-o", required=True, metavar="PATH", help="profile YAML to write")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.add_argument("--report", metavar="DIR", help="write per-point CSVs and predicted-vs-measured PNGs here")
     p.add_argument("--holdout", nargs="*", metavar="MODEL",

@@ -54,8 +54,10 @@ def add_explore_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``explore``; its handler is ``args.func``."""
     p = subparsers.add_parser("explore", help="sweep schedules over scenarios, GPUs and topologies",
                               description=EXPLORE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gpu", action="append", default=[], help="GPU profile (repeat to pair with --topology)")
-    p.add_argument("--topology", action="append", default=[], help="topology, e.g. switch:8, fc:8 (repeatable)")
+    p.add_argument("--gpu", action="append", default=[], help="GPU profile (repeat to pair with --topology; "
+                   "default: the default study's h100 and mi300x)")
+    p.add_argument("--topology", action="append", default=[], help="topology, e.g. switch:8, fc:8 (repeatable; "
+                   "default: switch:8 for h100, fc:8 for mi300x)")
     p.add_argument("--scenarios", default=None, help="'builtin' (model-layer library) or a YAML file; "
                    "default: the default study's dozen layers")
     p.add_argument("--engine", default="confirm", choices=["confirm", "des", "analytical"],
@@ -71,7 +73,7 @@ def add_explore_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="local worker processes (default: the CPU count, at most 8)")
     p.add_argument("--ray", nargs="?", const=True, default=False, metavar="ADDRESS",
                    help="run on Ray (local, or the cluster at ADDRESS); needs ficco-sim[ray]")
-    p.add_argument("--out", default=None, help="output folder (resumable)")
+    p.add_argument("--out", "-o", default=None, help="output folder (resumable; default: none, print only)")
     p.add_argument("--plots", action="store_true", help="write PNG plots to --out (default explore_out/)")
     p.add_argument("--show-invalid", action="store_true", help="list invalid schedule points with reasons")
     p.add_argument("--fit-heuristics", nargs="?", const="", default=None, metavar="FILE",
@@ -86,16 +88,17 @@ def add_recommend_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``recommend``; its handler is ``args.func``."""
     p = subparsers.add_parser("recommend", help="pick a schedule from sizes alone, and say why",
                               description=RECOMMEND_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gpu", default="h100")
+    p.add_argument("--gpu", default="h100", help="profile name or YAML path (default h100)")
     p.add_argument("--topology", default=None, help="default switch:<gpus>")
     from ..workload import KINDS
-    p.add_argument("--scenario", required=True, choices=list(KINDS))
-    p.add_argument("--m", type=int, required=True)
-    p.add_argument("--n", type=int, required=True)
-    p.add_argument("--k", type=int, required=True)
+    p.add_argument("--scenario", required=True, choices=list(KINDS), help="the scenario kind")
+    p.add_argument("--m", type=int, required=True, help="rows of the GEMM (tokens)")
+    p.add_argument("--n", type=int, required=True, help="columns of the GEMM")
+    p.add_argument("--k", type=int, required=True, help="the reduced dimension")
     p.add_argument("--gpus", type=int, default=None, help="GPUs (default: the topology's, else 8)")
     p.add_argument("--dtype", default="float16", help="element type (default float16, as simulate)")
-    p.add_argument("--shard-dim", default="M", choices=["M", "K"], help="ag-gemm: K for weight gradients")
+    p.add_argument("--shard-dim", default="M", choices=["M", "K"],
+                   help="ag-gemm: M (default) or K (weight gradients: tokens are K)")
     p.add_argument("--heuristics", default=None, help="thresholds file (default: the shipped one)")
     p.set_defaults(func=run_recommend)
     return p

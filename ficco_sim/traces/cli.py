@@ -113,7 +113,7 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
                    "(default: the topology a ficco-sim export names, else switch:<ranks>)")
     p.add_argument("--exact", action="store_true", help="one block per kernel: no SM re-sharing "
                    "(checks dependencies and pacing only)")
-    p.add_argument("--out", help="also write the replayed timeline as Chrome-trace JSON (.json or .json.gz)")
+    p.add_argument("--out", "-o", help="also write the replayed timeline as Chrome-trace JSON (.json or .json.gz)")
     p.add_argument("--gantt", help="also write a Gantt PNG of the replay")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_replay)
@@ -151,7 +151,7 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
     _source(p)
     p.add_argument("--topology", help="interconnect, e.g. switch:8, fc:8, ring:8 or a YAML file "
                    "(default: the topology a ficco-sim export names, else switch:<ranks>)")
-    p.add_argument("--out", required=True, help="Chrome-trace JSON to write (.json or .json.gz)")
+    p.add_argument("--out", "-o", required=True, help="Chrome-trace JSON to write (.json or .json.gz)")
     p.add_argument("--gantt", help="also write a Gantt PNG")
     p.add_argument("--idle", action="store_true", help="include the idle (gap) blocks")
     p.set_defaults(func=cmd_export)

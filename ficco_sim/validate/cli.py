@@ -97,7 +97,7 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
                    help="after the timed runs, replay each schedule once more under torch.profiler and write "
                    "one Kineto trace per rank to DIR/<scenario>_<schedule>.rank<r>.json.gz (ranges named "
                    "after the task ids; read them with `ficco-sim trace import|replay`)")
-    p.add_argument("--out", default="validation", metavar="DIR", help="output folder (default validation/)")
+    p.add_argument("--out", "-o", default="validation", metavar="DIR", help="output folder (default validation/)")
     p.add_argument("--import", dest="import_csv", metavar="CSV",
                    help="do not replay: compare measured runs from CSV (kind,m,n,k,gpus,schedule,measured_s) "
                    "with predictions")
