@@ -59,6 +59,8 @@ def parse_size(text: str, flag: str) -> int:
         raise InputError(flag, None, f"{text!r} is not a size (e.g. 4096, 64KiB, 64MiB, 1GiB)") from None
     if not value > 0 or not math.isfinite(value) or value != int(value):
         raise InputError(flag, None, f"must be a positive whole number of bytes, got {text!r}")
+    if value > 2 ** 44:
+        raise InputError(flag, None, f"{text!r} per rank is beyond any device memory (at most 16 TiB)")
     return int(value)
 
 

@@ -332,6 +332,13 @@ class _Reader:
             raise InputError(self.where, path, f"must not be negative, got {value!r}")
         if at_most is not None and value > at_most:
             raise InputError(self.where, path, f"must be at most {at_most}, got {value!r}")
+        # Absurd magnitudes (in the file's own units: GB/s, TFLOP/s, us, KiB, counts) are typos:
+        # an answer computed from them would be meaningless, or never come.
+        limit = 1e6 if integer else 1e9
+        if abs(value) > limit:
+            raise InputError(self.where, path, f"{value!r} is beyond any real device (at most {limit:g})")
+        if positive and not integer and value < 1e-9:
+            raise InputError(self.where, path, f"{value!r} is too small to be real (at least 1e-9)")
         return int(value) if integer else float(value) * scale
 
     def block(self, path: str, limits: SmLimits | None = None) -> BlockShape:

@@ -108,9 +108,14 @@ def _checked(name: str, kind: str, n: int, graph: nx.DiGraph, where: str) -> Top
     return Topology(name, kind, n, graph)
 
 
+MAX_GPUS = 1024   # one simulated system; beyond this no engine here answers in reasonable time
+
+
 def _check_n(n: Any, where: str) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise InputError(where, "gpus", f"need an integer number of GPUs >= 2, got {n!r}")
+    if n > MAX_GPUS:
+        raise InputError(where, "gpus", f"{n} GPUs: ficco-sim simulates up to {MAX_GPUS} GPUs in one system")
     return n
 
 
@@ -192,6 +197,8 @@ def load_topology(spec: str | Path | Topology, gpu: Any = None) -> Topology:
             raise InputError("--topology", None, f"{text!r}: expected {kind}:N with an integer N") from None
         if n < 2:
             raise InputError("--topology", None, f"{text!r}: need at least 2 GPUs")
+        if n > MAX_GPUS:
+            raise InputError("--topology", None, f"{text!r}: ficco-sim simulates up to {MAX_GPUS} GPUs in one system")
         from .hardware import load_gpu
         profile = load_gpu(gpu if gpu is not None else "h100")
         bw, lat = builtin_link(kind, n, profile.link)
@@ -256,6 +263,8 @@ def _load_yaml_topology(path: Path) -> Topology:
         for key, v in (("bandwidth_gbps", bw), ("latency_us", lat)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise InputError(where, f"{f}.{key}", f"must be a finite number, got {v!r}")
+            if abs(v) > 1e9 or (key == "bandwidth_gbps" and 0 < v < 1e-6):
+                raise InputError(where, f"{f}.{key}", f"{v!r} is beyond any real link")
         if a == b:
             raise InputError(where, f, f"a link from {a} to itself")
         both = item.get("bidirectional", True)
@@ -270,7 +279,10 @@ def _load_yaml_topology(path: Path) -> Topology:
             if g.has_edge(u, v):
                 raise InputError(where, f, f"a second link {u}->{v}; give one link with the total bandwidth")
             g.add_edge(u, v, bandwidth=float(bw) * 1e9, latency=float(lat) * 1e-6)
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name:
+        raise InputError(where, "name", f"must be a non-empty string, got {name!r}")
     kind = data.get("kind", "custom")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise InputError(where, "kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
-    return _checked(str(data.get("name", path.stem)), kind, n, g, where)
+    return _checked(name, kind, n, g, where)

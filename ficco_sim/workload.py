@@ -50,9 +50,16 @@ class Collective:
     gpus: int
 
 
+MAX_GPUS = 1024          # as topology.MAX_GPUS: one simulated system
+MAX_DIM = 2 ** 24        # rows or columns of one GEMM operand (16.7M): beyond, a typo, not a layer
+
+
 def _positive_int(v: object, where: str, name: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise InputError(where, name, f"must be a positive integer, got {v!r}")
+    limit = MAX_GPUS if name == "gpus" else MAX_DIM
+    if v > limit:
+        raise InputError(where, name, f"{v} is beyond what one simulation answers (at most {limit})")
     return v
 
 

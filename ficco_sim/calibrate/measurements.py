@@ -25,6 +25,7 @@ import io
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 from ..errors import InputError
@@ -41,7 +42,7 @@ def read_csv(path: str | Path | io.IOBase, where: str | None = None) -> pd.DataF
     if isinstance(path, (str, Path)) and not Path(path).exists():
         raise InputError(where, None, "no such measurement file")
     try:
-        df = pd.read_csv(path, comment="#")
+        df = pd.read_csv(path, comment="#", keep_default_na=False, na_values=[""])
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise InputError(where, None, f"not a readable CSV table ({type(exc).__name__})") from None
     if df.empty:
@@ -61,13 +62,44 @@ def file_format(df: pd.DataFrame) -> str:
     return "unknown"
 
 
+LIMITS = {"m": 2 ** 31, "n": 2 ** 31, "k": 2 ** 31, "num_workers": 65536, "bytes": 2.0 ** 50,
+          "time_ms_median": 3.6e6, "time_s": 3.6e3}     # beyond these a row is a typo, not a measurement
+INTEGERS = {"m", "n", "k", "num_workers", "bytes"}
+
+
 def _positive(df: pd.DataFrame, cols: Iterable[str], where: str) -> None:
+    """Every value of ``cols`` a finite positive number (an integer for sizes and counts) below
+    its :data:`LIMITS`; else an error naming the row and column."""
     for c in cols:
-        v = pd.to_numeric(df[c], errors="coerce")
-        bad = v.isna() | ~(v > 0)
+        raw = df[c]
+        v = pd.to_numeric(raw.where(~raw.map(lambda x: isinstance(x, bool) or str(x).strip().lower()
+                                             in ("true", "false"))), errors="coerce")
+        bad = v.isna() | ~(v > 0) | ~np.isfinite(v.astype(float)) | (v > LIMITS.get(c, np.inf))
+        if c in INTEGERS:
+            bad |= v.fillna(0) != np.floor(v.fillna(0))
         if bad.any():
-            i = int(bad.idxmax())
-            raise InputError(where, f"row {i + 2}: {c}", f"must be a positive number, got {df[c].iloc[i]!r}")
+            i = int(bad.to_numpy().argmax())
+            what = "a positive integer" if c in INTEGERS else "a positive number"
+            limit = f" up to {LIMITS[c]:.3g}" if c in LIMITS else ""
+            raise InputError(where, f"row {i + 2}: {c}", f"must be {what}{limit}, got {raw.iloc[i]!r}")
+
+
+def _text(df: pd.DataFrame, cols: Iterable[str], where: str) -> None:
+    """Every value of ``cols`` a non-empty name."""
+    for c in cols:
+        bad = df[c].isna() | (df[c].astype(str).str.strip() == "")
+        if bad.any():
+            i = int(bad.to_numpy().argmax())
+            raise InputError(where, f"row {i + 2}: {c}", f"must be a name, got {df[c].iloc[i]!r}")
+
+
+def _dtypes(df: pd.DataFrame, where: str) -> None:
+    from ..gemm_model import DTYPE_BYTES
+    bad = ~df["dtype"].astype(str).isin(list(DTYPE_BYTES))
+    if bad.any():
+        i = int(bad.to_numpy().argmax())
+        raise InputError(where, f"row {i + 2}: dtype", f"unknown {df['dtype'].iloc[i]!r}; known: "
+                         f"{', '.join(DTYPE_BYTES)}")
 
 
 def read_gemm_table(path: str | Path | io.IOBase, gpu: str | None = None, *, where: str | None = None) -> pd.DataFrame:
@@ -81,6 +113,8 @@ def gemm_rows(df: pd.DataFrame, where: str, gpu: str | None = None) -> pd.DataFr
     fmt = file_format(df)
     if fmt == "vidur_gemm":
         _positive(df, ["m", "n", "k", "time_ms_median"], where)
+        _text(df, ["gpu", "model", "dtype"], where)
+        _dtypes(df, where)
         out = pd.DataFrame({
             "gpu": df["gpu"].astype(str).str.lower(), "group": df["model"].astype(str),
             "m": df["m"].astype(int), "n": df["n"].astype(int), "k": df["k"].astype(int),
@@ -91,6 +125,8 @@ def gemm_rows(df: pd.DataFrame, where: str, gpu: str | None = None) -> pd.DataFr
         if g.empty:
             raise InputError(where, "kind", "no gemm rows in this benchmark file")
         _positive(g, ["m", "n", "k", "time_s"], where)
+        _text(g, ["group", "dtype"], where)
+        _dtypes(g, where)
         out = pd.DataFrame({
             "gpu": g.get("gpu", pd.Series("local", index=g.index)).astype(str).str.lower(),
             "group": g["group"].astype(str), "m": g["m"].astype(int), "n": g["n"].astype(int),

@@ -43,6 +43,8 @@ class Calibration:
             rows.append((path, f"{value:.4g}", kind))
         if self.gemm_summary is not None:
             for _, r in self.gemm_summary.iterrows():
+                if not int(r["points"]):
+                    continue          # an empty subset has no error to report
                 rows.append((f"GEMM |err| {r['split']} {r['subset']}",
                              f"median {100 * r['median_abs_err']:.1f}%  p90 {100 * r['p90_abs_err']:.1f}%",
                              f"{int(r['points'])} points"))

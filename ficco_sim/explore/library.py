@@ -151,8 +151,12 @@ A scenario file is YAML with a list ``scenarios`` (explicit pairs) and/or ``mode
 
 
 def _int(v: Any, where: str, field: str, *, minimum: int = 1) -> int:
+    from ..workload import MAX_DIM, MAX_GPUS
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
         raise InputError(where, field, f"must be an integer >= {minimum}, got {v!r}")
+    limit = MAX_GPUS if field.rsplit(".", 1)[-1].split("[")[0] == "gpus" else MAX_DIM
+    if v > limit:
+        raise InputError(where, field, f"{v} is beyond what one simulation answers (at most {limit})")
     return v
 
 
@@ -180,14 +184,17 @@ def _scenario(item: Any, where: str, f: str) -> Scenario:
     routing = item.get("routing")
     if "skew" in item:
         skew = item["skew"]
-        if not spec.routed or isinstance(skew, bool) or not isinstance(skew, (int, float)) or skew < 0:
-            raise InputError(where, f"{f}.skew", f"a non-negative number, for a routed kind only, got {skew!r}")
+        if not spec.routed or isinstance(skew, bool) or not isinstance(skew, (int, float)) or \
+                not 0 <= skew <= 100:
+            raise InputError(where, f"{f}.skew", f"a number from 0 to 100, for a routed kind only, got {skew!r}")
         routing = skewed_routing(vals["gpus"], vals["m"], float(skew))
     elif routing is not None:
         if not isinstance(routing, list) or not all(isinstance(r, list) for r in routing):
             raise InputError(where, f"{f}.routing", "must be a list of lists of token rows")
         routing = tuple(tuple(r) for r in routing)
-    name = item.get("name") or ""
+    name = item.get("name", "")
+    if not isinstance(name, str):
+        raise InputError(where, f"{f}.name", f"must be a string, got {name!r}")
     try:
         return Scenario(kind, vals["gpus"], vals["m"], vals["n"], vals["k"], item.get("dtype", "float16"),
                         routing=routing, name=str(name), shard_dim=shard_dim,

@@ -65,7 +65,8 @@ def _kineto_hook(o: dict) -> Any:
         for k in _UNUSED_ARGS.intersection(o):
             del o[k]
         return o
-    if cat == "ac2g" or cat == "python_function" or (cat == "cuda_runtime" and o.get("name") in _UNUSED_CALLS):
+    if cat == "ac2g" or cat == "python_function" or \
+            (cat == "cuda_runtime" and isinstance(o.get("name"), str) and o["name"] in _UNUSED_CALLS):
         return None
     return o
 
@@ -125,7 +126,33 @@ def _events(data: Any, where: str) -> list[dict]:
         raise InputError(where, "traceEvents", "missing: not a Chrome/Kineto trace")
     if not isinstance(events, list):
         raise InputError(where, "traceEvents", "must be a list of events")
-    return [e for e in events if isinstance(e, dict)]
+    out = [e for e in events if isinstance(e, dict)]
+    for i, e in enumerate(out):
+        for key in ("ph", "cat", "name"):
+            v = e.get(key)
+            if v is not None and not isinstance(v, str):
+                raise InputError(where, f"traceEvents[{i}].{key}", f"must be a string, got {str(v)[:40]!r}")
+        for key in ("pid", "tid"):
+            v = e.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
+                raise InputError(where, f"traceEvents[{i}].{key}", f"must be an integer or a name, got {str(v)[:40]!r}")
+        args = e.get("args")
+        if args is None:
+            continue
+        if not isinstance(args, dict):
+            raise InputError(where, f"traceEvents[{i}].args", f"must be a mapping, got {str(args)[:40]!r}")
+        for key in ("External id", "correlation", "device", "stream"):
+            v = args.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
+                raise InputError(where, f"traceEvents[{i}].args.{key}", f"must be an integer or a name, got "
+                                 f"{str(v)[:40]!r}")
+        for key in ("grid", "block"):
+            v = args.get(key)
+            if v is not None and not (isinstance(v, list) and v and all(
+                    isinstance(x, int) and not isinstance(x, bool) and 0 < x < 2 ** 31 for x in v)):
+                raise InputError(where, f"traceEvents[{i}].args.{key}", f"must be a list of positive integers, "
+                                 f"got {str(v)[:40]!r}")
+    return out
 
 
 def _num(e: dict, key: str, where: str, index: int) -> float:
