@@ -152,3 +152,14 @@ def test_cli_parser_and_flag_errors(tmp_path):
     args = p.parse_args(["calibrate", "--device", "tpu", "--out", str(tmp_path / "o.yaml")])
     with pytest.raises(InputError, match="tpu"):
         args.func(args)
+
+
+@pytest.mark.skipif(not (VIDUR / "collective_times.csv").exists(), reason="needs ../shared/measurements/vidur")
+def test_a_collective_table_alone_is_refused_before_any_fit(tmp_path):
+    """Links are fitted and reported, not written into a profile: --out with only a collective
+    table says so at once (it used to fit for tens of seconds, then fail)."""
+    import time
+    t0 = time.process_time()
+    with pytest.raises(InputError, match="--report"):
+        calibrate_from_files([VIDUR / "collective_times.csv"], "a100", out=tmp_path / "a.yaml")
+    assert time.process_time() - t0 < 5 and not (tmp_path / "a.yaml").exists()

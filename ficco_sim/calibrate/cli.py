@@ -21,11 +21,14 @@ Two ways in:
                      vidur gemm_times.csv / collective_times.csv (see shared/measurements)
                      or a benchmark CSV written by an earlier --device run.
 
-What gets fitted: gemm.efficiency[dtype], gemm.k_overhead and launch overhead of the GEMM
-cost model (least squares on log time; whole models held out and reported separately);
-link latency + bandwidth (alpha-beta) from send/recv and 2-GPU all-reduce, with a 2 -> 4 GPU
-all-reduce prediction check; dma.* and contention from benchmark files. Every fitted
-number is written with kind: fitted and a source naming its data and held-out error.
+What gets fitted and written into the profile (--out): gemm.efficiency[dtype],
+gemm.k_overhead and launch overhead of the GEMM cost model (least squares on log time; whole
+models held out and reported separately); dma.* and contention from benchmark files. Every
+fitted number is written with kind: fitted and a source naming its data and held-out error.
+What is fitted and only reported (--report DIR: tables and plots, not written into the
+profile): link latency + bandwidth (alpha-beta) from a collective table's send/recv and 2-GPU
+all-reduce, with a 2 -> 4 GPU all-reduce prediction check. (Fitting NCCL's protocol latencies
+and SM share on nccl-tests runs: benchmarks/collective_error.py --fit.)
 
 examples:
   ficco-sim calibrate --from ../shared/measurements/vidur/gemm_times.csv --gpu a100 --out a100_fit.yaml --report fit/

@@ -86,10 +86,14 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
         raise InputError("--from", None, "give at least one measurement file")
     base = load_gpu(base_profile if base_profile is not None else gpu)
     cal = Calibration(gpu=gpu)
-    for path in paths:
-        where = str(path)
-        df = ms.read_csv(path, where)
-        fmt = ms.file_format(df)
+    tables = [(str(p), ms.read_csv(p, str(p))) for p in paths]
+    fmts = [ms.file_format(df) for _, df in tables]
+    if out is not None and not report_dir and not {"vidur_gemm", "bench"} & set(fmts):
+        # say it before fitting: collective tables fit links, which are reported, not written
+        raise InputError("--from", None, "collective tables fit link alpha-beta, which is reported (--report DIR: "
+                         "tables and plots), not written into a profile; give a GEMM or benchmark file for --out")
+    for (where, df), fmt in zip(tables, fmts):
+        path = where
         if fmt == "vidur_gemm":
             rows = ms.gemm_rows(df, where, gpu)
             _gemm(cal, base, rows, where, holdout, fit_launch, report_dir)
@@ -109,10 +113,10 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
         else:
             raise InputError(where, None, "unrecognised measurement file: expected vidur gemm_times.csv, "
                              "collective_times.csv or a ficco-sim benchmark CSV")
-    if out is not None:
-        if not cal.updates:
-            raise InputError("--out", None, "nothing was fitted that a profile holds (give a GEMM or benchmark file)")
+    if out is not None and cal.updates:
         cal.written.append(update_profile(base.path or gpu, out, cal.updates, force=force))
+    elif out is not None and not report_dir:
+        raise InputError("--out", None, "nothing was fitted that a profile holds (give a GEMM or benchmark file)")
     return cal
 
 
