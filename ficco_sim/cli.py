@@ -195,8 +195,27 @@ def cmd_simulate(args) -> int:
             write_gantt(best.timeline, args.gantt, title=f"{best.schedule.name}: {scenario.label()} on {gpu.name} "
                         f"{topo.name}")
     title = f"{scenario.label()} on {gpu.name} {topo.name} ({args.engine})"
-    emit([r.row() for r in results], args.format, args.output, SIM_COLUMNS, title)
+    rows = [r.row() for r in results]
+    emit(rows, args.format, args.output, SIM_COLUMNS, title)
+    if args.format == "table" and not args.output:
+        print(legend(rows))
     return 0
+
+
+def legend(rows: list[dict]) -> str:
+    """What the table's columns mean, and why a value may be negative."""
+    lines = ["speedup: none's time / this time. ideal: (compute + comm) / max(compute, comm), both isolated. "
+             "of ideal: share of the ideal gain reached, (t_none - t) / (t_none - t_ideal).",
+             "DIL comp: extra GEMM time from cutting it into pieces (sum of isolated piece times / isolated "
+             "whole - 1). CIL: slowdown of GEMM pieces / transfers from running together (overlapped / "
+             "isolated - 1). exposed: time with no GEMM running."]
+    if any(r.get("of_ideal", 0) < 0 for r in rows):
+        lines.append("A negative 'of ideal' is a schedule slower than no overlap: -1 means it lost as much as "
+                     "the ideal would have gained.")
+    if any(min(r.get("cil_compute", 0), r.get("cil_comm", 0)) < 0 for r in rows):
+        lines.append("A negative CIL: the overlapped pieces or transfers ran faster than the same ones alone, "
+                     "e.g. a transfer alone pays a latency that, overlapped, is hidden behind another one.")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------

@@ -170,3 +170,10 @@ def test_formats_page_shows_working_examples(tmp_path, capsys):
     f.write_text("\n".join(block))
     t = load_topology(f)
     assert t.num_gpus == 4 and t.path_bandwidth(2, 3) == pytest.approx(150e9)
+
+
+def test_simulate_table_explains_negative_values(capsys):
+    assert main(["simulate", "--gpu", "h100", "--topology", "switch:8", "--m", "1024", "--n", "1024", "--k", "1024",
+                 "--schedule", "shard-p2p-sm"]) == 0
+    out = capsys.readouterr().out
+    assert "of ideal" in out and "A negative 'of ideal' is a schedule slower than no overlap" in out
