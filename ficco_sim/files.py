@@ -72,7 +72,8 @@ def save_figure(fig, path: str | Path, *, dpi: int = 110) -> Path:
     p = Path(path)
     try:
         with atomic_path(p) as tmp:
-            fig.savefig(tmp, dpi=dpi, format=p.suffix.lstrip(".") or "png")
+            # bbox "tight": legends and labels outside the axes stay in the picture
+            fig.savefig(tmp, dpi=dpi, format=p.suffix.lstrip(".") or "png", bbox_inches="tight")
     finally:
         import matplotlib.pyplot as plt
         plt.close(fig)

@@ -215,3 +215,16 @@ def test_a_timeline_of_days_is_refused(tmp_path):
     f.write_text(json.dumps(data))
     with pytest.raises(InputError, match="span"):
         load_trace([f])
+
+
+def test_gantt_legend_stays_in_tall_charts(tmp_path, traces):
+    """A chart of many streams keeps its legend in the picture (it used to fall off the bottom)."""
+    import matplotlib.image as mpimg
+    import numpy as np
+    from ficco_sim.traces.export import COLORS, write_gantt
+    r = replay(traces["dlrm"], footprints=False)
+    assert len({(x.gpu, x.stream) for x in r.timeline.records}) > 30           # a tall chart
+    img = mpimg.imread(write_gantt(r.timeline, tmp_path / "g.png"))[..., :3]
+    red = np.array([int(COLORS["transfer-sm"][i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    assert not any(x.kind == "transfer" and x.engine == "sm" for x in r.timeline.records)   # only the legend has it
+    assert (np.abs(img - red).max(axis=2) < 0.02).sum() > 20

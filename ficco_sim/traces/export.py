@@ -205,9 +205,9 @@ def write_gantt(timeline: Timeline, path: str | Path, *, title: str = "", includ
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.set_title(title or f"makespan {timeline.makespan * 1e3:.3f} ms")
+    # beside the chart, top-aligned: in the picture however many rows the chart has
     ax.legend(handles=[Patch(color=c, label=k) for k, c in COLORS.items() if k != "idle" or include_idle],
-              loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / max(1, len(rows))), fontsize="small",
-              ncol=len(COLORS), frameon=False)
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     fig.tight_layout()
     p = Path(path)
     try:
