@@ -84,6 +84,8 @@ class Topology:
 def _shortest(graph: nx.DiGraph, a: str, b: str) -> list[str]:
     if a == b:
         return [a]
+    if graph.has_edge(a, b):      # one hop: the only fewest-hop path, whatever the latencies
+        return [a, b]
     try:
         # Hops first, latency as tie-break: weight = 1 + tiny * latency.
         return nx.shortest_path(graph, a, b, weight=lambda u, v, d: 1.0 + d["latency"] * 1e-3)
