@@ -319,9 +319,9 @@ class Simulation:
         s = f.slots()
         if not len(s):
             return
-        n = self.g.num_gpus
-        comm_hbm = np.resize(f.hbm_rates(of_compute=False), max(n, 1))
-        comp_hbm = np.resize(f.hbm_rates(of_compute=True), max(n, 1))
+        n = self.g.num_gpus      # every hbm<i> is registered at set-up: one entry per GPU
+        comm_hbm = f.hbm_rates(of_compute=False)[:n]
+        comp_hbm = f.hbm_rates(of_compute=True)[:n]
         comp = f.compute[s]
         slow = np.empty(len(s))
         slow[comp] = compute_slowdown(self.gpu, comm_hbm[f.gpu[s[comp]]])

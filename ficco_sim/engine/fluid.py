@@ -280,7 +280,7 @@ class FluidPool:
         a, r, u = self.incidence()
         g = self.res_gpu[r]
         pick = (g >= 0) & (self.compute[a] == of_compute)
-        size = int(self.res_gpu.max(initial=-1)) + 1
+        size = int(self.res_gpu.max(initial=-1)) + 1       # every GPU with an hbm resource
         return np.bincount(g[pick], weights=self.rate[a[pick]] * u[pick], minlength=max(size, 1))
 
     def link_loads(self) -> dict[str, float]:

@@ -114,7 +114,7 @@ class _File:
                 continue
             starts.append(ts)
             ends.append(ts + dur)
-            if cat == "user_annotation":
+            if cat in ("user_annotation", "cpu_op"):
                 name = e.get("name")
                 if isinstance(name, str) and name.startswith("ProfilerStep#") and name[13:].isdigit():
                     self.steps[int(name[13:])] = (ts * US, (ts + dur) * US)

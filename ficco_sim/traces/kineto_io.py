@@ -76,7 +76,8 @@ def _kineto_gpu_hook(o: dict) -> Any:
     collectives or GEMMs and the profiler steps (a CPU-only trace reads all of them)."""
     if o.get("cat") == "cpu_op":
         name = o.get("name")
-        if not isinstance(name, str) or not (name.startswith(COMM_OPS) or name in CPU_GEMM_OPS):
+        if not isinstance(name, str) or not (name.startswith(COMM_OPS) or name in CPU_GEMM_OPS
+                                             or name.startswith("ProfilerStep#")):
             return None
     return _kineto_hook(o)
 
