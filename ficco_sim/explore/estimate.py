@@ -131,18 +131,25 @@ def whole_gemm_times(gpu: GpuProfile, scenarios: Sequence[Scenario]) -> np.ndarr
     return out
 
 
+def _inputs(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | str], gpu: GpuProfile | str,
+            topology: Topology | str) -> tuple[GpuProfile, Topology, list[Schedule], list[list[int]]]:
+    """Loaded hardware, parsed schedules, and the scenarios' indices grouped by structure
+    (one template serves each group)."""
+    gpu = load_gpu(gpu)
+    topo = load_topology(topology, gpu)
+    by_structure: dict[tuple, list[int]] = defaultdict(list)
+    for i, sc in enumerate(scenarios):
+        by_structure[sc.structure()].append(i)
+    return gpu, topo, [parse_schedule(s) for s in schedules], list(by_structure.values())
+
+
 def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | str], gpu: GpuProfile | str,
                   topology: Topology | str, *, weights: Weights = PROFILE, engine: str = "analytical") -> list[dict]:
     """Rows like :meth:`ficco_sim.Result.row` for every scenario x schedule, scenario-major.
     ``weights`` scales the contention rule (the heuristic's fitted knobs)."""
-    gpu = load_gpu(gpu)
-    topo = load_topology(topology, gpu)
-    schedules = [parse_schedule(s) for s in schedules]
-    by_structure: dict[tuple, list[int]] = defaultdict(list)
-    for i, sc in enumerate(scenarios):
-        by_structure[sc.structure()].append(i)
+    gpu, topo, schedules, groups = _inputs(scenarios, schedules, gpu, topology)
     out: list[dict | None] = [None] * (len(scenarios) * len(schedules))
-    for all_idx in by_structure.values():
+    for all_idx in groups:
         ref = scenarios[all_idx[0]]
         base = [template(ref, "none", gpu, topo), template(ref, "none", gpu, topo, comm_only=True)]
         for js, pairs in _chunks(base, schedules, len(all_idx), ref, gpu, topo):
@@ -158,14 +165,9 @@ def rank_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | str]
     """Makespan and speedup over ``none`` of every scenario x schedule from the closed form,
     scenario-major, and nothing else: the ranking pass of a confirmed study (no
     communication-only templates, no metrics; each template evaluated on its own)."""
-    gpu = load_gpu(gpu)
-    topo = load_topology(topology, gpu)
-    schedules = [parse_schedule(s) for s in schedules]
-    by_structure: dict[tuple, list[int]] = defaultdict(list)
-    for i, sc in enumerate(scenarios):
-        by_structure[sc.structure()].append(i)
+    gpu, topo, schedules, groups = _inputs(scenarios, schedules, gpu, topology)
     out: list[dict | None] = [None] * (len(scenarios) * len(schedules))
-    for idx in by_structure.values():
+    for idx in groups:
         scs = [scenarios[i] for i in idx]
         t_none = evaluate(template(scs[0], "none", gpu, topo), gpu, scs)["makespan"]
         for j, sch in enumerate(schedules):
