@@ -107,9 +107,6 @@ class Host:
         """Add the dependencies the runtime calls imply to ``ops`` (one rank's GPU ops)."""
         out = HostLinks()
         launch_of = {c.corr: c for c in self.calls}
-        by_corr: dict[int, list[TraceOp]] = {}
-        for o in ops:
-            by_corr.setdefault(o.order, []).append(o)
         # per thread: ops in launch order; per stream: ops in launch order
         thread_ops: dict[Any, list[TraceOp]] = {}
         stream_ops: dict[str, list[TraceOp]] = {}
@@ -119,6 +116,11 @@ class Host:
                 thread_ops.setdefault(c.tid, []).append(o)
             stream_ops.setdefault(o.stream, []).append(o)
         thread_keys = {t: [o.order for o in lst] for t, lst in thread_ops.items()}
+        per_stream: dict[Any, dict[str, list[TraceOp]]] = {}     # thread -> stream -> its launches
+        for t, lst in thread_ops.items():
+            for o in lst:
+                per_stream.setdefault(t, {}).setdefault(o.stream, []).append(o)
+        per_stream_keys = {t: {st: [o.order for o in lst] for st, lst in d.items()} for t, d in per_stream.items()}
         stream_keys = {s: [o.order for o in lst] for s, lst in stream_ops.items()}
 
         def last_on(stream: str, before: int) -> TraceOp | None:
@@ -134,10 +136,20 @@ class Host:
                     return lst[i]
             return None
 
-        def next_by_thread(tid, after: int) -> list[TraceOp]:
+        def next_by_thread(tid, after: int) -> TraceOp | None:
             keys, lst = thread_keys.get(tid, []), thread_ops.get(tid, [])
             i = bisect.bisect_right(keys, after)
-            return lst[i:]
+            return lst[i] if i < len(lst) else None
+
+        def first_per_stream(tid, after: int) -> list[TraceOp]:
+            """The thread's first launch on each stream after ``after`` (what a host
+            synchronisation orders)."""
+            out = []
+            for st, keys in per_stream_keys.get(tid, {}).items():
+                i = bisect.bisect_right(keys, after)
+                if i < len(keys):
+                    out.append(per_stream[tid][st][i])
+            return out
 
         def add(src: TraceOp | None, dst: TraceOp | None, counter: str) -> None:
             if src is None or dst is None or src is dst or src.stream == dst.stream:
@@ -167,13 +179,12 @@ class Host:
                         isinstance(c.args.get("stream"), int) and c.args["stream"] >= 0:
                     self._cupti_wait(c, stream_ops, stream_keys, add)
                     continue
-                nxt = next_by_thread(c.tid, c.corr)
-                if not nxt:
+                dst = next_by_thread(c.tid, c.corr)
+                if dst is None:
                     continue
-                dst = nxt[0]
-                recs = [r for r in records.get(c.tid, []) if r.corr < c.corr]
+                recs = [r for r in records.get(c.tid, [])[-8:] if r.corr < c.corr]
                 src = None
-                for r in reversed(recs[-8:]):    # the latest record whose stream is another one
+                for r in reversed(recs):         # the latest record whose stream is another one
                     cand = last_by_thread(c.tid, r.corr)
                     if cand is not None and cand.stream != dst.stream:
                         src = last_on(cand.stream, r.corr)
@@ -185,7 +196,7 @@ class Host:
                     out.unresolved += 1
                 add(src, dst, "waits")
             elif name in ("DeviceSynchronize", "CtxSynchronize"):
-                after = _first_per_stream(next_by_thread(c.tid, c.corr))
+                after = first_per_stream(c.tid, c.corr)
                 for s in stream_ops:
                     src = last_on(s, c.corr)
                     for dst in after:
@@ -196,7 +207,7 @@ class Host:
                 if isinstance(waited, int) and waited >= 0:       # CUPTI: the event's stream
                     stream = f"s{waited}"
                     src = last_on(stream, rec if isinstance(rec, int) and rec >= 0 else c.corr)
-                    for dst in _first_per_stream(next_by_thread(c.tid, c.corr)):
+                    for dst in first_per_stream(c.tid, c.corr):
                         add(src, dst, "syncs")
                     continue
                 if isinstance(stream_arg, int) and stream_arg >= 0:
@@ -207,7 +218,7 @@ class Host:
                     out.unresolved += 1
                     continue
                 src = last_on(stream, c.corr)
-                for dst in _first_per_stream(next_by_thread(c.tid, c.corr)):
+                for dst in first_per_stream(c.tid, c.corr):
                     add(src, dst, "syncs")
         # A collective's stream always waits for the stream that enqueued it (ProcessGroup
         # NCCL/RCCL record an event on the current stream first): where the wait itself is
@@ -300,13 +311,6 @@ def _merge_sync_events(calls: list[Call]) -> list[Call]:
             tid = runtime_sorted[i - 1].tid if i > 0 else c.tid
             orphans.append(Call(tid, c.ts, c.end, name, c.corr, c.args))
     return runtime + orphans
-
-
-def _first_per_stream(ops: list[TraceOp]) -> list[TraceOp]:
-    seen: dict[str, TraceOp] = {}
-    for o in ops:
-        seen.setdefault(o.stream, o)
-    return list(seen.values())
 
 
 def _dtype(args: dict) -> str:
