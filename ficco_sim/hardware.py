@@ -206,6 +206,7 @@ class GpuProfile:
     sources: Mapping[str, Provenance] = field(default_factory=dict, compare=False, repr=False)
     path: str = field(default="", compare=False)
     peak_sms: int = 0   # the SM count ``peak_flops`` is for (0: num_sms); an SM's rate never depends on num_sms
+    host_bandwidth: float = 0.0   # host link (PCIe / CPU fabric) per direction, B/s (0: not known)
 
     @property
     def hbm_effective(self) -> float:
@@ -423,6 +424,7 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
         sm=sm,
         peak_flops=peak_flops,
         peak_sms=r.number("peak_sms", integer=True) if r.has("peak_sms") else 0,
+        host_bandwidth=r.number("host_link_gbps", scale=GB) if r.has("host_link_gbps") else 0.0,
         hbm_bandwidth=r.number("hbm.bandwidth_gbps", scale=GB),
         hbm_efficiency=r.number("hbm.efficiency", at_most=1.0),
         dma=DmaSpec(

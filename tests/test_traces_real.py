@@ -228,3 +228,15 @@ def test_gantt_legend_stays_in_tall_charts(tmp_path, traces):
     red = np.array([int(COLORS["transfer-sm"][i:i + 2], 16) / 255 for i in (1, 3, 5)])
     assert not any(x.kind == "transfer" and x.engine == "sm" for x in r.timeline.records)   # only the legend has it
     assert (np.abs(img - red).max(axis=2) < 0.02).sum() > 20
+
+
+def test_whatif_scales_host_copies_by_the_host_link(traces):
+    """HtoD / DtoH copies move over PCIe: a what-if from V100 (PCIe Gen3, 16 GB/s a way) to H100
+    (Gen5, 64) takes a quarter of their measured time; compute kernels scale by their class."""
+    t = traces["dlrm"]
+    w = whatif(t, gpu="h100")
+    host = [o for o in t.ops if o.category == "copy" and o.direction in ("HtoD", "DtoH")]
+    assert host
+    base, var = w.baseline.graph, w.variant.graph
+    for o in host:
+        assert var.kernel(o.id).block_time == pytest.approx(base.kernel(o.id).block_time * 16 / 64)

@@ -80,7 +80,8 @@ def test_whatif_gpu_scales_compute():
     h100 = load_gpu("h100")
     fast = dataclasses.replace(h100, name="h100x2", peak_flops={k: 2 * v for k, v in h100.peak_flops.items()},
                                hbm_bandwidth=2 * h100.hbm_bandwidth)
-    assert set(compute_scale(h100, fast).values()) == {0.5}
+    scale = compute_scale(h100, fast)
+    assert scale.pop("host-copy") == 1.0 and set(scale.values()) == {0.5}     # same host link
     flops_only = dataclasses.replace(h100, name="h100f", peak_flops={k: 2 * v for k, v in h100.peak_flops.items()})
     scale = compute_scale(h100, flops_only)     # compute-bound classes by FLOP/s, the rest by HBM
     assert {c for c, v in scale.items() if v == 0.5} == {"gemm", "conv", "attention"}

@@ -15,7 +15,8 @@ the trace's cross-stream dependencies (a cycle is an :class:`InputError`):
   (``engine="sm"``) or to copy-engine transfers (``engine="dma"``), bytes from the trace.
 * copies (``gpu_memcpy``): peer and device copies -> DMA transfers of the measured bytes
   (with ``engine="sm"`` peer copies become an SM comm kernel + transfer); host copies
-  (HtoD/DtoH) keep their measured time as a one-thread block (no PCIe model).
+  (HtoD/DtoH) keep their measured time as a one-thread block, scaled by the host links'
+  ratio (PCIe, ``host_link_gbps``) in a what-if on another GPU.
 * **gaps**: when an op started later than its stream and its dependencies allowed, the
   difference (host launch latency, CPU-side work, untraced waits) becomes an ``idle``
   kernel of one 1-thread block before it (``keep_gaps=True``), so that replay keeps
@@ -275,11 +276,14 @@ class _Lowering:
     def copy(self, op: TraceOp, deps: list[str], engine: str | None) -> None:
         stream = self.stream(op.rank, op.stream)
         if op.direction in ("HtoD", "DtoH", "HtoH") or not self.footprints:
-            # ficco-sim models no host link (PCIe): a host copy keeps its measured time, as a
+            # The host link is not in the topology: a host copy keeps its measured time (scaled by
+            # the host links' ratio in a what-if on another GPU), as a
             # one-thread block that holds (almost) nothing on the GPU. So does every copy of an
             # exact replay (``footprints=False``: measured times throughout).
+            host = op.direction in ("HtoD", "DtoH", "HtoH")
             k = Kernel(id=op.id, gpu=op.rank, stream=stream, kind="memory", grid=1, block=IDLE_BLOCK,
-                       block_time=op.dur, deps=tuple(dict.fromkeys(deps)), role="comm", label=op.name[:80],
+                       block_time=op.dur * (self.scale.get("host-copy", 1.0) if host else 1.0),
+                       deps=tuple(dict.fromkeys(deps)), role="comm", label=op.name[:80],
                        io={"measured_dur": op.dur, "host_copy_bytes": op.nbytes})
             self.tasks.append(k)
             self.exits[op.id] = [k.id]

@@ -150,7 +150,7 @@ def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = No
                             if stats["corrected"] else ""))
         if stats.get("host_copies"):
             notes.append(f"{stats['host_copies']} host copies (HtoD/DtoH) kept with their measured times "
-                         "(no PCIe model)")
+                         "(a what-if on another GPU scales them by the host links' bandwidth)")
     else:
         for f in files:
             ops += _cpu_ops(f)

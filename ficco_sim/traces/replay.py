@@ -147,7 +147,8 @@ def compute_scale(src: GpuProfile, dst: GpuProfile, dtype: str = "float16") -> d
     """Duration factors for measured kernels moved from ``src`` to ``dst``, per kernel
     class (:func:`~ficco_sim.traces.ops.kernel_class`): GEMMs, convolutions and attention
     by peak FLOP/s, everything else (element-wise, embeddings, memory, unknown kernels) by
-    HBM bandwidth (most non-matrix kernels are memory-bound).
+    HBM bandwidth (most non-matrix kernels are memory-bound); host copies (``host-copy``) by
+    the host link (PCIe), where both profiles give it.
 
     >>> compute_scale(load_gpu("h100"), load_gpu("h100"))["gemm"]
     1.0
@@ -156,7 +157,10 @@ def compute_scale(src: GpuProfile, dst: GpuProfile, dtype: str = "float16") -> d
     flops = src.peak_flops[d] / dst.peak_flops.get(d, src.peak_flops[d])
     hbm = src.hbm_bandwidth / dst.hbm_bandwidth
     classes = ("gemm", "conv", "attention", "embedding", "elementwise", "memory", "opaque")
-    return {c: flops if c in FLOP_CLASSES else hbm for c in classes}
+    out = {c: flops if c in FLOP_CLASSES else hbm for c in classes}
+    # host copies (HtoD / DtoH) by the host link, where both profiles know it
+    out["host-copy"] = src.host_bandwidth / dst.host_bandwidth if src.host_bandwidth and dst.host_bandwidth else 1.0
+    return out
 
 
 def replanned_gemms(trace: Trace, src: GpuProfile, dst: GpuProfile) -> dict:
