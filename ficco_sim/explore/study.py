@@ -221,5 +221,5 @@ def default_pairs(gpus: Sequence[str], topologies: Sequence[str]) -> list[tuple[
     return list(zip(gpus, topologies))
 
 
-__all__ = ["CONFIRM_TOP", "DEFAULT_PAIRS", "basic_schedules", "confirm_jobs", "build_jobs", "default_pairs", "default_scenarios", "run_study", "summarize",
-           "write_tables"]
+__all__ = ["CONFIRM_TOP", "DEFAULT_PAIRS", "basic_schedules", "build_jobs", "confirm_jobs", "default_pairs",
+           "default_scenarios", "run_study", "summarize", "write_tables"]
