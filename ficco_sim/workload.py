@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .errors import InputError
+from .topology import MAX_GPUS  # noqa: F401 - the limit of one system, also a scenario's
 from .hardware import DTYPE_BYTES
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv")
@@ -50,7 +51,6 @@ class Collective:
     gpus: int
 
 
-MAX_GPUS = 1024          # as topology.MAX_GPUS: one simulated system
 MAX_DIM = 2 ** 24        # rows or columns of one GEMM operand (16.7M): beyond, a typo, not a layer
 
 

@@ -45,8 +45,6 @@ class Activity:
     ends: tuple[int, ...] = ()      # a transfer's source and destination GPUs
     rate: float = 0.0
     on_done: Callable[[], None] | None = field(default=None, repr=False)
-    hbm: list = field(default_factory=list, repr=False)     # (gpu, bytes per unit), filled by the engine
-    links: list = field(default_factory=list, repr=False)   # link resources it crosses
 
 
 def max_min_rates(activities: list[Activity], capacity: Mapping[str, float]) -> dict[str, float]:

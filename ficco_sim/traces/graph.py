@@ -168,11 +168,11 @@ class _Lowering:
     def build(self) -> TaskGraph:
         # GPU collectives end together on all their ranks (a CPU/gloo op does not: it returns
         # once its message is posted); point-to-point pairs are not matched by count.
-        coupled = {k: v for k, v in match_collectives(self.trace.ops).items() if v[1][0].collective in COUPLED} \
+        matched = match_collectives(self.trace.ops)
+        coupled = {k: v for k, v in matched.items() if v[1][0].collective in COUPLED} \
             if self.comm == "measured" and self.trace.on_gpu else {}
         # a modelled receive comes after its send (the message is sent when the sender is ready)
-        sends = {k: v for k, v in match_collectives(self.trace.ops).items() if _p2p(v[1])} \
-            if self.comm == "model" else {}
+        sends = {k: v for k, v in matched.items() if _p2p(v[1])} if self.comm == "model" else {}
         after = {m.id: [s.id for s in members if s.src == s.rank] for _n, members in sends.values()
                  for m in members if m.dst == m.rank}
         try:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .ops import DTYPE_SIZE, TraceOp, collective_kind
@@ -76,7 +76,6 @@ class HostLinks:
     corrected: int = 0      # inferred dependencies moved to an earlier op to agree with the measurement
     unresolved: int = 0     # waits/syncs whose streams could not be told
     comm_named: int = 0     # collectives named from their enqueuing operator
-    notes: list[str] = field(default_factory=list)
 
 
 class Host:

@@ -50,7 +50,7 @@ from ..errors import InputError
 from ..hardware import BlockShape
 from .host import COMM_OPS, RUNTIME_CATS, Call, Host, api
 from .kineto_cpu import _cpu_ops
-from .kineto_io import GPU_CATS, US, _events, _kineto_hook, _num, _prod, read_json
+from .kineto_io import GPU_CATS, US, _events, _num, _prod, kineto_hook_for, read_json
 from .kineto_set import _check_ranks, _check_set, _select_steps
 from .ops import (CPU_GEMM_OPS, DTYPE_SIZE, Trace, TraceOp, classify_kernel, collective_kind,
                   kernel_class, split_waits)
@@ -75,7 +75,7 @@ class _File:
 
     def __init__(self, path: str, index: int):
         self.where = path
-        data = read_json(path, _kineto_hook)
+        data = read_json(path, kineto_hook_for)
         self.events = _events(data, path)
         meta = data if isinstance(data, dict) else {}
         dist = meta.get("distributedInfo") or {}
@@ -147,7 +147,9 @@ def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = No
             notes.append(f"dependencies from the host side: {stats['waits']} stream waits, {stats['syncs']} host "
                          f"synchronisations, {stats['entries']} collective entries"
                          + (f" ({stats['corrected']} moved to an earlier op the run shows had finished)"
-                            if stats["corrected"] else ""))
+                            if stats["corrected"] else "")
+                         + (f"; {stats['unresolved']} waits or synchronisations name no stream that could be "
+                            "told, and order nothing" if stats["unresolved"] else ""))
         if stats.get("host_copies"):
             notes.append(f"{stats['host_copies']} host copies (HtoD/DtoH) kept with their measured times "
                          "(a what-if on another GPU scales them by the host links' bandwidth)")
@@ -324,7 +326,7 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) ->
         elif o.kind == "gemm" and not o.shapes and c is not None:
             host.gemm_shapes(o, c.tid, c.ts)
     links = host.link(ops)
-    for key in ("waits", "syncs", "entries", "corrected"):
+    for key in ("waits", "syncs", "entries", "corrected", "unresolved"):
         stats[key] = stats.get(key, 0) + getattr(links, key)
     stats["host_copies"] = stats.get("host_copies", 0) + host_copies
     _flow_deps(ops, flows, f, device_to_gpu, fi)
