@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .errors import InputError
-from .topology import MAX_GPUS  # noqa: F401 - the limit of one system, also a scenario's
+from .topology import MAX_GPUS   # one simulated system: the limit of a scenario too
 from .hardware import DTYPE_BYTES
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv")
