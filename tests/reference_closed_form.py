@@ -1,7 +1,8 @@
 """A short plain-Python closed-form evaluator: the oracle the vectorized engine is tested
 against. One task at a time, by recursion over dependencies; the same rule as
-``ficco_sim.engine.closed_form`` (alpha-beta per concurrency step, the GEMM cost, one
-contention pass), written as plainly as possible."""
+``ficco_sim.engine.closed_form`` (alpha-beta per concurrency step in the first pass, then
+two passes that share each link by the overlap seen in the pass before, the last one with
+the contention rule; the GEMM cost), written as plainly as possible."""
 
 from __future__ import annotations
 
@@ -46,12 +47,28 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
         if t.engine == "sm":
             chan[(t.drivers[0], step[t.id])] += 1
 
-    def xfer_time(t: Transfer, slow: float) -> float:
-        bw = min([topo.graph.edges[lk]["bandwidth"] / share[(lk, step[t.id], rnd[t.id])]
+    on_link = defaultdict(list)
+    for t in graph.transfers:
+        for link in topo.path_links(t.src, t.dst):
+            on_link[link].append(t.id)
+
+    def sharers(t: Transfer, link, seen) -> float:
+        """Static: the transfers of its step and round on ``link``; else the time-averaged
+        count over its span in the pass before (``seen``)."""
+        if seen is None:
+            return share[(link, step[t.id], rnd[t.id])]
+        s, e = seen[t.id]
+        if e <= s:
+            return 1.0
+        over = sum(max(0.0, min(e, seen[u][1]) - max(s, seen[u][0])) for u in on_link[link])
+        return max(1.0, over / (e - s))
+
+    def xfer_time(t: Transfer, slow: float, seen) -> float:
+        bw = min([topo.graph.edges[lk]["bandwidth"] / sharers(t, lk, seen)
                   for lk in topo.path_links(t.src, t.dst)] + [float("inf")])
         fixed, wire = 0.0, t.nbytes
         if t.engine == "dma":
-            bw, fixed = min(bw, gpu.dma.bandwidth), gpu.dma.command_overhead
+            bw, fixed = min(bw, gpu.dma.cap(t.src, t.dst)), gpu.dma.command_overhead
         else:
             k = graph.kernel(t.drivers[0])
             bw = min(bw, k.grid * gpu.comm_kernel.channel_bandwidth / chan[(k.id, step[t.id])])
@@ -71,7 +88,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
         for k in t.drivers:
             driven[k].append(t.id)
 
-    def one_pass(slow: dict[str, float]) -> dict[str, tuple[float, float]]:
+    def one_pass(slow: dict[str, float], seen=None) -> dict[str, tuple[float, float]]:
         start, end = {}, {}
 
         def begin(tid):
@@ -95,7 +112,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                 elif isinstance(t, Kernel):
                     end[tid] = s + _duration(gpu, t) * slow.get(tid, 1.0)
                 else:
-                    end[tid] = s + xfer_time(t, slow.get(tid, 1.0))
+                    end[tid] = s + xfer_time(t, slow.get(tid, 1.0), seen)
             return end[tid]
 
         for t in graph.tasks:
@@ -106,8 +123,10 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
     sys.setrecursionlimit(max(old, 20 * len(graph.tasks) + 1000))
     try:
         times = one_pass({})
+        if graph.transfers:
+            times = one_pass({}, times)
         if not contention:
-            return times
+            return one_pass({}, times) if graph.transfers else times
         slow = {}
         gemms = [k for k in graph.kernels if k.kind == "gemm" and k.gemm is not None]
         for k in gemms:
@@ -129,6 +148,6 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                     near.append(((a, b), hbm_traffic(g.m, g.n, g.k, g.dtype, g.accumulate) / (b - a) if b > a else 0.0))
             rate = max([r for (a, b), r in near if a < e and b > s] + [0.0])
             slow[t.id] = comm_slowdown(gpu, rate, cover=_cover(s, e, [x for x, _ in near]))
-        return one_pass(slow)
+        return one_pass(slow, times if graph.transfers else None)
     finally:
         sys.setrecursionlimit(old)

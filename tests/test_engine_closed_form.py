@@ -135,14 +135,49 @@ def test_a_relabelled_ring_all_gather_keeps_its_time():
 
 def test_concurrency_steps_decide_link_sharing():
     """Switching the step mechanism off (every transfer alone) must change an all-to-all whose
-    seven flows per GPU share its one switch uplink."""
+    seven flows per GPU share its one switch uplink and the kernel's channels: with steps
+    the closed form is the DES's answer."""
     from ficco_sim.simulate import collective_graph
     gpu = load_gpu("h100")
     t = load_topology("switch:8", gpu)
     g = collective_graph(gpu, t, "all-to-all", 64 << 20)
     alone = TaskGraph.build(g.num_gpus, g.streams, [dataclasses.replace(x, step=None) if hasattr(x, "step") else x
                                                    for x in g.tasks], meta=g.meta)
-    assert closed_form_timeline(alone, gpu, t).makespan < 0.9 * closed_form_timeline(g, gpu, t).makespan
+    stepped = closed_form_timeline(g, gpu, t).makespan
+    assert stepped == pytest.approx(simulate_graph(g, gpu, t).makespan, rel=1e-6)
+    assert closed_form_timeline(alone, gpu, t).makespan < 0.95 * stepped
+
+
+def test_links_are_shared_by_the_overlap_seen_not_by_step():
+    """FiCCO reduce-scatter pieces on 8 H100s: copy-engine commands of one step meet on the
+    switch links in the first pass, but spread out in the DES (neighbours' commands finish
+    early). The sharing passes follow them (2.19 ms with the first pass's shares alone, DES
+    1.62 ms); switched off, this test goes red."""
+    gpu = load_gpu("h100")
+    t = load_topology("switch:8", gpu)
+    g = lower(Scenario("gemm-rs", 8, 32768, 6144, 2048, dtype="bfloat16"), "ficco-a2a-dma", gpu, t)
+    des = simulate_graph(g, gpu, t, record=False).makespan
+    assert closed_form_timeline(g, gpu, t).makespan == pytest.approx(des, rel=0.03)
+
+
+def test_link_sharing_passes_are_the_average_concurrency():
+    """Closed form of the sharing rule: two 1 MB copies on one 100 GB/s link, the second
+    issued when the first is half done. First pass: each alone at 100 GB/s (10 us, spans
+    [0, 10] and [5, 15] us); second: both overlap half their span, 1.5 sharers, 15 us each
+    ([0, 15], [5, 20]); third: 2/3 of each span overlapped, 5/3 sharers, 16.67 us."""
+    from ficco_sim.hardware import BlockShape
+    from ficco_sim.taskgraph import Transfer
+    from ficco_sim.topology import fully_connected
+    gpu = load_gpu("h100")
+    gpu = dataclasses.replace(gpu, dma=dataclasses.replace(gpu.dma, bandwidth=1e15, command_overhead=0.0))
+    topo = fully_connected(2, 100e9, 0.0)
+    wait = Kernel("wait", 0, "c1", "opaque", 1, BlockShape(32, 32, 0), 5e-6 - gpu.launch_of("opaque"))
+    tasks = [wait, Transfer("a", 0, 1, 1e6, "dma", 0, "c0", label="first"),
+             Transfer("b", 0, 1, 1e6, "dma", 0, "c2", deps=("wait",), label="second")]
+    g = TaskGraph.build(2, [Stream(0, "c0"), Stream(0, "c1"), Stream(0, "c2")], tasks)
+    got = {r.label: r for r in closed_form_timeline(g, gpu, topo, contention=False).records}
+    assert got["first"].end - got["first"].start == pytest.approx(50e-6 / 3, rel=1e-6)
+    assert got["second"].start == pytest.approx(5e-6, rel=1e-6)
 
 
 def test_template_rescales_gemm_shapes_from_the_typed_field_not_io():

@@ -11,16 +11,21 @@ Compiling (:func:`compile_graph`) turns every task into nodes whose values are t
   compute or memory kernel after its blocks' closed-form waves, a communication kernel
   when the transfers it drives end;
 * a transfer takes ``fixed + latency + bytes / bandwidth`` (alpha-beta): the bandwidth is
-  the path's bottleneck link divided among the transfers of its concurrency step
-  (:attr:`~ficco_sim.taskgraph.Transfer.step`) that cross it, capped by the copy engine
-  (commands of one step queued on one engine run in rounds, each round sharing links
-  only with the other engines' same round) or by the driving kernel's channels shared by
-  its transfers of the step, and by HBM.
+  the path's bottleneck link divided among the transfers that share it, capped by the
+  copy engine or by the driving kernel's channels shared by its transfers of the step,
+  and by HBM.
 
-A second pass applies the contention rule (:mod:`ficco_sim.contention`) where the first
-shows overlap (:mod:`.closed_form_overlap`). Without overlap the answer is exact for
-isolated GEMMs and alpha-beta collectives; it cannot see starvation (a kernel waiting
-for SMs behind another's blocks), which the DES shows.
+Who shares a link is found in passes (:func:`evaluate`). The first pass divides each link
+among the transfers of one concurrency step (:attr:`~ficco_sim.taskgraph.Transfer.step`)
+that cross it (commands of one step queued on one engine run in rounds, each round
+sharing links only with the other engines' same round). Two more passes divide it by
+the time-averaged number of transfers on the link over the transfer's span in the pass
+before (:func:`.closed_form_overlap.link_coefs`): pieces that the first pass lines up
+spread out once their neighbours are seen to finish early, as the DES's max-min sharing
+shows. The last pass also applies the contention rule (:mod:`ficco_sim.contention`)
+where the pass before shows overlap (:mod:`.closed_form_overlap`). Without overlap the
+answer is exact for isolated GEMMs and alpha-beta collectives; it cannot see starvation
+(a kernel waiting for SMs behind another's blocks), which the DES shows.
 
 A template compiled from a :class:`~ficco_sim.workload.Scenario` evaluates any scenario of
 the same :meth:`~ficco_sim.workload.Scenario.structure` exactly: GEMM dimensions scale
@@ -48,7 +53,7 @@ from ..taskgraph import Kernel, TaskGraph
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
 from ..workload import Scenario
-from .closed_form_overlap import Groups, groups, slowdowns
+from .closed_form_overlap import Groups, groups, link_coefs, members, slowdowns
 
 ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX = range(7)   # SMX: an SM transfer (XFER + its wire protocol)
 
@@ -88,12 +93,18 @@ class Template:
     tasks: dict = field(default_factory=dict)   # task id -> (begin node, end node)
     gemm_targets: np.ndarray | None = None      # GEMMs (transfers) whose slowdown the contention pass
     xfer_targets: np.ndarray | None = None      # computes; None: all (a quotient: one per class)
+    link_bw: np.ndarray | None = None           # (links + 1,) B/s of every link, +inf for the sentinel
+    xfer_links: np.ndarray | None = None        # (X, Lmax) links of each transfer's path (sentinel: links)
+    xfer_cap: np.ndarray | None = None          # (X,) B/s: the copy engine / channel / HBM bound
+    link_members: np.ndarray | None = None      # (links + 1, W) positions in xfer_nodes per link (sentinel X)
     quotient: "Template | None" = None          # evaluated instead when set (:mod:`.symmetry`)
     orbit: np.ndarray | None = None             # node (and sentinel) -> quotient node
 
 
-def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology) -> dict[str, tuple[float, float]]:
-    """(fixed s, s per byte) of every transfer of ``graph`` (alpha-beta; see module docstring)."""
+def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology
+                   ) -> dict[str, tuple[float, float, float, list]]:
+    """(fixed s, s per byte at the first pass's share, cap B/s, path links) of every
+    transfer of ``graph`` (alpha-beta; see module docstring)."""
     share: Counter = Counter()
     chan: Counter = Counter()
     position: Counter = Counter()
@@ -117,14 +128,14 @@ def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology) -> dict[st
     out = {}
     for t in graph.transfers:
         links, latency = paths[(t.src, t.dst)]
-        bw = min((edges[lk]["bandwidth"] / share[(lk, group[t.id], rnd[t.id])] for lk in links), default=np.inf)
         if t.engine == "dma":
-            bw, fixed = min(bw, gpu.dma.cap(t.src, t.dst)), gpu.dma.command_overhead
+            cap, fixed = gpu.dma.cap(t.src, t.dst), gpu.dma.command_overhead
         else:
             k = graph.kernel(t.drivers[0])
-            bw, fixed = min(bw, k.grid * gpu.comm_kernel.channel_bandwidth / chan[(k.id, group[t.id])]), 0.0
-        bw = min(bw, gpu.hbm_effective / (2 if t.src == t.dst else 1))
-        out[t.id] = (fixed + latency, 1.0 / bw)
+            cap, fixed = k.grid * gpu.comm_kernel.channel_bandwidth / chan[(k.id, group[t.id])], 0.0
+        cap = min(cap, gpu.hbm_effective / (2 if t.src == t.dst else 1))
+        bw = min([edges[lk]["bandwidth"] / share[(lk, group[t.id], rnd[t.id])] for lk in links] + [cap])
+        out[t.id] = (fixed + latency, 1.0 / bw, cap, links)
     return out
 
 
@@ -165,7 +176,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         else:
             ready[t.id] = node(ZERO, t.src, dst=t.dst)
             begin[t.id] = node(ZERO, t.src, dst=t.dst) if t.engine == "sm" else ready[t.id]
-            fixed, per_byte = costs[t.id]
+            fixed, per_byte = costs[t.id][:2]
             end[t.id] = node(SMX if t.engine == "sm" else XFER, t.src, fixed, per_byte, t.nbytes, dst=t.dst)
             for k in t.drivers:
                 driven[k].append(t.id)
@@ -205,7 +216,23 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
         comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
         groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
-        tasks={t.id: (begin[t.id], end[t.id]) for t in graph.tasks})
+        tasks={t.id: (begin[t.id], end[t.id]) for t in graph.tasks}, **_link_tables(xfers, costs, topo))
+
+
+def _link_tables(xfers, costs: dict, topo: Topology) -> dict[str, np.ndarray]:
+    """The template's link fields (see :class:`Template`) for transfers ``xfers``."""
+    ids: dict = {}
+    paths = [[ids.setdefault(lk, len(ids)) for lk in costs[t.id][3]] for t in xfers]
+    L = len(ids)
+    xfer_links = np.full((len(xfers), max([1] + [len(p) for p in paths])), L, dtype=np.int64)
+    for i, p in enumerate(paths):
+        xfer_links[i, :len(p)] = p
+    on = np.zeros((L + 1, len(xfers)), dtype=bool)
+    on[xfer_links, np.arange(len(xfers))[:, None]] = True
+    on[L] = False
+    edges = topo.graph.edges
+    return {"link_bw": np.array([edges[lk]["bandwidth"] for lk in ids] + [np.inf]), "xfer_links": xfer_links,
+            "xfer_cap": np.array([costs[t.id][2] for t in xfers], dtype=float), "link_members": members(on)}
 
 
 def _levels(inputs: list[tuple[int, ...]]) -> np.ndarray:
@@ -272,8 +299,26 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
         xfer_begin=at("xfer_begin"), launch=tpls[0].launch, comm_launch=tpls[0].comm_launch,
         comm_scale=tpls[0].comm_scale,
-        groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]))
+        groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
+        **_merged_links(tpls))
     return out, offs
+
+
+def _merged_links(tpls: Sequence[Template]) -> dict[str, np.ndarray]:
+    """Link fields of block-diagonal templates: every template keeps its own links."""
+    nl = np.cumsum([0] + [len(t.link_bw) - 1 for t in tpls])
+    nx = np.cumsum([0] + [len(t.xfer_nodes) for t in tpls])
+    L, X = int(nl[-1]), int(nx[-1])
+    lmax = max(t.xfer_links.shape[1] for t in tpls)
+    wmax = max(t.link_members.shape[1] for t in tpls)
+    xfer_links = np.full((X, lmax), L, dtype=np.int64)
+    link_members = np.full((L + 1, wmax), X, dtype=np.int64)
+    for t, a, b in zip(tpls, nl, nx):
+        lk, mb = t.xfer_links, t.link_members[:-1]
+        xfer_links[b:b + len(lk), :lk.shape[1]] = np.where(lk == len(t.link_bw) - 1, L, lk + a)
+        link_members[a:a + len(mb), :mb.shape[1]] = np.where(mb == len(t.xfer_nodes), X, mb + b)
+    return {"link_bw": np.concatenate([t.link_bw[:-1] for t in tpls] + [[np.inf]]), "xfer_links": xfer_links,
+            "xfer_cap": np.concatenate([t.xfer_cap for t in tpls]), "link_members": link_members}
 
 
 # ----------------------------------------------------------------------------------------
@@ -344,10 +389,13 @@ def run(tpl: Template, add: np.ndarray) -> np.ndarray:
     return vals
 
 
+SHARING_PASSES = 2   # passes after the first that re-divide links by observed overlap
+
+
 def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | None = None, *,
              contention: bool = True, weights: Weights = PROFILE) -> dict[str, np.ndarray]:
     """Node times (``vals``, P x nodes + 1 sentinel), durations and makespans for every
-    scenario (default: the template's own sizes)."""
+    scenario (default: the template's own sizes); the passes of the module docstring."""
     if tpl.quotient is not None:
         ev = evaluate(tpl.quotient, gpu, scenarios, contention=contention, weights=weights)
         out = {k: ev[k][:, tpl.orbit] for k in ("vals", "add", "base", "nbytes")}
@@ -358,10 +406,20 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
     add = base.copy()
     add[:, xfer] = fixed + tpl.coef[xfer] * wire
     vals = run(tpl, add)
-    if contention and tpl.groups is not None:
-        slow = slowdowns(tpl, gpu, vals, nbytes, gemm_hbm, weights)
-        add = base * slow
-        add[:, xfer] = fixed + tpl.coef[xfer] * wire * slow[:, xfer]
+    sharing = len(tpl.xfer_nodes) > 0 and tpl.link_members is not None
+    passes = SHARING_PASSES if sharing else int(contention)
+    for p in range(passes):
+        slow = None
+        if contention and tpl.groups is not None and p == passes - 1:
+            slow = slowdowns(tpl, gpu, vals, nbytes, gemm_hbm, weights)
+        coef = np.broadcast_to(tpl.coef[xfer], wire.shape)
+        if sharing:
+            per_node = np.zeros((len(vals), tpl.num_nodes + 1))
+            tx = slice(None) if tpl.xfer_targets is None else tpl.xfer_targets
+            per_node[:, tpl.xfer_nodes[tx]] = link_coefs(tpl, vals)
+            coef = per_node[:, xfer]
+        add = base.copy() if slow is None else base * slow
+        add[:, xfer] = fixed + coef * wire * (1.0 if slow is None else slow[:, xfer])
         vals = run(tpl, add)
     return {"vals": vals, "add": add, "base": base, "nbytes": nbytes, "makespan": vals[:, :-1].max(axis=1, initial=0.0)}
 

@@ -145,3 +145,31 @@ def slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, nbytes: np.nda
         rate = np.where(over, _pad(grate, 0.0)[:, grp.pair_gemms][:, prow], 0.0).max(-1)
         slow[:, tpl.xfer_nodes[tx]] = comm_slowdown(gpu, rate, cover=f, weights=weights)
     return slow
+
+
+GATHER_CELLS = 8_000_000   # (scenario, transfer, link, sharer) cells gathered at once (~64 MB)
+
+
+def link_coefs(tpl: "Template", vals: np.ndarray) -> np.ndarray:
+    """(P, targets) seconds per byte of the target transfers from the spans of a pass
+    ``vals``: each link of the path is divided by the time-averaged number of transfers on
+    it over the target's span (itself included, at least one), the result capped by the
+    transfer's engine/channel/HBM bound (:attr:`Template.xfer_cap`)."""
+    inf = np.inf
+    tx = np.arange(len(tpl.xfer_nodes)) if tpl.xfer_targets is None else tpl.xfer_targets
+    s_all = _pad(vals[:, tpl.xfer_begin], inf)
+    e_all = _pad(vals[:, tpl.xfer_nodes], inf)
+    links = tpl.xfer_links[tx]                                             # (T, Lmax)
+    P, (T, Lmax), W = len(vals), links.shape, tpl.link_members.shape[1]
+    bw = np.empty((P, T))
+    step = max(1, GATHER_CELLS // max(1, P * Lmax * W))
+    for a in range(0, T, step):
+        lk = links[a:a + step]
+        mem = tpl.link_members[lk]                                         # (t, Lmax, W)
+        s, e = s_all[:, tx[a:a + step]], e_all[:, tx[a:a + step]]          # (P, t)
+        over = np.minimum(e[..., None, None], e_all[:, mem]) - np.maximum(s[..., None, None], s_all[:, mem])
+        span = e - s
+        conc = np.maximum(over, 0.0).sum(-1) / np.where(span > 0, span, 1.0)[..., None]
+        share = tpl.link_bw[lk] / np.maximum(np.where(span[..., None] > 0, conc, 1.0), 1.0)
+        bw[:, a:a + step] = np.minimum(share.min(-1), tpl.xfer_cap[tx[a:a + step]])
+    return 1.0 / bw
