@@ -34,11 +34,23 @@ from .hardware import DTYPE_BYTES, BlockShape, GemmTile, GpuProfile, SmLimits
 def blocks_per_sm(limits: SmLimits, block: BlockShape) -> int:
     """Resident blocks of one kernel on an empty SM, limited by blocks, threads,
     registers and shared memory (including the driver's per-block reservation)."""
-    smem = block.smem + limits.reserved_smem_per_block
-    by_smem = limits.smem // smem if smem > 0 else limits.max_blocks
-    by_regs = limits.registers // max(1, block.threads * block.registers)
-    by_threads = limits.max_threads // block.threads
-    return int(min(limits.max_blocks, by_threads, by_regs, by_smem))
+    return int(blocks_beside(limits, block_needs(limits, block), block_needs(limits, block), 0))
+
+
+def block_needs(limits: SmLimits, block: BlockShape) -> np.ndarray:
+    """What one block takes of an SM: a block slot, threads, registers, shared memory
+    (the dispatcher's four limits, in :attr:`SmLimits` order)."""
+    return np.array([1, block.threads, max(1, block.threads * block.registers),
+                     block.smem + limits.reserved_smem_per_block], dtype=np.int64)
+
+
+def blocks_beside(limits: SmLimits, need, resident_need, count):
+    """Blocks needing ``need`` (:func:`block_needs`; arrays (..., 4) broadcast) an SM still
+    takes while it holds ``count`` blocks needing ``resident_need``: what a kernel gets
+    beside a running GEMM (0 held: its occupancy on an empty SM)."""
+    cap = np.array([limits.max_blocks, limits.max_threads, limits.registers, limits.smem], dtype=np.int64)
+    free = np.maximum(cap - np.asarray(count, dtype=np.int64)[..., None] * resident_need, 0)
+    return (free // np.maximum(need, 1)).min(-1)
 
 
 @dataclass(frozen=True)
@@ -123,7 +135,7 @@ def waves_time(gpu: GpuProfile, grid, occupancy: int, block_time, block_hbm_byte
     full waves of ``sms * occupancy`` blocks, then a partial one. Each wave takes the block
     time, or the HBM bound when its traffic outruns the GPU's effective bandwidth. Works
     on numbers and arrays alike."""
-    slots = (sms or gpu.num_sms) * max(1, occupancy)
+    slots = (sms or gpu.num_sms) * np.maximum(1, occupancy)
     full, rest = np.floor_divide(grid, slots), np.mod(grid, slots)
     wave_full = np.maximum(block_time, slots * block_hbm_bytes / gpu.hbm_effective)
     wave_rest = np.maximum(block_time, rest * block_hbm_bytes / gpu.hbm_effective)

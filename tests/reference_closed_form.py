@@ -6,12 +6,13 @@ the contention rule; the GEMM cost), written as plainly as possible."""
 
 from __future__ import annotations
 
+import math
 import sys
 from collections import Counter, defaultdict
 
 from ficco_sim.contention import comm_slowdown, compute_slowdown
 from ficco_sim.engine.closed_form import kernel_isolated_time
-from ficco_sim.gemm_model import gemm_times, hbm_traffic
+from ficco_sim.gemm_model import block_needs, blocks_beside, blocks_per_sm, gemm_times, hbm_traffic, plan_gemm, waves_time
 from ficco_sim.taskgraph import Kernel, TaskGraph, Transfer
 
 
@@ -31,6 +32,40 @@ def _duration(gpu, k: Kernel) -> float:
         return kernel_isolated_time(gpu, k, launch=False)
     g = k.gemm
     return float(gemm_times(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate))
+
+
+def _memory_slowdown(gpu, k: Kernel, s: float, gemms) -> float:
+    """A memory kernel starting at ``s`` beside the GEMMs ``gemms`` ((start, end, shape)):
+    the latest-ending one running at ``s`` leaves it SMs in two phases (blocks still to
+    place, then the last wave); then the whole GPU."""
+    running = [(a, b, g) for a, b, g in gemms if a <= s < b]
+    if not running:
+        return 1.0
+    a, b, g = max(running, key=lambda x: x[1])
+    plan = plan_gemm(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate)
+    S, occ = gpu.num_sms, plan.occupancy
+    waves = math.ceil(plan.grid / (S * occ))
+    last = plan.grid - (waves - 1) * S * occ
+    split = a + (b - a) * (waves - 1) / waves
+    d1, d2 = max(0.0, split - s), b - max(split, s)
+    alone = kernel_isolated_time(gpu, k, launch=False)
+    own = blocks_per_sm(gpu.sm, k.block)
+
+    def speed(used, count):
+        beside = int(blocks_beside(gpu.sm, block_needs(gpu.sm, k.block), block_needs(gpu.sm, plan.block), count))
+        slots = (S - used) * own + used * beside
+        return alone / waves_time(gpu, k.grid, slots, k.block_time, k.block_hbm_bytes, sms=1) if slots > 0 else 0.0
+
+    f1 = speed(min(S, plan.grid), min(occ, math.ceil(plan.grid / S)))
+    f2 = speed(min(S, last), min(occ, math.ceil(last / S)))
+    w1, w2 = d1 * f1, d2 * f2
+    if w1 >= alone:
+        t = alone / f1
+    elif w1 + w2 >= alone:
+        t = d1 + (alone - w1) / f2
+    else:
+        t = d1 + d2 + alone - w1 - w2
+    return t / alone if alone > 0 else 1.0
 
 
 def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str, tuple[float, float]]:
@@ -138,6 +173,10 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
             rate = max([r for (a, b), r in xf if a < e and b > s] + [0.0])
             slow[k.id] = compute_slowdown(gpu, rate, held_sms=float(held), sm_cover=_cover(s, e, [x for x, _ in comm]),
                                           hbm_cover=_cover(s, e, [x for x, _ in xf]))
+        for k in graph.kernels:
+            if k.kind == "memory":
+                slow[k.id] = _memory_slowdown(gpu, k, times[k.id][0], [(*times[x.id], x.gemm) for x in gemms
+                                                                        if x.gpu == k.gpu])
         for t in graph.transfers:
             s, e = times[t.id]
             near = []

@@ -47,13 +47,13 @@ from typing import Sequence
 import numpy as np
 
 from ..contention import PROFILE, Weights
-from ..gemm_model import GemmShape, blocks_per_sm, gemm_times, hbm_traffic, waves_time
-from ..hardware import GpuProfile, load_gpu
+from ..gemm_model import GemmShape, block_needs, blocks_per_sm, gemm_times, hbm_traffic, tile_costs, waves_time
+from ..hardware import BlockShape, GpuProfile, load_gpu
 from ..taskgraph import Kernel, TaskGraph
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
 from ..workload import Scenario
-from .closed_form_overlap import Groups, groups, link_coefs, members, slowdowns
+from .closed_form_overlap import Groups, MemKernels, groups, link_coefs, members, memory_slowdowns, slowdowns
 
 ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX = range(7)   # SMX: an SM transfer (XFER + its wire protocol)
 
@@ -97,6 +97,7 @@ class Template:
     xfer_links: np.ndarray | None = None        # (X, Lmax) links of each transfer's path (sentinel: links)
     xfer_cap: np.ndarray | None = None          # (X,) B/s: the copy engine / channel / HBM bound
     link_members: np.ndarray | None = None      # (links + 1, W) positions in xfer_nodes per link (sentinel X)
+    mem: MemKernels | None = None               # memory kernels, for the occupancy rule
     quotient: "Template | None" = None          # evaluated instead when set (:mod:`.symmetry`)
     orbit: np.ndarray | None = None             # node (and sentinel) -> quotient node
 
@@ -216,7 +217,20 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
         comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
         groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
-        tasks={t.id: (begin[t.id], end[t.id]) for t in graph.tasks}, **_link_tables(xfers, costs, topo))
+        tasks={t.id: (begin[t.id], end[t.id]) for t in graph.tasks}, **_link_tables(xfers, costs, topo),
+        mem=_memory_kernels([k for k in kernels if k.kind == "memory"], begin, end, gpu, gpu_of, gemm_nodes))
+
+
+def _memory_kernels(mems: list[Kernel], begin: dict, end: dict, gpu: GpuProfile, gpu_of: np.ndarray,
+                    gemm_nodes: np.ndarray) -> MemKernels:
+    nodes = np.array([end[k.id] for k in mems], dtype=np.int64)
+    return MemKernels(
+        nodes=nodes, begin=np.array([begin[k.id] for k in mems], dtype=np.int64),
+        grid=np.array([k.grid for k in mems], dtype=float), block_time=np.array([k.block_time for k in mems]),
+        block_hbm=np.array([k.block_hbm_bytes for k in mems]),
+        need=np.array([block_needs(gpu.sm, k.block) for k in mems], dtype=np.int64).reshape(-1, 4),
+        occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in mems], dtype=np.int64),
+        gemms=members(gpu_of[nodes][:, None] == gpu_of[gemm_nodes][None, :]))
 
 
 def _link_tables(xfers, costs: dict, topo: Topology) -> dict[str, np.ndarray]:
@@ -300,8 +314,26 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         xfer_begin=at("xfer_begin"), launch=tpls[0].launch, comm_launch=tpls[0].comm_launch,
         comm_scale=tpls[0].comm_scale,
         groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
-        **_merged_links(tpls))
+        **_merged_links(tpls), mem=_merged_mem(tpls, offs))
     return out, offs
+
+
+def _merged_mem(tpls: Sequence[Template], offs: np.ndarray) -> MemKernels:
+    """Memory kernels of block-diagonal templates (each meets its own template's GEMMs)."""
+    go = np.cumsum([0] + [len(t.gemm_nodes) for t in tpls])
+    G, M = int(go[-1]), sum(len(t.mem.nodes) for t in tpls)
+    width = max(t.mem.gemms.shape[1] for t in tpls)
+    gemms = np.full((M, width), G, dtype=np.int64)
+    r = 0
+    for t, g0 in zip(tpls, go):
+        mg = t.mem.gemms
+        gemms[r:r + len(mg), :mg.shape[1]] = np.where(mg == len(t.gemm_nodes), G, mg + g0)
+        r += len(mg)
+    cat = lambda f: np.concatenate([getattr(t.mem, f) for t in tpls])  # noqa: E731
+    return MemKernels(nodes=np.concatenate([t.mem.nodes + o for t, o in zip(tpls, offs)]),
+                      begin=np.concatenate([t.mem.begin + o for t, o in zip(tpls, offs)]), grid=cat("grid"),
+                      block_time=cat("block_time"), block_hbm=cat("block_hbm"), need=cat("need").reshape(-1, 4),
+                      occupancy=cat("occupancy"), gemms=gemms)
 
 
 def _merged_links(tpls: Sequence[Template]) -> dict[str, np.ndarray]:
@@ -335,26 +367,34 @@ def _factors(tpl: Template, scenarios: Sequence[Scenario] | None) -> dict[str, n
 
 
 def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | None = None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """(P, nodes + 1) contention-free durations of non-transfer nodes, (P, nodes + 1) bytes
-    of transfer nodes, (P, GEMMs) GEMM HBM bytes; one row per scenario (one row at the
-    template's own sizes when none are given)."""
+    of transfer nodes, (P, GEMMs) GEMM HBM bytes, and where each GEMM's blocks sit
+    (:func:`_residency`); one row per scenario (one row at the template's own sizes when
+    none are given)."""
     f = _factors(tpl, scenarios)
     P = len(f["m"])
     kind = tpl.kind
     dur = np.zeros((P, tpl.num_nodes + 1))
     dur[:, :-1] = np.where((kind == CONST) | (kind == FIXED), tpl.const, 0.0)
     gemm_hbm = np.zeros((P, len(tpl.gemm_nodes)))
+    resident: dict = {}
     if tpl.shapes:
-        times, traffic = [], []
+        times, traffic, sizes, picked = [], [], [], []
         for sh in tpl.shapes:
             m, n, k = (np.maximum(1, np.round(x * f[d])) for x, d in ((sh.m, "m"), (sh.n, "n"), (sh.k, "k")))
-            times.append(gemm_times(gpu, m, n, k, sh.dtype, extra_smem=sh.extra_smem, accumulate=sh.accumulate))
+            t, best = gemm_times(gpu, m, n, k, sh.dtype, extra_smem=sh.extra_smem, accumulate=sh.accumulate,
+                                 tiles=True)
+            times.append(t)
+            picked.append(best)
+            sizes.append((m, n, k))
             traffic.append(hbm_traffic(m, n, k, sh.dtype, sh.accumulate))
         times, traffic = np.stack(times, axis=1), np.stack(traffic, axis=1)   # (P, shapes)
         g = np.flatnonzero(kind == GEMM)
         dur[:, g] = times[:, tpl.gemm_shape[g]]
         gemm_hbm = traffic[:, tpl.gemm_shape[tpl.gemm_nodes]]
+        if tpl.mem is not None and len(tpl.mem.nodes):
+            resident = _residency(gpu, tpl.shapes, sizes, picked, tpl.gemm_shape[tpl.gemm_nodes])
     a, b = tpl.comm_scale
     comm = f[a] * f[b]
     nbytes = np.zeros((P, tpl.num_nodes + 1))
@@ -362,7 +402,34 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
     nbytes[:, x] = tpl.ref_bytes[x] * comm[:, None]
     mm = np.flatnonzero(kind == MEM)
     dur[:, mm] = tpl.const[mm] * comm[:, None]
-    return dur, nbytes, gemm_hbm
+    resident["comm"] = comm
+    return dur, nbytes, gemm_hbm, resident
+
+
+def _residency(gpu: GpuProfile, shapes: list[GemmShape], sizes: list, picked: list, of_gemm: np.ndarray) -> dict:
+    """Per GEMM node and scenario, where its blocks sit (spread one per SM first, as the
+    dispatcher does) while it still has blocks to place (``used`` SMs, ``count`` blocks on
+    each) and in its last wave (``used_last``, ``count_last``), when that wave starts (a
+    share ``last_at`` of its run), and a block's SM needs (``need``)."""
+    P, S = len(picked[0]), gpu.num_sms
+    out = {k: np.zeros((P, len(shapes))) for k in ("used", "count", "used_last", "count_last", "last_at")}
+    need = np.zeros((P, len(shapes), 4), dtype=np.int64)
+    for j, (sh, (m, n, k), best) in enumerate(zip(shapes, sizes, picked)):
+        for ti in np.unique(best):
+            tile = gpu.gemm.tiles[int(ti)]
+            rows = best == ti
+            grid, occ = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype, extra_smem=sh.extra_smem)[:2]
+            occ = max(1, occ)
+            waves = np.ceil(grid / (S * occ))
+            last = grid - (waves - 1) * S * occ
+            out["used"][rows, j], out["count"][rows, j] = np.minimum(S, grid), np.minimum(occ, np.ceil(grid / S))
+            out["used_last"][rows, j], out["count_last"][rows, j] = np.minimum(S, last), np.minimum(occ, np.ceil(last / S))
+            out["last_at"][rows, j] = (waves - 1) / waves
+            need[rows, j] = block_needs(gpu.sm, BlockShape(tile.block.threads, tile.block.registers,
+                                                           tile.block.smem + sh.extra_smem))
+    out = {k: v[:, of_gemm] for k, v in out.items()}
+    out["need"] = need[:, of_gemm]
+    return out
 
 
 def transfer_terms(tpl: Template, gpu: GpuProfile, nbytes: np.ndarray, xfer: np.ndarray
@@ -400,7 +467,7 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
         ev = evaluate(tpl.quotient, gpu, scenarios, contention=contention, weights=weights)
         out = {k: ev[k][:, tpl.orbit] for k in ("vals", "add", "base", "nbytes")}
         return {**out, "makespan": ev["makespan"]}
-    base, nbytes, gemm_hbm = durations(tpl, gpu, scenarios)
+    base, nbytes, gemm_hbm, resident = durations(tpl, gpu, scenarios)
     xfer = np.flatnonzero((tpl.kind == XFER) | (tpl.kind == SMX))
     fixed, wire = transfer_terms(tpl, gpu, nbytes, xfer)
     add = base.copy()
@@ -412,6 +479,8 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
         slow = None
         if contention and tpl.groups is not None and p == passes - 1:
             slow = slowdowns(tpl, gpu, vals, nbytes, gemm_hbm, weights)
+            if tpl.mem is not None and len(tpl.mem.nodes):
+                slow[:, tpl.mem.nodes] = memory_slowdowns(tpl, gpu, vals, resident, resident["comm"])
         coef = np.broadcast_to(tpl.coef[xfer], wire.shape)
         if sharing:
             per_node = np.zeros((len(vals), tpl.num_nodes + 1))

@@ -1,5 +1,7 @@
 """The closed-form engine's contention pass: from the overlaps of a contention-free pass,
-the slowdown of every GEMM and transfer under :mod:`ficco_sim.contention`'s rule.
+the slowdown of every GEMM and transfer under :mod:`ficco_sim.contention`'s rule, of
+every memory kernel that runs beside a GEMM (:func:`memory_slowdowns`: the SM slots the
+GEMM's blocks leave it), and the link shares of the next pass (:func:`link_coefs`).
 
 A GEMM meets the communication kernels and transfers of its GPU: it is charged the SMs
 held by the widest communication kernel overlapping it, over the share of its run some
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..contention import Weights, comm_slowdown, compute_slowdown
+from ..gemm_model import blocks_beside, waves_time
 from ..hardware import GpuProfile
 
 if TYPE_CHECKING:
@@ -38,6 +41,24 @@ class Groups:
     near: np.ndarray
     pair_gemms: np.ndarray
     pair_row: np.ndarray
+
+
+@dataclass
+class MemKernels:
+    """A template's memory kernels (reductions and other bandwidth-bound SM work): end and
+    begin nodes, blocks at the reference sizes (scaled with the communicated shape), each
+    block's time, HBM bytes and SM needs (:func:`~ficco_sim.gemm_model.block_needs`), its
+    occupancy on an empty SM, and the GEMMs of its GPU (positions in ``gemm_nodes``,
+    padded with their count)."""
+
+    nodes: np.ndarray
+    begin: np.ndarray
+    grid: np.ndarray
+    block_time: np.ndarray
+    block_hbm: np.ndarray
+    need: np.ndarray            # (M, 4)
+    occupancy: np.ndarray
+    gemms: np.ndarray           # (M, Wg)
 
 
 def groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x_src: np.ndarray,
@@ -173,3 +194,48 @@ def link_coefs(tpl: "Template", vals: np.ndarray) -> np.ndarray:
         share = tpl.link_bw[lk] / np.maximum(np.where(span[..., None] > 0, conc, 1.0), 1.0)
         bw[:, a:a + step] = np.minimum(share.min(-1), tpl.xfer_cap[tx[a:a + step]])
     return 1.0 / bw
+
+
+def memory_slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: dict, comm: np.ndarray
+                     ) -> np.ndarray:
+    """(P, M) slowdowns of the memory kernels (:class:`MemKernels`) from a pass ``vals``.
+
+    A memory kernel that starts while a GEMM of its GPU runs shares the SMs with it in two
+    phases: while the GEMM still has blocks to place, then during its last wave. In each,
+    it gets the SMs the GEMM's blocks leave empty (at its own occupancy) and, on each SM
+    holding them, what still fits beside them (:func:`~ficco_sim.gemm_model.blocks_beside`;
+    nothing: it waits); its speed is its waves alone over its waves on those slots. Then
+    it has the GPU. Of several such GEMMs the latest-ending counts. ``resident``: per GEMM
+    and scenario, from :func:`~ficco_sim.engine.closed_form.durations`; ``comm``: the
+    communicated-shape factor the kernel's grid scales by."""
+    mk = tpl.mem
+    inf = np.inf
+    s = vals[:, mk.begin]                                                  # (P, M)
+    gs = _pad(vals[:, tpl.gemm_begin], inf)[:, mk.gemms]                   # (P, M, Wg)
+    ge = _pad(vals[:, tpl.gemm_nodes], inf)[:, mk.gemms]
+    active = (gs <= s[..., None]) & (ge > s[..., None])
+    j = np.argmax(np.where(active, ge, -inf), axis=-1)[..., None]          # (P, M, 1): the GEMM that counts
+    on = np.take_along_axis(active, j, -1)[..., 0]
+    pick = lambda a: np.take_along_axis(a, j, -1)[..., 0]  # noqa: E731
+    at = lambda key: np.concatenate([resident[key], np.zeros((len(vals), 1))], 1)[:, mk.gemms]  # noqa: E731
+    a, b = np.where(on, pick(gs), 0.0), np.where(on, pick(ge), 0.0)
+    split = np.where(on, a + (b - a) * pick(at("last_at")), s)
+    d1 = np.where(on, np.maximum(0.0, split - s), 0.0)                   # until the GEMM's last wave
+    d2 = np.where(on, b - np.maximum(split, s), 0.0)                      # its last wave
+    need = np.concatenate([resident["need"], np.zeros((len(vals), 1, 4), dtype=np.int64)], 1)[:, mk.gemms]
+    need = np.take_along_axis(need, j[..., None], -2)[..., 0, :]          # (P, M, 4)
+    grid = np.maximum(1.0, np.round(mk.grid[None, :] * comm[:, None]))
+    alone = waves_time(gpu, grid, mk.occupancy[None, :], mk.block_time, mk.block_hbm)
+
+    def speed(used, count):
+        slots = (gpu.num_sms - used) * mk.occupancy + used * blocks_beside(gpu.sm, mk.need, need, count)
+        t = waves_time(gpu, grid, np.maximum(slots, 1), mk.block_time, mk.block_hbm, sms=1)
+        return np.where(slots > 0, alone / t, 0.0)
+
+    f1 = speed(pick(at("used")), pick(at("count")).astype(np.int64))
+    f2 = speed(pick(at("used_last")), pick(at("count_last")).astype(np.int64))
+    w1, w2 = d1 * f1, d2 * f2                                              # work done (alone-seconds)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(w1 >= alone, alone / f1,
+                     np.where(w1 + w2 >= alone, d1 + (alone - w1) / f2, d1 + d2 + alone - w1 - w2))
+        return np.where(alone > 0, t / np.where(alone > 0, alone, 1.0), 1.0)

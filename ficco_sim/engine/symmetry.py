@@ -6,6 +6,7 @@ tests check it node by node).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
@@ -86,7 +87,8 @@ def quotient(tpl: Template, stride: int, gpus: int) -> tuple[Template | None, np
         xfer_nodes=orbit[x_nodes], xfer_begin=orbit[tpl.xfer_begin],
         launch=tpl.launch, comm_launch=tpl.comm_launch, comm_scale=tpl.comm_scale, gemm_targets=gemm_targets,
         xfer_targets=xfer_targets, link_bw=tpl.link_bw, xfer_links=tpl.xfer_links, xfer_cap=tpl.xfer_cap,
-        link_members=tpl.link_members,
+        link_members=tpl.link_members, mem=dataclasses.replace(tpl.mem, nodes=orbit[tpl.mem.nodes],
+                                                               begin=orbit[tpl.mem.begin]),
         groups=groups(g_all[tpl.gemm_nodes], g_all[tpl.comm_nodes], tpl.comm_grid, g_all[x_nodes],
                        tpl.dst_of[x_nodes], gemm_targets, xfer_targets))
     return quot, orbit
