@@ -40,8 +40,8 @@ def blocks_per_sm(limits: SmLimits, block: BlockShape) -> int:
 def block_needs(limits: SmLimits, block: BlockShape) -> np.ndarray:
     """What one block takes of an SM: a block slot, threads, registers, shared memory
     (the dispatcher's four limits, in :attr:`SmLimits` order)."""
-    return np.array([1, block.threads, max(1, block.threads * block.registers),
-                     block.smem + limits.reserved_smem_per_block], dtype=np.int64)
+    return np.array([1, block.threads, block.threads * block.registers, block.smem + limits.reserved_smem_per_block],
+                    dtype=np.int64)
 
 
 def blocks_beside(limits: SmLimits, need, resident_need, count):
@@ -50,7 +50,8 @@ def blocks_beside(limits: SmLimits, need, resident_need, count):
     beside a running GEMM (0 held: its occupancy on an empty SM)."""
     cap = np.array([limits.max_blocks, limits.max_threads, limits.registers, limits.smem], dtype=np.int64)
     free = np.maximum(cap - np.asarray(count, dtype=np.int64)[..., None] * resident_need, 0)
-    return (free // np.maximum(need, 1)).min(-1)
+    need = np.asarray(need)
+    return np.where(need > 0, free // np.maximum(need, 1), limits.max_blocks).min(-1)
 
 
 @dataclass(frozen=True)

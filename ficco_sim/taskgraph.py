@@ -87,6 +87,7 @@ class Kernel:
     label: str = ""
     io: Mapping[str, object] = field(default_factory=dict, compare=False)
     gemm: GemmShape | None = None
+    elems: int | None = None     # a reduction's elements per input (the closed form rescales its grid)
 
 
 @dataclass(frozen=True)

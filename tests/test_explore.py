@@ -190,3 +190,15 @@ def test_confirmed_study_answers_as_the_des_over_the_whole_space():
     ref = full.set_index("scenario")[["best", "makespan"]]
     assert (got["best"] == ref["best"]).all()
     assert got["makespan"].to_numpy() == pytest.approx(ref["makespan"].to_numpy(), rel=1e-12)
+
+
+def test_reduction_grids_rescale_exactly_in_sweeps():
+    """A reduce kernel is one wave over all SMs at large sizes but fewer blocks at small ones;
+    a template compiled at a large size must give a small one's memory-kernel occupancy
+    exactly (the bug: the grid was scaled by bytes from the capped reference grid)."""
+    big, small = (Scenario("gemm-rs", 8, m, 8192, 3584, dtype="bfloat16") for m in (32768, 2048))
+    scheds = ["shard-p2p-dma", "ficco-a2a-dma"]
+    rows = estimate_many([big, small], scheds, "h100", "switch:8")
+    single = simulate_many(big, scheds, "h100", "switch:8", engine="analytical") + \
+        simulate_many(small, scheds, "h100", "switch:8", engine="analytical")
+    assert [r["makespan"] for r in rows] == pytest.approx([s.makespan for s in single], rel=1e-9)

@@ -230,7 +230,9 @@ def _memory_kernels(mems: list[Kernel], begin: dict, end: dict, gpu: GpuProfile,
         block_hbm=np.array([k.block_hbm_bytes for k in mems]),
         need=np.array([block_needs(gpu.sm, k.block) for k in mems], dtype=np.int64).reshape(-1, 4),
         occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in mems], dtype=np.int64),
-        gemms=members(gpu_of[nodes][:, None] == gpu_of[gemm_nodes][None, :]))
+        gemms=members(gpu_of[nodes][:, None] == gpu_of[gemm_nodes][None, :]),
+        elems=np.array([np.nan if k.elems is None else k.elems for k in mems], dtype=float),
+        blocks=[k.block for k in mems])
 
 
 def _link_tables(xfers, costs: dict, topo: Topology) -> dict[str, np.ndarray]:
@@ -333,7 +335,8 @@ def _merged_mem(tpls: Sequence[Template], offs: np.ndarray) -> MemKernels:
     return MemKernels(nodes=np.concatenate([t.mem.nodes + o for t, o in zip(tpls, offs)]),
                       begin=np.concatenate([t.mem.begin + o for t, o in zip(tpls, offs)]), grid=cat("grid"),
                       block_time=cat("block_time"), block_hbm=cat("block_hbm"), need=cat("need").reshape(-1, 4),
-                      occupancy=cat("occupancy"), gemms=gemms)
+                      occupancy=cat("occupancy"), gemms=gemms, elems=cat("elems"),
+                      blocks=[b for t in tpls for b in t.mem.blocks])
 
 
 def _merged_links(tpls: Sequence[Template]) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ import numpy as np
 from ..contention import Weights, comm_slowdown, compute_slowdown
 from ..gemm_model import blocks_beside, waves_time
 from ..hardware import GpuProfile
+from ..schedules.builder import reduce_grid
 
 if TYPE_CHECKING:
     from .closed_form import Template
@@ -59,6 +60,8 @@ class MemKernels:
     need: np.ndarray            # (M, 4)
     occupancy: np.ndarray
     gemms: np.ndarray           # (M, Wg)
+    elems: np.ndarray           # a reduction's elements per input at the reference sizes (NaN: unknown)
+    blocks: list                # each kernel's BlockShape
 
 
 def groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x_src: np.ndarray,
@@ -224,12 +227,12 @@ def memory_slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, residen
     d2 = np.where(on, b - np.maximum(split, s), 0.0)                      # its last wave
     need = np.concatenate([resident["need"], np.zeros((len(vals), 1, 4), dtype=np.int64)], 1)[:, mk.gemms]
     need = np.take_along_axis(need, j[..., None], -2)[..., 0, :]          # (P, M, 4)
-    grid = np.maximum(1.0, np.round(mk.grid[None, :] * comm[:, None]))
-    alone = waves_time(gpu, grid, mk.occupancy[None, :], mk.block_time, mk.block_hbm)
+    grid, block_time, block_hbm = _scaled(mk, gpu, comm)
+    alone = waves_time(gpu, grid, mk.occupancy[None, :], block_time, block_hbm)
 
     def speed(used, count):
         slots = (gpu.num_sms - used) * mk.occupancy + used * blocks_beside(gpu.sm, mk.need, need, count)
-        t = waves_time(gpu, grid, np.maximum(slots, 1), mk.block_time, mk.block_hbm, sms=1)
+        t = waves_time(gpu, grid, np.maximum(slots, 1), block_time, block_hbm, sms=1)
         return np.where(slots > 0, alone / t, 0.0)
 
     f1 = speed(pick(at("used")), pick(at("count")).astype(np.int64))
@@ -239,3 +242,16 @@ def memory_slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, residen
         t = np.where(w1 >= alone, alone / f1,
                      np.where(w1 + w2 >= alone, d1 + (alone - w1) / f2, d1 + d2 + alone - w1 - w2))
         return np.where(alone > 0, t / np.where(alone > 0, alone, 1.0), 1.0)
+
+
+def _scaled(mk: MemKernels, gpu: GpuProfile, comm: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(P, M) grid, block time and block HBM bytes of the memory kernels at each scenario's
+    sizes: a reduction is one wave moving all its bytes (block time and total bytes scale
+    with the communicated shape, its grid follows its elements); another kernel keeps its
+    grid."""
+    grid = np.broadcast_to(mk.grid, (len(comm), len(mk.grid))).astype(float)
+    for block in set(mk.blocks):
+        cols = np.array([b == block for b in mk.blocks]) & np.isfinite(mk.elems)
+        if cols.any():
+            grid[:, cols] = reduce_grid(gpu, block, np.round(mk.elems[cols][None, :] * comm[:, None]))
+    return grid, mk.block_time * comm[:, None], mk.block_hbm * mk.grid * comm[:, None] / grid

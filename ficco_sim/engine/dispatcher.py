@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..gemm_model import block_needs
 from ..hardware import BlockShape, SmLimits
 
 POLICIES = ("backfill", "strict", "fifo")
@@ -62,8 +63,7 @@ class SmPool:
                                      dtype=np.int64), (num_sms, 1))
 
     def need(self, block: BlockShape) -> np.ndarray:
-        return np.array([1, block.threads, block.threads * block.registers,
-                         block.smem + self.limits.reserved_smem_per_block], dtype=np.int64)
+        return block_needs(self.limits, block)
 
     def fit(self, block: BlockShape) -> np.ndarray:
         """How many more blocks of this shape each SM can take now."""

@@ -5,8 +5,9 @@ every kernel gets its footprint and cost from one place.
 
 from __future__ import annotations
 
-import math
 from typing import Iterable, Sequence
+
+import numpy as np
 
 from ..gemm_model import GemmShape, blocks_per_sm, plan_gemm
 from ..hardware import DTYPE_BYTES, BlockShape, GpuProfile
@@ -83,14 +84,13 @@ class GraphBuilder:
         elems = rows * cols
         total_bytes = elems * DTYPE_BYTES[dtype] * (inputs + 1)
         block = self.reduce_block
-        occ = blocks_per_sm(self.gpu.sm, block)
-        grid = max(1, min(self.gpu.num_sms * occ, math.ceil(elems / (block.threads * 8))))
+        grid = int(reduce_grid(self.gpu, block, elems))
         per_block = total_bytes / grid
         # One wave of `grid` blocks moving total_bytes at the full effective HBM rate.
         block_time = total_bytes / self.gpu.hbm_effective
         return self._add(Kernel(id, gpu, stream, "memory", grid, block, block_time, per_block,
                                 tuple(deps), "comm", label or f"reduce x{inputs}",
-                                dict(io or {}, rows=rows, cols=cols, dtype=dtype)))
+                                dict(io or {}, rows=rows, cols=cols, dtype=dtype), elems=elems))
 
     def comm_kernel(self, id: str, gpu: int, *, deps: Sequence[str] = (), label: str = "") -> Kernel:
         spec = self.gpu.comm_kernel
@@ -122,6 +122,13 @@ class GraphBuilder:
     def build(self) -> TaskGraph:
         streams = sorted(self.streams.values(), key=lambda s: (s.gpu, s.name))
         return TaskGraph.build(self.num_gpus, streams, self.tasks, buffers=self.buffers, meta=self.meta)
+
+
+def reduce_grid(gpu: GpuProfile, block: BlockShape, elems):
+    """Blocks of an elementwise reduction of ``elems`` elements per input (a number or an
+    array): 8 elements per thread, at most one wave over all SMs."""
+    return np.maximum(1, np.minimum(gpu.num_sms * blocks_per_sm(gpu.sm, block),
+                                    np.ceil(np.asarray(elems, dtype=float) / (block.threads * 8))))
 
 
 def row_slice(buffer: str, start: int, rows: int) -> Slice:
