@@ -34,20 +34,19 @@ def _duration(gpu, k: Kernel) -> float:
     return float(gemm_times(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate))
 
 
-def _memory_slowdown(gpu, k: Kernel, s: float, gemms) -> float:
-    """A memory kernel starting at ``s`` beside the GEMMs ``gemms`` ((start, end, shape)):
-    the latest-ending one running at ``s`` leaves it SMs in two phases (blocks still to
-    place, then the last wave); then the whole GPU."""
-    running = [(a, b, g) for a, b, g in gemms if a <= s < b]
+def _memory_hold(gpu, k: Kernel, s: float, gemms):
+    """How a memory kernel starting at ``s`` shares SMs with the GEMMs ``gemms`` ((start, end,
+    kernel)) of its GPU in a pass: None, or (the latest-ending GEMM running at ``s``, its
+    waves, the kernel's speed while that GEMM has blocks to place and in its last wave)."""
+    running = [x for x in gemms if x[0] <= s < x[1]]
     if not running:
-        return 1.0
-    a, b, g = max(running, key=lambda x: x[1])
+        return None
+    a, b, x = max(running, key=lambda r: r[1])
+    g = x.gemm
     plan = plan_gemm(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate)
     S, occ = gpu.num_sms, plan.occupancy
     waves = math.ceil(plan.grid / (S * occ))
     last = plan.grid - (waves - 1) * S * occ
-    split = a + (b - a) * (waves - 1) / waves
-    d1, d2 = max(0.0, split - s), b - max(split, s)
     alone = kernel_isolated_time(gpu, k, launch=False)
     own = blocks_per_sm(gpu.sm, k.block)
 
@@ -56,16 +55,80 @@ def _memory_slowdown(gpu, k: Kernel, s: float, gemms) -> float:
         slots = (S - used) * own + used * beside
         return alone / waves_time(gpu, k.grid, slots, k.block_time, k.block_hbm_bytes, sms=1) if slots > 0 else 0.0
 
-    f1 = speed(min(S, plan.grid), min(occ, math.ceil(plan.grid / S)))
-    f2 = speed(min(S, last), min(occ, math.ceil(last / S)))
+    return x.id, waves, speed(min(S, plan.grid), min(occ, math.ceil(plan.grid / S))), \
+        speed(min(S, last), min(occ, math.ceil(last / S)))
+
+
+def _shared_time(alone: float, s: float, a: float, dur: float, waves: int, f1: float, f2: float) -> float:
+    """A memory kernel's time from ``s`` beside a GEMM running [a, a + dur): speed ``f1``
+    until its last wave starts, ``f2`` in it, then alone."""
+    split = a + dur * (waves - 1) / waves
+    d1, d2 = max(0.0, split - s), a + dur - max(split, s)
     w1, w2 = d1 * f1, d2 * f2
     if w1 >= alone:
-        t = alone / f1
-    elif w1 + w2 >= alone:
-        t = d1 + (alone - w1) / f2
-    else:
-        t = d1 + d2 + alone - w1 - w2
-    return t / alone if alone > 0 else 1.0
+        return alone / f1
+    if w1 + w2 >= alone:
+        return d1 + (alone - w1) / f2
+    return d1 + d2 + alone - w1 - w2
+
+
+def _comm_hold(gpu, k: Kernel, s: float, gemms, priority: int):
+    """How a communication kernel launched at ``s`` waits beside the GEMMs ``gemms`` ((start,
+    end, kernel, stream priority)) of its GPU in a pass: None (it starts at once), or (the
+    GEMM holding it back, its waves, the share of its run to wait for, or None: until its
+    next wave ends)."""
+    running = [x for x in gemms if x[0] <= s < x[1]]
+    if not running:
+        return None
+    a, b, x, prio = max(running, key=lambda r: r[1])
+    g = x.gemm
+    plan = plan_gemm(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate)
+    S, occ = gpu.num_sms, plan.occupancy
+    waves = math.ceil(plan.grid / (S * occ))
+    last = plan.grid - (waves - 1) * S * occ
+    own = blocks_per_sm(gpu.sm, k.block)
+
+    def slots(used, count):
+        return (S - used) * own + used * int(blocks_beside(gpu.sm, block_needs(gpu.sm, k.block),
+                                                           block_needs(gpu.sm, plan.block), count))
+
+    if slots(min(S, plan.grid), min(occ, math.ceil(plan.grid / S))) > 0:
+        return None
+    if priority > prio:
+        return x.id, waves, None
+    return x.id, waves, (waves - 1) / waves if slots(min(S, last), min(occ, math.ceil(last / S))) > 0 else 1.0
+
+
+def _depths(graph: TaskGraph) -> dict[str, int]:
+    """Longest-path depth of every kernel's begin and end in the engine's node DAG (a GEMM may
+    hold a communication kernel back only if its begin is no deeper than the kernel's, and
+    share SMs with a memory kernel only if its begin is shallower than the kernel's end)."""
+    prev, last = {}, {}
+    for t in graph.tasks:
+        key = graph.stream_of(t)
+        prev[t.id] = last.get(key) if key else None
+        if key:
+            last[key] = t.id
+    driven = defaultdict(list)
+    for t in graph.transfers:
+        for d in t.drivers:
+            driven[d].append(t.id)
+    memo: dict = {}
+
+    def depth(tid: str, node: str) -> int:
+        if (tid, node) not in memo:
+            t = graph.task(tid)
+            pre = [("end", d) for d in t.deps] + ([("end", prev[tid])] if prev[tid] else [])
+            if node == "ready" or (node == "begin" and (isinstance(t, Kernel) or t.engine == "dma")):
+                ins = pre
+            elif node == "begin":
+                ins = [("ready", tid)] + [("begin", d) for d in t.drivers]
+            else:
+                ins = [("begin", tid)] + [("end", x) for x in driven.get(tid, [])]
+            memo[(tid, node)] = 1 + max([depth(x, n) for n, x in ins] + [0])
+        return memo[(tid, node)]
+
+    return {(k.id, n): depth(k.id, n) for k in graph.kernels for n in ("begin", "end")}
 
 
 def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str, tuple[float, float]]:
@@ -123,7 +186,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
         for k in t.drivers:
             driven[k].append(t.id)
 
-    def one_pass(slow: dict[str, float], seen=None) -> dict[str, tuple[float, float]]:
+    def one_pass(slow: dict[str, float], seen=None, hold=None, share=None) -> dict[str, tuple[float, float]]:
         start, end = {}, {}
 
         def begin(tid):
@@ -132,6 +195,15 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                 ready = max([finish(d) for d in t.deps] + ([finish(prev[tid])] if prev[tid] else []) + [0.0])
                 if isinstance(t, Kernel):
                     start[tid] = ready + gpu.launch_of(t.kind)
+                    how = (hold or {}).get(tid)
+                    if how is not None:
+                        a = begin(how[0])
+                        dur = _duration(gpu, graph.task(how[0])) * slow.get(how[0], 1.0)
+                        if a <= start[tid] < a + dur:
+                            wave = dur / how[1]
+                            rel = a + how[2] * dur if how[2] is not None else \
+                                min(a + math.ceil((start[tid] - a) / wave) * wave, a + dur)
+                            start[tid] = max(start[tid], rel)
                 elif t.engine == "sm":
                     start[tid] = max([ready] + [begin(k) for k in t.drivers])
                 else:
@@ -146,6 +218,12 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                     end[tid] = max([s] + [finish(x) for x in driven[tid]])
                 elif isinstance(t, Kernel):
                     end[tid] = s + _duration(gpu, t) * slow.get(tid, 1.0)
+                    how = (share or {}).get(tid)
+                    if how is not None:
+                        a = begin(how[0])
+                        dur = _duration(gpu, graph.task(how[0])) * slow.get(how[0], 1.0)
+                        if a <= s < a + dur:
+                            end[tid] = s + _shared_time(_duration(gpu, t), s, a, dur, *how[1:])
                 else:
                     end[tid] = s + xfer_time(t, slow.get(tid, 1.0), seen)
             return end[tid]
@@ -173,10 +251,16 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
             rate = max([r for (a, b), r in xf if a < e and b > s] + [0.0])
             slow[k.id] = compute_slowdown(gpu, rate, held_sms=float(held), sm_cover=_cover(s, e, [x for x, _ in comm]),
                                           hbm_cover=_cover(s, e, [x for x, _ in xf]))
-        for k in graph.kernels:
-            if k.kind == "memory":
-                slow[k.id] = _memory_slowdown(gpu, k, times[k.id][0], [(*times[x.id], x.gemm) for x in gemms
-                                                                        if x.gpu == k.gpu])
+        depth = _depths(graph)
+        share = {k.id: _memory_hold(gpu, k, times[k.id][0], [(*times[x.id], x) for x in gemms if x.gpu == k.gpu and
+                                                             depth[(x.id, "begin")] < depth[(k.id, "end")]])
+                 for k in graph.kernels if k.kind == "memory"}
+        prio = {(x.gpu, x.name): x.priority for x in graph.streams}
+        hold = {k.id: _comm_hold(gpu, k, times[k.id][0], [(*times[x.id], x, prio[(x.gpu, x.stream)]) for x in gemms
+                                                          if x.gpu == k.gpu and
+                                                          depth[(x.id, "begin")] <= depth[(k.id, "begin")]],
+                                 prio[(k.gpu, k.stream)])
+                for k in graph.kernels if k.kind == "comm"}
         for t in graph.transfers:
             s, e = times[t.id]
             near = []
@@ -187,6 +271,6 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                     near.append(((a, b), hbm_traffic(g.m, g.n, g.k, g.dtype, g.accumulate) / (b - a) if b > a else 0.0))
             rate = max([r for (a, b), r in near if a < e and b > s] + [0.0])
             slow[t.id] = comm_slowdown(gpu, rate, cover=_cover(s, e, [x for x, _ in near]))
-        return one_pass(slow, times if graph.transfers else None)
+        return one_pass(slow, times if graph.transfers else None, hold, share)
     finally:
         sys.setrecursionlimit(old)

@@ -1,7 +1,6 @@
 """explore: schedule space, scenario library, fast estimator, resumable parallel sweeps, CLI."""
 
 import json
-import math
 
 import pytest
 
@@ -11,7 +10,6 @@ from ficco_sim.explore.estimate import estimate_many
 from ficco_sim.explore.library import builtin_library, load_scenarios
 from ficco_sim.explore.space import enumerate_space, valid_schedules
 from ficco_sim.explore.sweep import POINTS_FILE, Job, read_points, run_sweep
-from ficco_sim.schedules import basic_schedules
 
 SMALL = Scenario("ag-gemm", 4, 4096, 2048, 2048, name="small")
 

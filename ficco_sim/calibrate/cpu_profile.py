@@ -55,7 +55,7 @@ def render_cpu_profile(m: dict[str, Any], raw_csv: str, date: str) -> str:
         "# executor agree on a device that every machine has. It is NOT a GPU and says nothing about one.",
         "# Mapping: SM -> core, peak -> best measured GEMM rate, HBM -> DRAM at the measured copy rate,",
         "# DMA engine -> a core doing memcpy, link -> shared memory between processes on this host.",
-        f"# Regenerate: ficco-sim calibrate --device cpu --out hw_profiles/cpu.yaml --force",
+        "# Regenerate: ficco-sim calibrate --device cpu --out hw_profiles/cpu.yaml --force",
         "name: cpu",
         f"description: {m['device_name']} ({f['cores']} cores), CPU stand-in for validation runs",
         "vendor: cpu",

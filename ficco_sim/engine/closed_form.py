@@ -23,9 +23,13 @@ the time-averaged number of transfers on the link over the transfer's span in th
 before (:func:`.closed_form_overlap.link_coefs`): pieces that the first pass lines up
 spread out once their neighbours are seen to finish early, as the DES's max-min sharing
 shows. The last pass also applies the contention rule (:mod:`ficco_sim.contention`)
-where the pass before shows overlap (:mod:`.closed_form_overlap`). Without overlap the
-answer is exact for isolated GEMMs and alpha-beta collectives; it cannot see starvation
-(a kernel waiting for SMs behind another's blocks), which the DES shows.
+where the pass before shows overlap, and the dispatcher's rules for kernels that start
+beside a running GEMM (:mod:`.closed_form_overlap`): a memory kernel gets the SM slots
+the GEMM's blocks leave it, a communication kernel with none waits for the GEMM's last
+or next wave; the GEMM is the one the pass before saw, its times those of this pass
+(:func:`run`). Without overlap the answer is exact for isolated GEMMs and alpha-beta
+collectives. Not seen: a GEMM slowed by a memory kernel already resident, and a
+communication kernel running on part of its blocks.
 
 A template compiled from a :class:`~ficco_sim.workload.Scenario` evaluates any scenario of
 the same :meth:`~ficco_sim.workload.Scenario.structure` exactly: GEMM dimensions scale
@@ -53,7 +57,9 @@ from ..taskgraph import Kernel, TaskGraph
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
 from ..workload import Scenario
-from .closed_form_overlap import Groups, MemKernels, groups, link_coefs, members, memory_slowdowns, slowdowns
+from .closed_form_overlap import (CommKernels, Groups, MemKernels, apply_comm_hold, apply_memory_hold, comm_release,
+                                  groups, levels_of, link_coefs, memory_hold, slowdowns)
+from .closed_form_tables import comm_kernels, link_tables, memory_kernels, merged_comm, merged_links, merged_mem
 
 ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX = range(7)   # SMX: an SM transfer (XFER + its wire protocol)
 
@@ -98,6 +104,7 @@ class Template:
     xfer_cap: np.ndarray | None = None          # (X,) B/s: the copy engine / channel / HBM bound
     link_members: np.ndarray | None = None      # (links + 1, W) positions in xfer_nodes per link (sentinel X)
     mem: MemKernels | None = None               # memory kernels, for the occupancy rule
+    comm_kernels: CommKernels | None = None     # communication kernels, for the dispatch rule
     quotient: "Template | None" = None          # evaluated instead when set (:mod:`.symmetry`)
     orbit: np.ndarray | None = None             # node (and sentinel) -> quotient node
 
@@ -217,38 +224,10 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
         comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
         groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
-        tasks={t.id: (begin[t.id], end[t.id]) for t in graph.tasks}, **_link_tables(xfers, costs, topo),
-        mem=_memory_kernels([k for k in kernels if k.kind == "memory"], begin, end, gpu, gpu_of, gemm_nodes))
-
-
-def _memory_kernels(mems: list[Kernel], begin: dict, end: dict, gpu: GpuProfile, gpu_of: np.ndarray,
-                    gemm_nodes: np.ndarray) -> MemKernels:
-    nodes = np.array([end[k.id] for k in mems], dtype=np.int64)
-    return MemKernels(
-        nodes=nodes, begin=np.array([begin[k.id] for k in mems], dtype=np.int64),
-        grid=np.array([k.grid for k in mems], dtype=float), block_time=np.array([k.block_time for k in mems]),
-        block_hbm=np.array([k.block_hbm_bytes for k in mems]),
-        need=np.array([block_needs(gpu.sm, k.block) for k in mems], dtype=np.int64).reshape(-1, 4),
-        occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in mems], dtype=np.int64),
-        gemms=members(gpu_of[nodes][:, None] == gpu_of[gemm_nodes][None, :]),
-        elems=np.array([np.nan if k.elems is None else k.elems for k in mems], dtype=float),
-        blocks=[k.block for k in mems])
-
-
-def _link_tables(xfers, costs: dict, topo: Topology) -> dict[str, np.ndarray]:
-    """The template's link fields (see :class:`Template`) for transfers ``xfers``."""
-    ids: dict = {}
-    paths = [[ids.setdefault(lk, len(ids)) for lk in costs[t.id][3]] for t in xfers]
-    L = len(ids)
-    xfer_links = np.full((len(xfers), max([1] + [len(p) for p in paths])), L, dtype=np.int64)
-    for i, p in enumerate(paths):
-        xfer_links[i, :len(p)] = p
-    on = np.zeros((L + 1, len(xfers)), dtype=bool)
-    on[xfer_links, np.arange(len(xfers))[:, None]] = True
-    on[L] = False
-    edges = topo.graph.edges
-    return {"link_bw": np.array([edges[lk]["bandwidth"] for lk in ids] + [np.inf]), "xfer_links": xfer_links,
-            "xfer_cap": np.array([costs[t.id][2] for t in xfers], dtype=float), "link_members": members(on)}
+        tasks={t.id: (begin[t.id], end[t.id]) for t in graph.tasks}, **link_tables(xfers, costs, topo),
+        mem=memory_kernels([k for k in kernels if k.kind == "memory"], begin, end, gpu, gpu_of, gemm_nodes, level,
+                            ix(begin, gemms)),
+        comm_kernels=comm_kernels(graph, comms, gemms, gpu, level[ix(begin, comms)], level[ix(begin, gemms)]))
 
 
 def _levels(inputs: list[tuple[int, ...]]) -> np.ndarray:
@@ -316,44 +295,8 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         xfer_begin=at("xfer_begin"), launch=tpls[0].launch, comm_launch=tpls[0].comm_launch,
         comm_scale=tpls[0].comm_scale,
         groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
-        **_merged_links(tpls), mem=_merged_mem(tpls, offs))
+        **merged_links(tpls), mem=merged_mem(tpls, offs), comm_kernels=merged_comm(tpls))
     return out, offs
-
-
-def _merged_mem(tpls: Sequence[Template], offs: np.ndarray) -> MemKernels:
-    """Memory kernels of block-diagonal templates (each meets its own template's GEMMs)."""
-    go = np.cumsum([0] + [len(t.gemm_nodes) for t in tpls])
-    G, M = int(go[-1]), sum(len(t.mem.nodes) for t in tpls)
-    width = max(t.mem.gemms.shape[1] for t in tpls)
-    gemms = np.full((M, width), G, dtype=np.int64)
-    r = 0
-    for t, g0 in zip(tpls, go):
-        mg = t.mem.gemms
-        gemms[r:r + len(mg), :mg.shape[1]] = np.where(mg == len(t.gemm_nodes), G, mg + g0)
-        r += len(mg)
-    cat = lambda f: np.concatenate([getattr(t.mem, f) for t in tpls])  # noqa: E731
-    return MemKernels(nodes=np.concatenate([t.mem.nodes + o for t, o in zip(tpls, offs)]),
-                      begin=np.concatenate([t.mem.begin + o for t, o in zip(tpls, offs)]), grid=cat("grid"),
-                      block_time=cat("block_time"), block_hbm=cat("block_hbm"), need=cat("need").reshape(-1, 4),
-                      occupancy=cat("occupancy"), gemms=gemms, elems=cat("elems"),
-                      blocks=[b for t in tpls for b in t.mem.blocks])
-
-
-def _merged_links(tpls: Sequence[Template]) -> dict[str, np.ndarray]:
-    """Link fields of block-diagonal templates: every template keeps its own links."""
-    nl = np.cumsum([0] + [len(t.link_bw) - 1 for t in tpls])
-    nx = np.cumsum([0] + [len(t.xfer_nodes) for t in tpls])
-    L, X = int(nl[-1]), int(nx[-1])
-    lmax = max(t.xfer_links.shape[1] for t in tpls)
-    wmax = max(t.link_members.shape[1] for t in tpls)
-    xfer_links = np.full((X, lmax), L, dtype=np.int64)
-    link_members = np.full((L + 1, wmax), X, dtype=np.int64)
-    for t, a, b in zip(tpls, nl, nx):
-        lk, mb = t.xfer_links, t.link_members[:-1]
-        xfer_links[b:b + len(lk), :lk.shape[1]] = np.where(lk == len(t.link_bw) - 1, L, lk + a)
-        link_members[a:a + len(mb), :mb.shape[1]] = np.where(mb == len(t.xfer_nodes), X, mb + b)
-    return {"link_bw": np.concatenate([t.link_bw[:-1] for t in tpls] + [[np.inf]]), "xfer_links": xfer_links,
-            "xfer_cap": np.concatenate([t.xfer_cap for t in tpls]), "link_members": link_members}
 
 
 # ----------------------------------------------------------------------------------------
@@ -396,7 +339,7 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
         g = np.flatnonzero(kind == GEMM)
         dur[:, g] = times[:, tpl.gemm_shape[g]]
         gemm_hbm = traffic[:, tpl.gemm_shape[tpl.gemm_nodes]]
-        if tpl.mem is not None and len(tpl.mem.nodes):
+        if (tpl.mem is not None and len(tpl.mem.nodes)) or len(tpl.comm_nodes):
             resident = _residency(gpu, tpl.shapes, sizes, picked, tpl.gemm_shape[tpl.gemm_nodes])
     a, b = tpl.comm_scale
     comm = f[a] * f[b]
@@ -415,7 +358,7 @@ def _residency(gpu: GpuProfile, shapes: list[GemmShape], sizes: list, picked: li
     each) and in its last wave (``used_last``, ``count_last``), when that wave starts (a
     share ``last_at`` of its run), and a block's SM needs (``need``)."""
     P, S = len(picked[0]), gpu.num_sms
-    out = {k: np.zeros((P, len(shapes))) for k in ("used", "count", "used_last", "count_last", "last_at")}
+    out = {k: np.zeros((P, len(shapes))) for k in ("used", "count", "used_last", "count_last", "last_at", "waves")}
     need = np.zeros((P, len(shapes), 4), dtype=np.int64)
     for j, (sh, (m, n, k), best) in enumerate(zip(shapes, sizes, picked)):
         for ti in np.unique(best):
@@ -427,7 +370,7 @@ def _residency(gpu: GpuProfile, shapes: list[GemmShape], sizes: list, picked: li
             last = grid - (waves - 1) * S * occ
             out["used"][rows, j], out["count"][rows, j] = np.minimum(S, grid), np.minimum(occ, np.ceil(grid / S))
             out["used_last"][rows, j], out["count_last"][rows, j] = np.minimum(S, last), np.minimum(occ, np.ceil(last / S))
-            out["last_at"][rows, j] = (waves - 1) / waves
+            out["last_at"][rows, j], out["waves"][rows, j] = (waves - 1) / waves, waves
             need[rows, j] = block_needs(gpu.sm, BlockShape(tile.block.threads, tile.block.registers,
                                                            tile.block.smem + sh.extra_smem))
     out = {k: v[:, of_gemm] for k, v in out.items()}
@@ -451,11 +394,20 @@ def transfer_terms(tpl: Template, gpu: GpuProfile, nbytes: np.ndarray, xfer: np.
     return fixed, wire
 
 
-def run(tpl: Template, add: np.ndarray) -> np.ndarray:
-    """Node times: each node ends ``add`` after the latest of its inputs (level by level)."""
+def run(tpl: Template, add: np.ndarray, hold: dict | None = None) -> np.ndarray:
+    """Node times: each node ends ``add`` after the latest of its inputs (level by level).
+    ``hold`` (:mod:`.closed_form_overlap`: ``comm`` from ``comm_release``, ``mem`` from
+    ``memory_hold``): kernels sharing SMs with a GEMM running at their start, timed against
+    that GEMM's times in this pass as soon as their level is reached."""
     vals = np.zeros_like(add)
-    for ids, pad in tpl.levels:
+    comm_at = levels_of(tpl, tpl.comm_begin) if hold and "comm" in hold else {}
+    mem_at = levels_of(tpl, tpl.mem.nodes) if hold and "mem" in hold else {}
+    for lv, (ids, pad) in enumerate(tpl.levels):
         vals[:, ids] = vals[:, pad].max(axis=2) + add[:, ids]
+        if lv in comm_at:
+            apply_comm_hold(tpl, vals, add, hold["comm"], comm_at[lv])
+        if lv in mem_at:
+            apply_memory_hold(tpl, vals, add, hold["mem"], mem_at[lv])
     return vals
 
 
@@ -479,11 +431,14 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
     sharing = len(tpl.xfer_nodes) > 0 and tpl.link_members is not None
     passes = SHARING_PASSES if sharing else int(contention)
     for p in range(passes):
-        slow = None
+        slow = hold = None
         if contention and tpl.groups is not None and p == passes - 1:
             slow = slowdowns(tpl, gpu, vals, nbytes, gemm_hbm, weights)
+            hold = {}
             if tpl.mem is not None and len(tpl.mem.nodes):
-                slow[:, tpl.mem.nodes] = memory_slowdowns(tpl, gpu, vals, resident, resident["comm"])
+                hold["mem"] = memory_hold(tpl, gpu, vals, resident, resident["comm"])
+            if tpl.comm_kernels is not None and len(tpl.comm_nodes):
+                hold["comm"] = comm_release(tpl, gpu, vals, resident)
         coef = np.broadcast_to(tpl.coef[xfer], wire.shape)
         if sharing:
             per_node = np.zeros((len(vals), tpl.num_nodes + 1))
@@ -492,7 +447,7 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
             coef = per_node[:, xfer]
         add = base.copy() if slow is None else base * slow
         add[:, xfer] = fixed + coef * wire * (1.0 if slow is None else slow[:, xfer])
-        vals = run(tpl, add)
+        vals = run(tpl, add, hold)
     return {"vals": vals, "add": add, "base": base, "nbytes": nbytes, "makespan": vals[:, :-1].max(axis=1, initial=0.0)}
 
 

@@ -1,7 +1,8 @@
 """The closed-form engine's contention pass: from the overlaps of a contention-free pass,
-the slowdown of every GEMM and transfer under :mod:`ficco_sim.contention`'s rule, of
-every memory kernel that runs beside a GEMM (:func:`memory_slowdowns`: the SM slots the
-GEMM's blocks leave it), and the link shares of the next pass (:func:`link_coefs`).
+the slowdown of every GEMM and transfer under :mod:`ficco_sim.contention`'s rule, how
+memory and communication kernels share SMs with a GEMM running at their start
+(:func:`memory_hold`, :func:`comm_release`: the slots its blocks leave them), and the
+link shares of the next pass (:func:`link_coefs`).
 
 A GEMM meets the communication kernels and transfers of its GPU: it is charged the SMs
 held by the widest communication kernel overlapping it, over the share of its run some
@@ -62,6 +63,20 @@ class MemKernels:
     gemms: np.ndarray           # (M, Wg)
     elems: np.ndarray           # a reduction's elements per input at the reference sizes (NaN: unknown)
     blocks: list                # each kernel's BlockShape
+
+
+@dataclass
+class CommKernels:
+    """A template's communication kernels for the dispatch rule of :func:`comm_release`
+    (in ``comm_nodes`` order): each block's SM needs, occupancy on an empty SM, stream
+    priority, the GEMMs of its GPU (positions in ``gemm_nodes``, padded with their count)
+    and the GEMMs' stream priorities."""
+
+    need: np.ndarray            # (C, 4)
+    occupancy: np.ndarray
+    priority: np.ndarray
+    gemms: np.ndarray           # (C, Wg)
+    gemm_priority: np.ndarray   # (G,)
 
 
 def groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x_src: np.ndarray,
@@ -199,49 +214,93 @@ def link_coefs(tpl: "Template", vals: np.ndarray) -> np.ndarray:
     return 1.0 / bw
 
 
-def memory_slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: dict, comm: np.ndarray
-                     ) -> np.ndarray:
-    """(P, M) slowdowns of the memory kernels (:class:`MemKernels`) from a pass ``vals``.
-
-    A memory kernel that starts while a GEMM of its GPU runs shares the SMs with it in two
-    phases: while the GEMM still has blocks to place, then during its last wave. In each,
-    it gets the SMs the GEMM's blocks leave empty (at its own occupancy) and, on each SM
-    holding them, what still fits beside them (:func:`~ficco_sim.gemm_model.blocks_beside`;
-    nothing: it waits); its speed is its waves alone over its waves on those slots. Then
-    it has the GPU. Of several such GEMMs the latest-ending counts. ``resident``: per GEMM
-    and scenario, from :func:`~ficco_sim.engine.closed_form.durations`; ``comm``: the
-    communicated-shape factor the kernel's grid scales by."""
-    mk = tpl.mem
+def _running(tpl: "Template", vals: np.ndarray, start: np.ndarray, gemms: np.ndarray, resident: dict) -> dict:
+    """For kernels starting at ``start`` (P, K) beside the GEMMs ``gemms`` (K, Wg positions,
+    padded) of their GPU: the latest-ending GEMM running at that instant (``on``: there is
+    one; ``j``: its position), its begin, end and last-wave start, and where its blocks sit
+    while it still has blocks to place and in its last wave (``resident``: per GEMM and
+    scenario, from :func:`~ficco_sim.engine.closed_form.durations`)."""
     inf = np.inf
-    s = vals[:, mk.begin]                                                  # (P, M)
-    gs = _pad(vals[:, tpl.gemm_begin], inf)[:, mk.gemms]                   # (P, M, Wg)
-    ge = _pad(vals[:, tpl.gemm_nodes], inf)[:, mk.gemms]
-    active = (gs <= s[..., None]) & (ge > s[..., None])
-    j = np.argmax(np.where(active, ge, -inf), axis=-1)[..., None]          # (P, M, 1): the GEMM that counts
+    P = len(vals)
+    gs = _pad(vals[:, tpl.gemm_begin], inf)[:, gemms]                      # (P, K, Wg)
+    ge = _pad(vals[:, tpl.gemm_nodes], inf)[:, gemms]
+    active = (gs <= start[..., None]) & (ge > start[..., None])
+    j = np.argmax(np.where(active, ge, -inf), axis=-1)[..., None]          # (P, K, 1)
     on = np.take_along_axis(active, j, -1)[..., 0]
     pick = lambda a: np.take_along_axis(a, j, -1)[..., 0]  # noqa: E731
-    at = lambda key: np.concatenate([resident[key], np.zeros((len(vals), 1))], 1)[:, mk.gemms]  # noqa: E731
+    at = lambda key: pick(np.concatenate([resident[key], np.zeros((P, 1))], 1)[:, gemms])  # noqa: E731
     a, b = np.where(on, pick(gs), 0.0), np.where(on, pick(ge), 0.0)
-    split = np.where(on, a + (b - a) * pick(at("last_at")), s)
-    d1 = np.where(on, np.maximum(0.0, split - s), 0.0)                   # until the GEMM's last wave
-    d2 = np.where(on, b - np.maximum(split, s), 0.0)                      # its last wave
-    need = np.concatenate([resident["need"], np.zeros((len(vals), 1, 4), dtype=np.int64)], 1)[:, mk.gemms]
-    need = np.take_along_axis(need, j[..., None], -2)[..., 0, :]          # (P, M, 4)
+    need = np.concatenate([resident["need"], np.zeros((P, 1, 4), dtype=np.int64)], 1)[:, gemms]
+    return {"on": on, "j": pick(np.broadcast_to(gemms, gs.shape)), "begin": a, "end": b,
+            "split": np.where(on, a + (b - a) * at("last_at"), start), "waves": np.maximum(at("waves"), 1.0),
+            "used": at("used"), "count": at("count").astype(np.int64), "used_last": at("used_last"),
+            "count_last": at("count_last").astype(np.int64),
+            "need": np.take_along_axis(need, j[..., None], -2)[..., 0, :]}
+
+
+def _slots(gpu: GpuProfile, run: dict, need: np.ndarray, occupancy: np.ndarray, last: bool) -> np.ndarray:
+    """Block slots a kernel (SM needs ``need``, ``occupancy`` on an empty SM) has beside the
+    running GEMM ``run`` (:func:`_running`) before or in its last wave: the SMs it leaves
+    empty, plus what still fits beside its blocks on the others."""
+    used, count = (run["used_last"], run["count_last"]) if last else (run["used"], run["count"])
+    return (gpu.num_sms - used) * occupancy + used * blocks_beside(gpu.sm, need, run["need"], count)
+
+
+def memory_hold(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: dict, comm: np.ndarray) -> dict:
+    """How each memory kernel (:class:`MemKernels`) shares SMs with the GEMM of its GPU
+    running at its start in a pass ``vals``, applied in the next pass by
+    :func:`~ficco_sim.engine.closed_form.run` against that GEMM's times there.
+
+    The kernel shares the SMs with the GEMM in two phases: while the GEMM still has blocks
+    to place (until a share ``last_at`` of its run), then during its last wave. In each it
+    gets the slots :func:`_slots` says (nothing: it waits); its speed (``f1``, ``f2``) is
+    its waves alone (``alone``, s) over its waves on those slots. Then it has the GPU. Of
+    several such GEMMs the latest-ending counts (``begin_node``, ``end_node``). ``comm``:
+    the communicated-shape factor its size scales by. (P, M) arrays."""
+    mk = tpl.mem
+    s = vals[:, mk.begin]                                                  # (P, M)
+    run = _running(tpl, vals, s, mk.gemms, resident)
     grid, block_time, block_hbm = _scaled(mk, gpu, comm)
     alone = waves_time(gpu, grid, mk.occupancy[None, :], block_time, block_hbm)
 
-    def speed(used, count):
-        slots = (gpu.num_sms - used) * mk.occupancy + used * blocks_beside(gpu.sm, mk.need, need, count)
+    def speed(last: bool):
+        slots = _slots(gpu, run, mk.need, mk.occupancy, last)
         t = waves_time(gpu, grid, np.maximum(slots, 1), block_time, block_hbm, sms=1)
         return np.where(slots > 0, alone / t, 0.0)
 
-    f1 = speed(pick(at("used")), pick(at("count")).astype(np.int64))
-    f2 = speed(pick(at("used_last")), pick(at("count_last")).astype(np.int64))
-    w1, w2 = d1 * f1, d2 * f2                                              # work done (alone-seconds)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(w1 >= alone, alone / f1,
-                     np.where(w1 + w2 >= alone, d1 + (alone - w1) / f2, d1 + d2 + alone - w1 - w2))
-        return np.where(alone > 0, t / np.where(alone > 0, alone, 1.0), 1.0)
+    return {"on": run["on"], **_partner_nodes(tpl, run, len(vals[0]) - 1),
+            "last_at": np.where(run["waves"] > 0, (run["waves"] - 1) / run["waves"], 0.0), "alone": alone,
+            "f1": speed(False), "f2": speed(True)}
+
+
+def _partner_nodes(tpl: "Template", run: dict, sentinel: int) -> dict:
+    """Begin and end nodes of the running GEMM of :func:`_running` (the sentinel if none)."""
+    if not len(tpl.gemm_nodes):
+        return {"begin_node": np.full(run["on"].shape, sentinel), "end_node": np.full(run["on"].shape, sentinel)}
+    j = np.minimum(run["j"], len(tpl.gemm_nodes) - 1)
+    return {"begin_node": np.where(run["on"], tpl.gemm_begin[j], sentinel),
+            "end_node": np.where(run["on"], tpl.gemm_nodes[j], sentinel)}
+
+
+def comm_release(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: dict) -> dict:
+    """How each communication kernel (:class:`CommKernels`) waits for its first block, from
+    a pass ``vals``: the GEMM of its GPU running when it was launched (``begin_node``,
+    ``end_node``: that GEMM's nodes) and the rule (``mode``), applied in the next pass by
+    :func:`~ficco_sim.engine.closed_form.run` against that GEMM's times there. It starts at
+    once (mode 0) if :func:`_slots` leaves it any; else a kernel of a higher-priority
+    stream takes the slots of the GEMM's next finishing wave (mode 2, ``waves``), and one
+    of equal or lower priority starts when the GEMM's last wave starts if that one leaves it
+    any, else when the GEMM ends (mode 1 at ``frac`` of the GEMM's run): the dispatcher
+    places the GEMM's pending blocks first. (P, C) arrays."""
+    ck = tpl.comm_kernels
+    s = vals[:, tpl.comm_begin]                                            # (P, C)
+    run = _running(tpl, vals, s, ck.gemms, resident)
+    high = ck.priority[None, :] > np.append(ck.gemm_priority, 0)[run["j"]]
+    wait = run["on"] & (_slots(gpu, run, ck.need, ck.occupancy, False) <= 0)
+    frac = np.where(_slots(gpu, run, ck.need, ck.occupancy, True) > 0,
+                    np.where(run["waves"] > 0, (run["waves"] - 1) / run["waves"], 0.0), 1.0)
+    return {"mode": np.where(wait, np.where(high, 2, 1), 0), "frac": frac, "waves": run["waves"],
+            **_partner_nodes(tpl, run, len(vals[0]) - 1)}
 
 
 def _scaled(mk: MemKernels, gpu: GpuProfile, comm: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -255,3 +314,49 @@ def _scaled(mk: MemKernels, gpu: GpuProfile, comm: np.ndarray) -> tuple[np.ndarr
         if cols.any():
             grid[:, cols] = reduce_grid(gpu, block, np.round(mk.elems[cols][None, :] * comm[:, None]))
     return grid, mk.block_time * comm[:, None], mk.block_hbm * mk.grid * comm[:, None] / grid
+
+
+def levels_of(tpl: "Template", nodes: np.ndarray) -> dict[int, np.ndarray]:
+    """Level index -> positions in ``nodes`` of the nodes at that level."""
+    where = np.full(tpl.num_nodes + 1, -1, dtype=np.int64)
+    for lv, (ids, _) in enumerate(tpl.levels):
+        where[ids] = lv
+    lv_of = where[nodes]
+    return {int(lv): np.flatnonzero(lv_of == lv) for lv in np.unique(lv_of) if lv >= 0}
+
+
+def apply_memory_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray) -> None:
+    """End the memory kernels ``cols`` (their end nodes were just computed) by the two-phase
+    rule of :func:`.closed_form_overlap.memory_hold` against their GEMM's times in this pass."""
+    mk = tpl.mem
+    s = vals[:, mk.begin[cols]]
+    a = np.take_along_axis(vals, hold["begin_node"][:, cols], 1)
+    dur = np.take_along_axis(add, hold["end_node"][:, cols], 1)
+    b = a + dur
+    split = a + hold["last_at"][:, cols] * dur
+    on = hold["on"][:, cols] & (a <= s) & (s < b)
+    d1 = np.where(on, np.maximum(0.0, split - s), 0.0)
+    d2 = np.where(on, b - np.maximum(split, s), 0.0)
+    alone, f1, f2 = (hold[k][:, cols] for k in ("alone", "f1", "f2"))
+    w1, w2 = d1 * f1, d2 * f2                                              # work done (alone-seconds)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(w1 >= alone, alone / f1,
+                     np.where(w1 + w2 >= alone, d1 + (alone - w1) / f2, d1 + d2 + alone - w1 - w2))
+    got = add[:, mk.nodes[cols]] * np.where(alone > 0, t / np.where(alone > 0, alone, 1.0), 1.0)
+    vals[:, mk.nodes[cols]] = np.where(on, s + got, vals[:, mk.nodes[cols]])
+
+
+def apply_comm_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray) -> None:
+    """Apply the release of the communication kernels ``cols`` (their begin nodes were just
+    computed): the partner GEMM's begin is already known (a shallower level)."""
+    c = tpl.comm_begin[cols]
+    s = vals[:, c]
+    a = np.take_along_axis(vals, hold["begin_node"][:, cols], 1)
+    dur = np.take_along_axis(add, hold["end_node"][:, cols], 1)
+    b = a + dur
+    mode, frac, waves = hold["mode"][:, cols], hold["frac"][:, cols], hold["waves"][:, cols]
+    wave = dur / waves
+    with np.errstate(divide="ignore", invalid="ignore"):
+        boundary = np.minimum(a + np.ceil((s - a) / np.where(wave > 0, wave, 1.0)) * wave, b)
+    release = np.where(mode == 2, boundary, a + frac * dur)
+    vals[:, c] = np.where((mode > 0) & (a <= s) & (s < b), np.maximum(s, release), s)

@@ -89,6 +89,7 @@ def quotient(tpl: Template, stride: int, gpus: int) -> tuple[Template | None, np
         xfer_targets=xfer_targets, link_bw=tpl.link_bw, xfer_links=tpl.xfer_links, xfer_cap=tpl.xfer_cap,
         link_members=tpl.link_members, mem=dataclasses.replace(tpl.mem, nodes=orbit[tpl.mem.nodes],
                                                                begin=orbit[tpl.mem.begin]),
+        comm_kernels=tpl.comm_kernels,
         groups=groups(g_all[tpl.gemm_nodes], g_all[tpl.comm_nodes], tpl.comm_grid, g_all[x_nodes],
                        tpl.dst_of[x_nodes], gemm_targets, xfer_targets))
     return quot, orbit

@@ -1,0 +1,121 @@
+"""The closed-form engine's per-template tables beyond the max-plus DAG, built when a graph
+is compiled (:func:`~ficco_sim.engine.closed_form.compile_graph`) and concatenated when
+templates are merged (:func:`~ficco_sim.engine.closed_form.merge`): the links each
+transfer crosses and who else crosses them (for :func:`.closed_form_overlap.link_coefs`),
+and the memory and communication kernels with the GEMMs that may share their GPU's SMs
+(for :func:`.closed_form_overlap.memory_hold` and :func:`.closed_form_overlap.comm_release`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ..gemm_model import block_needs, blocks_per_sm
+from ..hardware import GpuProfile
+from ..taskgraph import Kernel, TaskGraph
+from ..topology import Topology
+from .closed_form_overlap import CommKernels, MemKernels, members
+
+if TYPE_CHECKING:
+    from .closed_form import Template
+
+
+def comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile,
+                  comm_level: np.ndarray, gemm_level: np.ndarray) -> CommKernels:
+    """The GEMMs that may hold a communication kernel back are those of its GPU whose begin
+    node lies at its level of the DAG or a shallower one (their begin time is known when its own is
+    computed)."""
+    prio = {(s.gpu, s.name): s.priority for s in graph.streams}
+    same = np.array([k.gpu for k in comms])[:, None] == np.array([k.gpu for k in gemms])[None, :]
+    return CommKernels(
+        need=np.array([block_needs(gpu.sm, k.block) for k in comms], dtype=np.int64).reshape(-1, 4),
+        occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in comms], dtype=np.int64),
+        priority=np.array([prio[(k.gpu, k.stream)] for k in comms], dtype=np.int64),
+        gemms=members(same.reshape(len(comms), len(gemms)) & (gemm_level[None, :] <= comm_level[:, None])),
+        gemm_priority=np.array([prio[(k.gpu, k.stream)] for k in gemms], dtype=np.int64))
+
+
+def memory_kernels(mems: list[Kernel], begin: dict, end: dict, gpu: GpuProfile, gpu_of: np.ndarray,
+                    gemm_nodes: np.ndarray, level: np.ndarray, gemm_begin: np.ndarray) -> MemKernels:
+    """The GEMMs that may share SMs with a memory kernel are those of its GPU whose begin
+    node lies at a shallower level than the kernel's end (known when its end is computed)."""
+    nodes = np.array([end[k.id] for k in mems], dtype=np.int64)
+    same = (gpu_of[nodes][:, None] == gpu_of[gemm_nodes][None, :]) & (level[gemm_begin][None, :] < level[nodes][:, None])
+    return MemKernels(
+        nodes=nodes, begin=np.array([begin[k.id] for k in mems], dtype=np.int64),
+        grid=np.array([k.grid for k in mems], dtype=float), block_time=np.array([k.block_time for k in mems]),
+        block_hbm=np.array([k.block_hbm_bytes for k in mems]),
+        need=np.array([block_needs(gpu.sm, k.block) for k in mems], dtype=np.int64).reshape(-1, 4),
+        occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in mems], dtype=np.int64),
+        gemms=members(same.reshape(len(mems), len(gemm_nodes))),
+        elems=np.array([np.nan if k.elems is None else k.elems for k in mems], dtype=float),
+        blocks=[k.block for k in mems])
+
+
+def link_tables(xfers, costs: dict, topo: Topology) -> dict[str, np.ndarray]:
+    """The template's link fields (see :class:`Template`) for transfers ``xfers``."""
+    ids: dict = {}
+    paths = [[ids.setdefault(lk, len(ids)) for lk in costs[t.id][3]] for t in xfers]
+    L = len(ids)
+    xfer_links = np.full((len(xfers), max([1] + [len(p) for p in paths])), L, dtype=np.int64)
+    for i, p in enumerate(paths):
+        xfer_links[i, :len(p)] = p
+    on = np.zeros((L + 1, len(xfers)), dtype=bool)
+    on[xfer_links, np.arange(len(xfers))[:, None]] = True
+    on[L] = False
+    edges = topo.graph.edges
+    return {"link_bw": np.array([edges[lk]["bandwidth"] for lk in ids] + [np.inf]), "xfer_links": xfer_links,
+            "xfer_cap": np.array([costs[t.id][2] for t in xfers], dtype=float), "link_members": members(on)}
+
+
+def merged_comm(tpls: Sequence["Template"]) -> CommKernels:
+    """Communication kernels of block-diagonal templates (each meets its own template's GEMMs)."""
+    go = np.cumsum([0] + [len(t.gemm_nodes) for t in tpls])
+    G, C = int(go[-1]), sum(len(t.comm_nodes) for t in tpls)
+    gemms = np.full((C, max(t.comm_kernels.gemms.shape[1] for t in tpls)), G, dtype=np.int64)
+    r = 0
+    for t, g0 in zip(tpls, go):
+        cg = t.comm_kernels.gemms
+        gemms[r:r + len(cg), :cg.shape[1]] = np.where(cg == len(t.gemm_nodes), G, cg + g0)
+        r += len(cg)
+    cat = lambda f: np.concatenate([getattr(t.comm_kernels, f) for t in tpls])  # noqa: E731
+    return CommKernels(need=cat("need").reshape(-1, 4), occupancy=cat("occupancy"), priority=cat("priority"),
+                       gemms=gemms, gemm_priority=cat("gemm_priority"))
+
+
+def merged_mem(tpls: Sequence["Template"], offs: np.ndarray) -> MemKernels:
+    """Memory kernels of block-diagonal templates (each meets its own template's GEMMs)."""
+    go = np.cumsum([0] + [len(t.gemm_nodes) for t in tpls])
+    G, M = int(go[-1]), sum(len(t.mem.nodes) for t in tpls)
+    width = max(t.mem.gemms.shape[1] for t in tpls)
+    gemms = np.full((M, width), G, dtype=np.int64)
+    r = 0
+    for t, g0 in zip(tpls, go):
+        mg = t.mem.gemms
+        gemms[r:r + len(mg), :mg.shape[1]] = np.where(mg == len(t.gemm_nodes), G, mg + g0)
+        r += len(mg)
+    cat = lambda f: np.concatenate([getattr(t.mem, f) for t in tpls])  # noqa: E731
+    return MemKernels(nodes=np.concatenate([t.mem.nodes + o for t, o in zip(tpls, offs)]),
+                      begin=np.concatenate([t.mem.begin + o for t, o in zip(tpls, offs)]), grid=cat("grid"),
+                      block_time=cat("block_time"), block_hbm=cat("block_hbm"), need=cat("need").reshape(-1, 4),
+                      occupancy=cat("occupancy"), gemms=gemms, elems=cat("elems"),
+                      blocks=[b for t in tpls for b in t.mem.blocks])
+
+
+def merged_links(tpls: Sequence["Template"]) -> dict[str, np.ndarray]:
+    """Link fields of block-diagonal templates: every template keeps its own links."""
+    nl = np.cumsum([0] + [len(t.link_bw) - 1 for t in tpls])
+    nx = np.cumsum([0] + [len(t.xfer_nodes) for t in tpls])
+    L, X = int(nl[-1]), int(nx[-1])
+    lmax = max(t.xfer_links.shape[1] for t in tpls)
+    wmax = max(t.link_members.shape[1] for t in tpls)
+    xfer_links = np.full((X, lmax), L, dtype=np.int64)
+    link_members = np.full((L + 1, wmax), X, dtype=np.int64)
+    for t, a, b in zip(tpls, nl, nx):
+        lk, mb = t.xfer_links, t.link_members[:-1]
+        xfer_links[b:b + len(lk), :lk.shape[1]] = np.where(lk == len(t.link_bw) - 1, L, lk + a)
+        link_members[a:a + len(mb), :mb.shape[1]] = np.where(mb == len(t.xfer_nodes), X, mb + b)
+    return {"link_bw": np.concatenate([t.link_bw[:-1] for t in tpls] + [[np.inf]]), "xfer_links": xfer_links,
+            "xfer_cap": np.concatenate([t.xfer_cap for t in tpls]), "link_members": link_members}
