@@ -23,6 +23,8 @@ True
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -31,6 +33,7 @@ from .errors import InputError
 from .hardware import DTYPE_BYTES, BlockShape, GemmTile, GpuProfile, SmLimits
 
 
+@functools.lru_cache(maxsize=4096)
 def blocks_per_sm(limits: SmLimits, block: BlockShape) -> int:
     """Resident blocks of one kernel on an empty SM, limited by blocks, threads,
     registers and shared memory (including the driver's per-block reservation)."""
@@ -39,9 +42,14 @@ def blocks_per_sm(limits: SmLimits, block: BlockShape) -> int:
 
 def block_needs(limits: SmLimits, block: BlockShape) -> np.ndarray:
     """What one block takes of an SM: a block slot, threads, registers, shared memory
-    (the dispatcher's four limits, in :attr:`SmLimits` order)."""
-    return np.array([1, block.threads, block.threads * block.registers, block.smem + limits.reserved_smem_per_block],
-                    dtype=np.int64)
+    (the dispatcher's four limits, in :attr:`SmLimits` order). A fresh array (callers may
+    keep it); the values are cached."""
+    return np.array(_needs(limits, block), dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _needs(limits: SmLimits, block: BlockShape) -> tuple[int, int, int, int]:
+    return 1, block.threads, block.threads * block.registers, block.smem + limits.reserved_smem_per_block
 
 
 def blocks_beside(limits: SmLimits, need, resident_need, count):

@@ -44,6 +44,7 @@ True
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -149,19 +150,13 @@ def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology
 
 def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: Scenario | None = None) -> Template:
     """The template of ``graph`` (lowered from ``scenario``, if any: then it rescales)."""
-    kinds, consts, coefs, nbytes, shape_ix, gpus, dsts, inputs = [], [], [], [], [], [], [], []
+    rows: list[tuple] = []     # (kind, gpu, const, coef, bytes, shape, dst) per node
+    add_row = rows.append
 
     def node(kind: int, gpu_id: int, const: float = 0.0, coef: float = 0.0, nb: float = 0.0, shape: int = -1,
              dst: int = -1) -> int:
-        kinds.append(kind)
-        consts.append(const)
-        coefs.append(coef)
-        nbytes.append(nb)
-        shape_ix.append(shape)
-        gpus.append(gpu_id)
-        dsts.append(dst)
-        inputs.append(())
-        return len(kinds) - 1
+        add_row((kind, gpu_id, const, coef, nb, shape, dst))
+        return len(rows) - 1
 
     costs = transfer_costs(graph, gpu, topo)
     shapes: dict[GemmShape, int] = {}
@@ -188,6 +183,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
             end[t.id] = node(SMX if t.engine == "sm" else XFER, t.src, fixed, per_byte, t.nbytes, dst=t.dst)
             for k in t.drivers:
                 driven[k].append(t.id)
+    inputs: list[tuple[int, ...]] = [()] * len(rows)
     for t in graph.tasks:
         pre = tuple(end[d] for d in t.deps) + ((end[prev[t.id]],) if prev[t.id] else ())
         if isinstance(t, Kernel):
@@ -198,16 +194,10 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
             if t.engine == "sm":
                 inputs[begin[t.id]] = (ready[t.id],) + tuple(begin[k] for k in t.drivers)
             inputs[end[t.id]] = (begin[t.id],)
-    n = len(kinds)
+    n = len(rows)
+    kinds, gpus, consts, coefs, nbytes, shape_ix, dsts = (list(c) for c in zip(*rows)) if rows else ([],) * 7
     level = _levels(inputs)
-    levels = []
-    for lv in range(1, int(level.max()) + 1 if n else 1):
-        ids = np.flatnonzero(level == lv)
-        width = max(len(inputs[i]) for i in ids)
-        pad = np.full((len(ids), max(1, width)), n, dtype=np.int64)   # n: the zero source
-        for r, i in enumerate(ids):
-            pad[r, :len(inputs[i])] = inputs[i]
-        levels.append((ids, pad))
+    levels = _padded_levels(inputs, level)
     kernels = graph.kernels
     gemms = [t for t in kernels if t.kind == "gemm" and t.gemm is not None]
     comms = [t for t in kernels if t.kind == "comm"]
@@ -228,6 +218,33 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         mem=memory_kernels([k for k in kernels if k.kind == "memory"], begin, end, gpu, gpu_of, gemm_nodes, level,
                             ix(begin, gemms)),
         comm_kernels=comm_kernels(graph, comms, gemms, gpu, level[ix(begin, comms)], level[ix(begin, gemms)]))
+
+
+def _padded_levels(inputs: list[tuple[int, ...]], level: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per level (1, 2, ...): its node ids and their inputs padded with ``n`` (the zero
+    source), built with whole-array operations."""
+    n = len(inputs)
+    if not n:
+        return []
+    lens = np.fromiter(map(len, inputs), dtype=np.int64, count=n)
+    flat = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64, count=int(lens.sum()))
+    owner = np.repeat(np.arange(n), lens)
+    pos = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+    order = np.argsort(level, kind="stable")                 # nodes by level, ids ascending within
+    top = int(level.max())
+    bounds = np.searchsorted(level[order], np.arange(1, top + 2))
+    row = np.empty(n, dtype=np.int64)
+    row[order] = np.arange(n) - bounds[level[order] - 1]     # a node's row within its level
+    by_level = np.argsort(level[owner], kind="stable")
+    fb = np.searchsorted(level[owner][by_level], np.arange(1, top + 2))
+    out = []
+    for lv in range(1, top + 1):
+        ids = order[bounds[lv - 1]:bounds[lv]]
+        pad = np.full((len(ids), max(1, int(lens[ids].max(initial=0)))), n, dtype=np.int64)
+        e = by_level[fb[lv - 1]:fb[lv]]
+        pad[row[owner[e]], pos[e]] = flat[e]
+        out.append((ids, pad))
+    return out
 
 
 def _levels(inputs: list[tuple[int, ...]]) -> np.ndarray:

@@ -103,11 +103,12 @@ def members(member: np.ndarray) -> np.ndarray:
     >>> members(np.array([[True, False, True], [False, True, False]])).tolist()
     [[0, 2], [1, 3]]
     """
-    width = max(1, int(member.sum(1).max())) if member.size else 1
+    counts = member.sum(1)
+    width = max(1, int(counts.max())) if member.size else 1
     out = np.full((member.shape[0], width), member.shape[1], dtype=np.int64)
-    for r, row in enumerate(member):
-        ids = np.flatnonzero(row)
-        out[r, :len(ids)] = ids
+    rows, cols = np.nonzero(member)                       # row-major: by row, then column
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    out[rows, np.arange(len(rows)) - first[rows]] = cols
     return out
 
 
