@@ -99,10 +99,8 @@ def _comm_hold(gpu, k: Kernel, s: float, gemms, priority: int):
     return x.id, waves, (waves - 1) / waves if slots(min(S, last), min(occ, math.ceil(last / S))) > 0 else 1.0
 
 
-def _depths(graph: TaskGraph) -> dict[str, int]:
-    """Longest-path depth of every kernel's begin and end in the engine's node DAG (a GEMM may
-    hold a communication kernel back only if its begin is no deeper than the kernel's, and
-    share SMs with a memory kernel only if its begin is shallower than the kernel's end)."""
+def _order(graph: TaskGraph) -> tuple[dict, dict]:
+    """Each task's predecessor on its stream, and the SM transfers each kernel drives."""
     prev, last = {}, {}
     for t in graph.tasks:
         key = graph.stream_of(t)
@@ -111,8 +109,16 @@ def _depths(graph: TaskGraph) -> dict[str, int]:
             last[key] = t.id
     driven = defaultdict(list)
     for t in graph.transfers:
-        for d in t.drivers:
-            driven[d].append(t.id)
+        for k in t.drivers:
+            driven[k].append(t.id)
+    return prev, driven
+
+
+def _depths(graph: TaskGraph) -> dict[str, int]:
+    """Longest-path depth of every kernel's begin and end in the engine's node DAG (a GEMM may
+    hold a communication kernel back only if its begin is no deeper than the kernel's, and
+    share SMs with a memory kernel only if its begin is shallower than the kernel's end)."""
+    prev, driven = _order(graph)
     memo: dict = {}
 
     def depth(tid: str, node: str) -> int:
@@ -175,16 +181,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
         bw = min(bw, gpu.hbm_effective / (2 if t.src == t.dst else 1))
         return fixed + topo.path_latency(t.src, t.dst) + wire * (1.0 / bw) * slow
 
-    prev, last = {}, {}
-    for t in graph.tasks:
-        key = graph.stream_of(t)
-        prev[t.id] = last.get(key) if key else None
-        if key:
-            last[key] = t.id
-    driven = defaultdict(list)
-    for t in graph.transfers:
-        for k in t.drivers:
-            driven[k].append(t.id)
+    prev, driven = _order(graph)
 
     def one_pass(slow: dict[str, float], seen=None, hold=None, share=None) -> dict[str, tuple[float, float]]:
         start, end = {}, {}

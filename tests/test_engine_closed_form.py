@@ -171,18 +171,6 @@ def test_concurrency_steps_decide_link_sharing():
     assert closed_form_timeline(alone, gpu, t).makespan < 0.95 * stepped
 
 
-def test_links_are_shared_by_the_overlap_seen_not_by_step():
-    """FiCCO reduce-scatter pieces on 8 H100s: copy-engine commands of one step meet on the
-    switch links in the first pass, but spread out in the DES (neighbours' commands finish
-    early). The sharing passes follow them (2.19 ms with the first pass's shares alone, DES
-    1.62 ms); switched off, this test goes red."""
-    gpu = load_gpu("h100")
-    t = load_topology("switch:8", gpu)
-    g = lower(Scenario("gemm-rs", 8, 32768, 6144, 2048, dtype="bfloat16"), "ficco-a2a-dma", gpu, t)
-    des = simulate_graph(g, gpu, t, record=False).makespan
-    assert closed_form_timeline(g, gpu, t).makespan == pytest.approx(des, rel=0.03)
-
-
 def test_link_sharing_passes_are_the_average_concurrency():
     """Closed form of the sharing rule: two 1 MB copies on one 100 GB/s link, the second
     issued when the first is half done. First pass: each alone at 100 GB/s (10 us, spans
@@ -299,26 +287,32 @@ def test_single_simulation_and_sweep_agree_on_cil_comm():
     assert 0.0 <= row["cil_comm"] < 0.5 and 0.0 <= des["cil_comm"] < 0.5
 
 
-def test_memory_kernels_get_the_slots_a_running_gemm_leaves():
-    """Reduce-scatter on 8 H100s by copy engines: each step's sum kernel starts while the next
-    GEMM piece runs, whose blocks (384 threads x 168 registers) leave no room beside them:
-    it gets SMs only in that GEMM's last wave (DES 1.68 ms; 1.48 ms with the sum kernels at
-    full speed from their launch). Switched off, this test goes red."""
-    gpu = load_gpu("h100")
-    t = load_topology("switch:8", gpu)
-    g = lower(Scenario("gemm-rs", 8, 32768, 6144, 2048, dtype="bfloat16"), "shard-p2p-dma", gpu, t)
-    des = simulate_graph(g, gpu, t, record=False).makespan
-    assert closed_form_timeline(g, gpu, t).makespan == pytest.approx(des, rel=0.05)
+# Each case goes red when its mechanism is switched off in the closed form (the times say
+# what the closed form gave without it):
+MECHANISMS = {
+    # FiCCO reduce-scatter pieces by copy engines: the commands of one step meet on the switch
+    # links in the first pass but spread out in the DES (neighbours' commands finish early);
+    # the sharing passes follow them. DES 1.62 ms; 2.19 ms with the first pass's shares alone.
+    "links shared by observed overlap": (Scenario("gemm-rs", 8, 32768, 6144, 2048, dtype="bfloat16"), "switch:8",
+                                         "ficco-a2a-dma", 0.03),
+    # Each step's sum kernel starts while the next GEMM piece runs, whose blocks (384 threads x
+    # 168 registers) leave no room beside them: it gets SMs only in that GEMM's last wave.
+    # DES 1.68 ms; 1.48 ms with the sum kernels at full speed from their launch.
+    "memory kernels beside a GEMM": (Scenario("gemm-rs", 8, 32768, 6144, 2048, dtype="bfloat16"), "switch:8",
+                                     "shard-p2p-dma", 0.05),
+    # Each piece's normal-priority communication kernel is launched while the previous GEMM
+    # piece fills every SM (nothing fits beside its blocks): it starts when that GEMM's last
+    # wave leaves SMs free. DES 1.14 ms; 0.79 ms if it started at launch.
+    "comm kernels wait for SMs": (Scenario("ag-gemm", 4, 32768, 1536, 4096, dtype="bfloat16"), "switch:4",
+                                  "ficco-a2a-sm", 0.05),
+}
 
 
-def test_a_normal_priority_comm_kernel_waits_for_the_gemms_last_wave():
-    """FiCCO all-gather pieces on 4 H100s at normal priority: each piece's communication
-    kernel is launched while the previous GEMM piece fills every SM (its 384-thread blocks
-    take 64.5k registers: nothing fits beside them), so it starts only when that GEMM's
-    last wave leaves SMs free (DES 1.14 ms; 0.79 ms if it started at launch). Switched
-    off, this test goes red."""
+@pytest.mark.parametrize("case", list(MECHANISMS))
+def test_closed_form_mechanisms_match_the_des(case):
+    sc, topo, sched, rel = MECHANISMS[case]
     gpu = load_gpu("h100")
-    t = load_topology("switch:4", gpu)
-    g = lower(Scenario("ag-gemm", 4, 32768, 1536, 4096, dtype="bfloat16"), "ficco-a2a-sm", gpu, t)
+    t = load_topology(topo, gpu)
+    g = lower(sc, sched, gpu, t)
     des = simulate_graph(g, gpu, t, record=False).makespan
-    assert closed_form_timeline(g, gpu, t).makespan == pytest.approx(des, rel=0.05)
+    assert closed_form_timeline(g, gpu, t).makespan == pytest.approx(des, rel=rel)

@@ -72,30 +72,28 @@ def link_tables(xfers, costs: dict, topo: Topology) -> dict[str, np.ndarray]:
 
 def merged_comm(tpls: Sequence["Template"]) -> CommKernels:
     """Communication kernels of block-diagonal templates (each meets its own template's GEMMs)."""
-    go = np.cumsum([0] + [len(t.gemm_nodes) for t in tpls])
-    G, C = int(go[-1]), sum(len(t.comm_nodes) for t in tpls)
-    gemms = np.full((C, max(t.comm_kernels.gemms.shape[1] for t in tpls)), G, dtype=np.int64)
-    r = 0
-    for t, g0 in zip(tpls, go):
-        cg = t.comm_kernels.gemms
-        gemms[r:r + len(cg), :cg.shape[1]] = np.where(cg == len(t.gemm_nodes), G, cg + g0)
-        r += len(cg)
     cat = lambda f: np.concatenate([getattr(t.comm_kernels, f) for t in tpls])  # noqa: E731
     return CommKernels(need=cat("need").reshape(-1, 4), occupancy=cat("occupancy"), priority=cat("priority"),
-                       gemms=gemms, gemm_priority=cat("gemm_priority"))
+                       gemms=_stacked_gemms(tpls, [t.comm_kernels.gemms for t in tpls]),
+                       gemm_priority=cat("gemm_priority"))
+
+
+def _stacked_gemms(tpls: Sequence["Template"], lists: list[np.ndarray]) -> np.ndarray:
+    """Padded GEMM position lists of block-diagonal templates, one below the other: each
+    template's positions shifted past the GEMMs before it, its padding the merged count."""
+    go = np.cumsum([0] + [len(t.gemm_nodes) for t in tpls])
+    G = int(go[-1])
+    out = np.full((sum(len(x) for x in lists), max(x.shape[1] for x in lists)), G, dtype=np.int64)
+    r = 0
+    for t, g0, x in zip(tpls, go, lists):
+        out[r:r + len(x), :x.shape[1]] = np.where(x == len(t.gemm_nodes), G, x + g0)
+        r += len(x)
+    return out
 
 
 def merged_mem(tpls: Sequence["Template"], offs: np.ndarray) -> MemKernels:
     """Memory kernels of block-diagonal templates (each meets its own template's GEMMs)."""
-    go = np.cumsum([0] + [len(t.gemm_nodes) for t in tpls])
-    G, M = int(go[-1]), sum(len(t.mem.nodes) for t in tpls)
-    width = max(t.mem.gemms.shape[1] for t in tpls)
-    gemms = np.full((M, width), G, dtype=np.int64)
-    r = 0
-    for t, g0 in zip(tpls, go):
-        mg = t.mem.gemms
-        gemms[r:r + len(mg), :mg.shape[1]] = np.where(mg == len(t.gemm_nodes), G, mg + g0)
-        r += len(mg)
+    gemms = _stacked_gemms(tpls, [t.mem.gemms for t in tpls])
     cat = lambda f: np.concatenate([getattr(t.mem, f) for t in tpls])  # noqa: E731
     return MemKernels(nodes=np.concatenate([t.mem.nodes + o for t, o in zip(tpls, offs)]),
                       begin=np.concatenate([t.mem.begin + o for t, o in zip(tpls, offs)]), grid=cat("grid"),
