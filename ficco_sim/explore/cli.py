@@ -125,10 +125,12 @@ def run_explore(args: argparse.Namespace) -> int:
     scenarios = default_scenarios() if args.scenarios is None else load_scenarios(args.scenarios)
     pairs = default_pairs(args.gpu, args.topology)
     if args.scenarios is None and not args.gpu and not args.topology:
+        how = {"confirm": f"ranked by the closed form, the {args.top} fastest per scenario confirmed by the "
+                          "discrete-event engine",
+               "des": "run by the discrete-event engine", "analytical": "run by the closed form"}[args.engine]
         con.print("[bold]Default study[/]: 12 layers of Llama-3-70B, Mixtral-8x7B and GPT-3 on 8 GPUs, "
-                  "H100 + NVSwitch vs MI300X fully connected; every valid schedule of the full space ranked "
-                  f"by the closed form, the {args.top} fastest per scenario confirmed by the discrete-event "
-                  "engine.")
+                  f"H100 + NVSwitch vs MI300X fully connected; every valid schedule of the {args.space} space "
+                  f"{how}.")
     out = Path(args.out) if args.out else (Path("explore_out") if args.plots else None)
     with folder_lock(out, "an explore sweep") if out is not None else contextlib.nullcontext():
         if args.top < 1:
