@@ -59,11 +59,15 @@ class SmPool:
         self.limits = limits
         self.policy = policy
         self.num_sms = num_sms
+        self._needs: dict[BlockShape, np.ndarray] = {}
         self.free = np.tile(np.array([limits.max_blocks, limits.max_threads, limits.registers, limits.smem],
                                      dtype=np.int64), (num_sms, 1))
 
     def need(self, block: BlockShape) -> np.ndarray:
-        return block_needs(self.limits, block)
+        hit = self._needs.get(block)
+        if hit is None:
+            hit = self._needs[block] = block_needs(self.limits, block)
+        return hit
 
     def fit(self, block: BlockShape) -> np.ndarray:
         """How many more blocks of this shape each SM can take now."""
