@@ -160,6 +160,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
 
     costs = transfer_costs(graph, gpu, topo)
     shapes: dict[GemmShape, int] = {}
+    alone: dict[tuple, float] = {}       # isolated time per kernel footprint (many kernels share one)
     begin, end, ready, prev, last = {}, {}, {}, {}, {}
     driven: dict[str, list[str]] = {}
     for t in graph.tasks:
@@ -175,7 +176,10 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
                 end[t.id] = node(ZERO, t.gpu)
                 driven[t.id] = []
             else:
-                end[t.id] = node(MEM if t.kind == "memory" else FIXED, t.gpu, kernel_isolated_time(gpu, t, launch=False))
+                shape = (t.grid, t.block, t.block_time, t.block_hbm_bytes)
+                if shape not in alone:
+                    alone[shape] = kernel_isolated_time(gpu, t, launch=False)
+                end[t.id] = node(MEM if t.kind == "memory" else FIXED, t.gpu, alone[shape])
         else:
             ready[t.id] = node(ZERO, t.src, dst=t.dst)
             begin[t.id] = node(ZERO, t.src, dst=t.dst) if t.engine == "sm" else ready[t.id]

@@ -187,7 +187,7 @@ def slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, nbytes: np.nda
     return slow
 
 
-GATHER_CELLS = 8_000_000   # (scenario, transfer, link, sharer) cells gathered at once (~64 MB)
+GATHER_CELLS = 4_000_000   # (scenario, transfer, link, sharer) cells gathered at once (~32 MB each array)
 
 
 def link_coefs(tpl: "Template", vals: np.ndarray) -> np.ndarray:
@@ -215,28 +215,40 @@ def link_coefs(tpl: "Template", vals: np.ndarray) -> np.ndarray:
     return 1.0 / bw
 
 
+RUNNING_CELLS = 4_000_000   # (scenario, kernel, candidate GEMM) cells looked at at once (~32 MB each array)
+
+
 def _running(tpl: "Template", vals: np.ndarray, start: np.ndarray, gemms: np.ndarray, resident: dict) -> dict:
     """For kernels starting at ``start`` (P, K) beside the GEMMs ``gemms`` (K, Wg positions,
     padded) of their GPU: the latest-ending GEMM running at that instant (``on``: there is
-    one; ``j``: its position), its begin, end and last-wave start, and where its blocks sit
-    while it still has blocks to place and in its last wave (``resident``: per GEMM and
-    scenario, from :func:`~ficco_sim.engine.closed_form.durations`)."""
+    one; ``j``: its position, the GEMM count if none), its begin, end and last-wave start,
+    and where its blocks sit while it still has blocks to place and in its last wave
+    (``resident``: per GEMM and scenario, from :func:`~ficco_sim.engine.closed_form.durations`).
+    Candidates are scanned in blocks of kernels, so memory stays bounded."""
     inf = np.inf
-    P = len(vals)
-    gs = _pad(vals[:, tpl.gemm_begin], inf)[:, gemms]                      # (P, K, Wg)
-    ge = _pad(vals[:, tpl.gemm_nodes], inf)[:, gemms]
-    active = (gs <= start[..., None]) & (ge > start[..., None])
-    j = np.argmax(np.where(active, ge, -inf), axis=-1)[..., None]          # (P, K, 1)
-    on = np.take_along_axis(active, j, -1)[..., 0]
-    pick = lambda a: np.take_along_axis(a, j, -1)[..., 0]  # noqa: E731
-    at = lambda key: pick(np.concatenate([resident[key], np.zeros((P, 1))], 1)[:, gemms])  # noqa: E731
-    a, b = np.where(on, pick(gs), 0.0), np.where(on, pick(ge), 0.0)
-    need = np.concatenate([resident["need"], np.zeros((P, 1, 4), dtype=np.int64)], 1)[:, gemms]
-    return {"on": on, "j": pick(np.broadcast_to(gemms, gs.shape)), "begin": a, "end": b,
-            "split": np.where(on, a + (b - a) * at("last_at"), start), "waves": np.maximum(at("waves"), 1.0),
+    P, K = start.shape
+    G = len(tpl.gemm_nodes)
+    gb = _pad(vals[:, tpl.gemm_begin], inf)                                # (P, G + 1)
+    gen = _pad(vals[:, tpl.gemm_nodes], inf)
+    j = np.full((P, K), G, dtype=np.int64)
+    step = max(1, RUNNING_CELLS // max(1, P * gemms.shape[1]))
+    for a in range(0, K, step):
+        cand = gemms[a:a + step]                                           # (k, Wg)
+        s = start[:, a:a + step, None]
+        gs, ge = gb[:, cand], gen[:, cand]                                 # (P, k, Wg)
+        active = (gs <= s) & (ge > s)
+        best = np.argmax(np.where(active, ge, -inf), axis=-1)              # (P, k)
+        on = np.take_along_axis(active, best[..., None], -1)[..., 0]
+        j[:, a:a + step] = np.where(on, cand[np.arange(len(cand))[None, :], best], G)
+    on = j < G
+    rows = np.arange(P)[:, None]
+    at = lambda key: np.concatenate([resident[key], np.zeros((P, 1))], 1)[rows, j]  # noqa: E731
+    begin, end = np.where(on, gb[rows, j], 0.0), np.where(on, gen[rows, j], 0.0)
+    need = np.concatenate([resident["need"], np.zeros((P, 1, 4), dtype=np.int64)], 1)[rows, j]
+    return {"on": on, "j": j, "begin": begin, "end": end,
+            "split": np.where(on, begin + (end - begin) * at("last_at"), start), "waves": np.maximum(at("waves"), 1.0),
             "used": at("used"), "count": at("count").astype(np.int64), "used_last": at("used_last"),
-            "count_last": at("count_last").astype(np.int64),
-            "need": np.take_along_axis(need, j[..., None], -2)[..., 0, :]}
+            "count_last": at("count_last").astype(np.int64), "need": need}
 
 
 def _slots(gpu: GpuProfile, run: dict, need: np.ndarray, occupancy: np.ndarray, last: bool) -> np.ndarray:

@@ -15,6 +15,8 @@ exactly (:meth:`ficco_sim.workload.Scenario.structure`).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections import OrderedDict, defaultdict
 from typing import Sequence
 
@@ -89,22 +91,39 @@ def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo
     key = (scenario.structure(), schedule.name, fingerprint(gpu), fingerprint(topo), comm_only)
     hit = _get(key)
     if hit is None:
-        graph = lower(scenario, schedule, gpu, topo)
-        if comm_only:
-            graph = comm_only_graph(graph)
-        tpl = compile_graph(graph, gpu, topo, scenario)
+        with _no_cyclic_gc():
+            graph = lower(scenario, schedule, gpu, topo)
+            if comm_only:
+                graph = comm_only_graph(graph)
+            tpl = compile_graph(graph, gpu, topo, scenario)
         hit = _remember(key, (gpu, topo, tpl), tpl.num_nodes)
     return hit[2]
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """Python's cycle collector paused while a template is built: lowering and compiling
+    allocate hundreds of thousands of short-lived, acyclic objects, and every automatic
+    collection rescans the templates already cached (in a 16-GPU sweep that was more than
+    half the time). Cycles made meanwhile are collected after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _merged(tpls: list[Template], scenario: Scenario, topo: Topology) -> tuple[Template, np.ndarray]:
     key = ("merged", *(id(t) for t in tpls))
     hit = _get(key)
     if hit is None:
-        merged, offs = merge(tpls)
-        if rotation_symmetric(scenario, topo):
-            stride = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
-            merged.quotient, merged.orbit = quotient(merged, stride, scenario.gpus)
+        with _no_cyclic_gc():
+            merged, offs = merge(tpls)
+            if rotation_symmetric(scenario, topo):
+                stride = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
+                merged.quotient, merged.orbit = quotient(merged, stride, scenario.gpus)
         hit = _remember(key, (tpls, merged, offs), merged.num_nodes)
     return hit[1], hit[2]
 

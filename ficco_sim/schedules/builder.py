@@ -84,7 +84,7 @@ class GraphBuilder:
         elems = rows * cols
         total_bytes = elems * DTYPE_BYTES[dtype] * (inputs + 1)
         block = self.reduce_block
-        grid = int(reduce_grid(self.gpu, block, elems))
+        grid = _reduce_grid_of(self.gpu, block, elems)
         per_block = total_bytes / grid
         # One wave of `grid` blocks moving total_bytes at the full effective HBM rate.
         block_time = total_bytes / self.gpu.hbm_effective
@@ -129,6 +129,20 @@ def reduce_grid(gpu: GpuProfile, block: BlockShape, elems):
     array): 8 elements per thread, at most one wave over all SMs."""
     return np.maximum(1, np.minimum(gpu.num_sms * blocks_per_sm(gpu.sm, block),
                                     np.ceil(np.asarray(elems, dtype=float) / (block.threads * 8))))
+
+
+_GRIDS: dict[tuple, int] = {}
+
+
+def _reduce_grid_of(gpu: GpuProfile, block: BlockShape, elems: int) -> int:
+    """:func:`reduce_grid` of one kernel, memoized (lowerings size thousands of equal reductions)."""
+    key = (gpu.num_sms, gpu.sm, block, elems)      # all reduce_grid depends on
+    hit = _GRIDS.get(key)
+    if hit is None:
+        if len(_GRIDS) > 100_000:
+            _GRIDS.clear()
+        hit = _GRIDS[key] = int(reduce_grid(gpu, block, elems))
+    return hit
 
 
 def row_slice(buffer: str, start: int, rows: int) -> Slice:
