@@ -35,6 +35,7 @@ from ..hardware import GpuProfile, Protocol, load_gpu
 from ..taskgraph import Kernel, TaskGraph, Transfer
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
+from .gcpause import paused_gc
 from .dispatcher import SmPool, Waiting
 from .fluid import Activity, FluidPool
 
@@ -375,4 +376,5 @@ def simulate_graph(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology |
     """Run the discrete-event simulation of ``graph`` on ``gpu`` GPUs joined by ``topology``."""
     gpu = load_gpu(gpu)
     topology = load_topology(topology, gpu)
-    return Simulation(graph, gpu, topology, policy=policy, record=record).run()
+    with paused_gc():
+        return Simulation(graph, gpu, topology, policy=policy, record=record).run()

@@ -15,8 +15,6 @@ exactly (:meth:`ficco_sim.workload.Scenario.structure`).
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections import OrderedDict, defaultdict
 from typing import Sequence
 
@@ -24,6 +22,7 @@ import numpy as np
 
 from ..contention import PROFILE, Weights
 from ..engine.closed_form import Template, compile_graph, evaluate, merge
+from ..engine.gcpause import paused_gc
 from ..engine.symmetry import quotient, rotation_symmetric
 from ..gemm_model import gemm_times
 from ..hardware import GpuProfile, load_gpu
@@ -91,7 +90,7 @@ def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo
     key = (scenario.structure(), schedule.name, fingerprint(gpu), fingerprint(topo), comm_only)
     hit = _get(key)
     if hit is None:
-        with _no_cyclic_gc():
+        with paused_gc():
             graph = lower(scenario, schedule, gpu, topo)
             if comm_only:
                 graph = comm_only_graph(graph)
@@ -100,26 +99,11 @@ def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo
     return hit[2]
 
 
-@contextlib.contextmanager
-def _no_cyclic_gc():
-    """Python's cycle collector paused while a template is built: lowering and compiling
-    allocate hundreds of thousands of short-lived, acyclic objects, and every automatic
-    collection rescans the templates already cached (in a 16-GPU sweep that was more than
-    half the time). Cycles made meanwhile are collected after."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def _merged(tpls: list[Template], scenario: Scenario, topo: Topology) -> tuple[Template, np.ndarray]:
     key = ("merged", *(id(t) for t in tpls))
     hit = _get(key)
     if hit is None:
-        with _no_cyclic_gc():
+        with paused_gc():
             merged, offs = merge(tpls)
             if rotation_symmetric(scenario, topo):
                 stride = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
