@@ -50,7 +50,7 @@ from ..errors import InputError
 from ..hardware import BlockShape
 from .host import COMM_OPS, RUNTIME_CATS, Call, Host, api
 from .kineto_cpu import _cpu_ops
-from .kineto_io import GPU_CATS, US, _events, _num, _prod, kineto_hook_for, read_json
+from .kineto_io import GPU_CATS, US, _events, _num, _prod, count, kineto_hook_for, read_json
 from .kineto_set import _check_ranks, _check_set, _select_steps
 from .ops import (CPU_GEMM_OPS, DTYPE_SIZE, Trace, TraceOp, classify_kernel, collective_kind,
                   kernel_class, split_waits)
@@ -271,8 +271,7 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) ->
             if threads:
                 regs = args.get("registers per thread", 0)
                 smem = args.get("shared memory", 0)
-                op.block = BlockShape(threads, int(regs) if isinstance(regs, (int, float)) else 0,
-                                      int(smem) if isinstance(smem, (int, float)) else 0)
+                op.block = BlockShape(threads, count(regs), count(smem))
             parent = cpu_by_ext.get(args.get("External id"), {})
             if op.category == "comm":
                 _comm_meta(op, {**parent, **args}, f)
@@ -355,7 +354,7 @@ def _from_launch(op: TraceOp, call: Call) -> None:
         grid = [-(-g // max(1, b)) for g, b in zip(grid, block)]
     op.grid = _prod(grid)
     smem = args.get("shared memory", 0)
-    op.block = op.block or BlockShape(_prod(block), 0, int(smem) if isinstance(smem, (int, float)) else 0)
+    op.block = op.block or BlockShape(_prod(block), 0, count(smem))
 
 
 def _peer(dev: Any, default: int) -> int:

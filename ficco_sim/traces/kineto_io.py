@@ -165,12 +165,22 @@ def _num(e: dict, key: str, where: str, index: int) -> float:
     return float(v)
 
 
+MAX_COUNT = 2 ** 31   # a launch-config count past this (or non-finite, negative) is no count
+
+
+def count(v: Any) -> int:
+    """A launch-config count from a trace (threads, registers, shared memory, grid size):
+    the number, or 0 (unknown, as if missing) when it is not a finite one in [0, 2^31]."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= MAX_COUNT:
+        return 0
+    return int(v)
+
+
 def _prod(v: Any) -> int:
-    if isinstance(v, (int, float)):
-        return int(v)
-    if isinstance(v, (list, tuple)) and v and all(isinstance(x, (int, float)) for x in v):
+    """The product of a count or a list of counts (a grid or block shape); 0 if any is not one."""
+    if isinstance(v, (list, tuple)) and v:
         out = 1
         for x in v:
-            out *= int(x)
-        return out
-    return 0
+            out *= count(x)
+        return out if out <= MAX_COUNT else 0
+    return count(v)
