@@ -106,6 +106,7 @@ class Template:
     link_members: np.ndarray | None = None      # (links + 1, W) positions in xfer_nodes per link (sentinel X)
     mem: MemKernels | None = None               # memory kernels, for the occupancy rule
     comm_kernels: CommKernels | None = None     # communication kernels, for the dispatch rule
+    level_cache: dict = field(default_factory=dict)   # level -> positions of those kernels (built once)
     quotient: "Template | None" = None          # evaluated instead when set (:mod:`.symmetry`)
     orbit: np.ndarray | None = None             # node (and sentinel) -> quotient node
 
@@ -421,8 +422,12 @@ def run(tpl: Template, add: np.ndarray, hold: dict | None = None) -> np.ndarray:
     ``memory_hold``): kernels sharing SMs with a GEMM running at their start, timed against
     that GEMM's times in this pass as soon as their level is reached."""
     vals = np.zeros_like(add)
-    comm_at = levels_of(tpl, tpl.comm_begin) if hold and "comm" in hold else {}
-    mem_at = levels_of(tpl, tpl.mem.nodes) if hold and "mem" in hold else {}
+    cache = tpl.level_cache
+    if hold and "comm" not in cache:
+        cache["comm"] = levels_of(tpl, tpl.comm_begin)
+        cache["mem"] = levels_of(tpl, tpl.mem.nodes) if tpl.mem is not None else {}
+    comm_at = cache["comm"] if hold and "comm" in hold else {}
+    mem_at = cache["mem"] if hold and "mem" in hold else {}
     for lv, (ids, pad) in enumerate(tpl.levels):
         vals[:, ids] = vals[:, pad].max(axis=2) + add[:, ids]
         if lv in comm_at:

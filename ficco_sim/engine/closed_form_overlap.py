@@ -62,7 +62,8 @@ class MemKernels:
     occupancy: np.ndarray
     gemms: np.ndarray           # (M, Wg)
     elems: np.ndarray           # a reduction's elements per input at the reference sizes (NaN: unknown)
-    blocks: list                # each kernel's BlockShape
+    blocks: list                # the distinct BlockShapes
+    block_ix: np.ndarray        # each kernel's, as an index into blocks
 
 
 @dataclass
@@ -322,8 +323,8 @@ def _scaled(mk: MemKernels, gpu: GpuProfile, comm: np.ndarray) -> tuple[np.ndarr
     with the communicated shape, its grid follows its elements); another kernel keeps its
     grid."""
     grid = np.broadcast_to(mk.grid, (len(comm), len(mk.grid))).astype(float)
-    for block in set(mk.blocks):
-        cols = np.array([b == block for b in mk.blocks]) & np.isfinite(mk.elems)
+    for b, block in enumerate(mk.blocks):
+        cols = (mk.block_ix == b) & np.isfinite(mk.elems)
         if cols.any():
             grid[:, cols] = reduce_grid(gpu, block, np.round(mk.elems[cols][None, :] * comm[:, None]))
     return grid, mk.block_time * comm[:, None], mk.block_hbm * mk.grid * comm[:, None] / grid

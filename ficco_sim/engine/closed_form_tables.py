@@ -51,7 +51,7 @@ def memory_kernels(mems: list[Kernel], begin: dict, end: dict, gpu: GpuProfile, 
         occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in mems], dtype=np.int64),
         gemms=members(same.reshape(len(mems), len(gemm_nodes))),
         elems=np.array([np.nan if k.elems is None else k.elems for k in mems], dtype=float),
-        blocks=[k.block for k in mems])
+        **_distinct_blocks([k.block for k in mems]))
 
 
 def link_tables(xfers, costs: dict, topo: Topology) -> dict[str, np.ndarray]:
@@ -99,7 +99,7 @@ def merged_mem(tpls: Sequence["Template"], offs: np.ndarray) -> MemKernels:
                       begin=np.concatenate([t.mem.begin + o for t, o in zip(tpls, offs)]), grid=cat("grid"),
                       block_time=cat("block_time"), block_hbm=cat("block_hbm"), need=cat("need").reshape(-1, 4),
                       occupancy=cat("occupancy"), gemms=gemms, elems=cat("elems"),
-                      blocks=[b for t in tpls for b in t.mem.blocks])
+                      **_distinct_blocks([t.mem.blocks[i] for t in tpls for i in t.mem.block_ix]))
 
 
 def merged_links(tpls: Sequence["Template"]) -> dict[str, np.ndarray]:
@@ -117,3 +117,10 @@ def merged_links(tpls: Sequence["Template"]) -> dict[str, np.ndarray]:
         link_members[a:a + len(mb), :mb.shape[1]] = np.where(mb == len(t.xfer_nodes), X, mb + b)
     return {"link_bw": np.concatenate([t.link_bw[:-1] for t in tpls] + [[np.inf]]), "xfer_links": xfer_links,
             "xfer_cap": np.concatenate([t.xfer_cap for t in tpls]), "link_members": link_members}
+
+
+def _distinct_blocks(per_kernel: list) -> dict:
+    """``blocks`` (distinct shapes) and ``block_ix`` (each kernel's) of :class:`MemKernels`."""
+    ids: dict = {}
+    ix = np.array([ids.setdefault(b, len(ids)) for b in per_kernel], dtype=np.int64)
+    return {"blocks": list(ids), "block_ix": ix}
