@@ -230,7 +230,9 @@ def cmd_predict(args) -> int:
         t = gemm_time(gpu, args.m, args.n, args.k, args.dtype)
         plan = plan_gemm(gpu, args.m, args.n, args.k, args.dtype)
         row = {"gpu": gpu.name, "m": args.m, "n": args.n, "k": args.k, "dtype": args.dtype, "time_s": t,
-               "tflops": plan.flops / t / 1e12, "tile": f"{plan.tile.m}x{plan.tile.n}", "blocks": plan.grid,
+               "tflops": plan.flops / t / 1e12,
+               "tile": f"{plan.tile.m}x{plan.tile.n}" + (f" split-k {s}" if (s := plan.tile.split_k) > 1 else ""),
+               "blocks": plan.grid,
                "blocks_per_sm": plan.occupancy,
                "waves": math.ceil(plan.grid / (gpu.num_sms * plan.occupancy))}
         cols = [("gpu", "gpu", 1), ("time_s", "time ms", 1e3), ("tflops", "TFLOP/s", 1), ("tile", "tile", 1),

@@ -9,8 +9,11 @@ is one thread block. A block's duration when ``o`` blocks share an SM is
 per-block prologue/epilogue). The kernel's HBM traffic, ``(m*k + k*n + m*n) * bytes``
 (L2 reuse assumed ideal), is spread evenly over its blocks; a wave that asks more HBM
 bandwidth than the GPU has is stretched to the bandwidth bound. Wave quantization
-comes from ``ceil(blocks / (SMs * o))``. The library picks the tile with the smallest
-isolated time, as cuBLAS heuristics try to.
+comes from ``ceil(blocks / (SMs * o))``. The library picks the kernel with the smallest
+isolated time, as cuBLAS heuristics try to: every tile, and with ``gemm.max_split_k > 1``
+every split-K variant of it (s blocks per output tile share the K loop, then their float32
+partial tiles go through HBM; see :func:`tile_costs`), which keeps a GEMM with few output
+tiles and a long K loop from running on a handful of SMs.
 
 >>> from ficco_sim.hardware import load_gpu
 >>> gpu = load_gpu("h100")
@@ -126,16 +129,27 @@ def _efficiency(gpu: GpuProfile, dtype: str) -> float:
     return eff
 
 
+SPLIT_K_BYTES = 4   # split-K partial sums accumulate in float32 whatever the GEMM's dtype
+
+
 def tile_costs(gpu: GpuProfile, tile: GemmTile, m, n, k, dtype: str, *, extra_smem: int = 0,
                accumulate: bool = False) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
     """(grid, occupancy, block time s, block HBM bytes) of GEMMs of shapes ``m, n, k`` (arrays)
-    cut into ``tile`` with ``extra_smem`` of shaping; occupancy 0 when the block does not fit."""
+    cut into ``tile`` with ``extra_smem`` of shaping; occupancy 0 when the block does not fit.
+    A split-K tile (``tile.split_k = s > 1``) has ``s`` blocks per output tile, each running
+    ``ceil(k / s)`` of the K loop (and paying ``k_overhead`` again), and moves ``s`` float32
+    partial tiles through HBM and back for the reduction."""
     block = replace(tile.block, smem=tile.block.smem + extra_smem)
     occ = blocks_per_sm(gpu.sm, block) if block.smem <= gpu.sm.max_smem_per_block else 0
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
-    grid = np.ceil(m / tile.m) * np.ceil(n / tile.n)
-    block_time = occ * 2.0 * tile.m * tile.n * (k + gpu.gemm.k_overhead) / (gpu.flops_per_sm(dtype) *
-                                                                             _efficiency(gpu, dtype))
+    split = tile.split_k
+    grid = np.ceil(m / tile.m) * np.ceil(n / tile.n) * split
+    block_time = occ * 2.0 * tile.m * tile.n * (np.ceil(k / split) + gpu.gemm.k_overhead) / (
+        gpu.flops_per_sm(dtype) * _efficiency(gpu, dtype))
+    if split > 1:
+        # each block writes its float32 partial tile and the reduction reads it back, after
+        # the block's K loop (not hidden under it): every resident block at once shares HBM
+        block_time = block_time + occ * gpu.num_sms * 2.0 * tile.m * tile.n * SPLIT_K_BYTES / gpu.hbm_effective
     return grid, occ, block_time, hbm_traffic(m, n, k, dtype, accumulate) / grid
 
 
@@ -168,14 +182,14 @@ def gemm_times(gpu: GpuProfile, m, n, k, dtype: str = "float16", *, extra_smem: 
     """
     m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k)))
     iso = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, accumulate=accumulate))
-                    for t in gpu.gemm.tiles])                     # (tiles, ...)
+                    for t in gpu.gemm.configs])                   # (kernels, ...)
     # first minimum, as min() picks; compared launch included (ties between HBM-bound tiles
     # resolve as they always have)
     best = np.argmin(iso + gpu.launch_overhead, axis=0)
     out = np.take_along_axis(iso, best[None], 0)[0]
     if extra_smem:
         shaped = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, extra_smem=extra_smem,
-                                                       accumulate=accumulate)) for t in gpu.gemm.tiles])
+                                                       accumulate=accumulate)) for t in gpu.gemm.configs])
         out = np.take_along_axis(shaped, best[None], 0)[0]
     return (out, best) if tiles else out
 
@@ -208,7 +222,7 @@ _PLAN_GPUS: dict[int, GpuProfile] = {}
 def _plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str, extra_smem: int, accumulate: bool) -> GemmPlan:
     _efficiency(gpu, dtype)
     _, best = gemm_times(gpu, m, n, k, dtype, accumulate=accumulate, tiles=True)
-    tile = gpu.gemm.tiles[int(best)]
+    tile = gpu.gemm.configs[int(best)]
     grid, occ, block_time, per_block = tile_costs(gpu, tile, m, n, k, dtype, extra_smem=extra_smem,
                                                   accumulate=accumulate)
     if occ < 1:

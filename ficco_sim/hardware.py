@@ -20,6 +20,7 @@ SI (seconds, bytes, FLOP/s, bytes/s) and checks it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,11 +70,14 @@ class BlockShape:
 
 @dataclass(frozen=True)
 class GemmTile:
-    """One GEMM kernel configuration: output tile per block and the block's footprint."""
+    """One GEMM kernel configuration: output tile per block, the block's footprint, and
+    ``split_k``: how many blocks share one output tile's K loop (partial sums reduced
+    through an fp32 workspace, as cuBLAS/hipBLASLt split-K and stream-K kernels do)."""
 
     m: int
     n: int
     block: BlockShape
+    split_k: int = 1
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,15 @@ class GemmModel:
     tiles: tuple[GemmTile, ...]
     efficiency: Mapping[str, float]
     k_overhead: float
+    max_split_k: int = 1
+
+    @functools.cached_property
+    def configs(self) -> tuple[GemmTile, ...]:
+        """Every kernel a library may pick: each tile with each split-K factor
+        (1, 2, 4, ... up to ``max_split_k``). Picked indices (``gemm_times(tiles=True)``)
+        index this tuple."""
+        splits = [1 << i for i in range(max(1, int(self.max_split_k)).bit_length()) if 1 << i <= self.max_split_k]
+        return tuple(dataclasses.replace(t, split_k=s) for t in self.tiles for s in splits)
 
 
 @dataclass(frozen=True)
@@ -450,7 +463,9 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
             protocols=_protocols(r),
         ),
         gemm=GemmModel(tiles=tuple(tiles), efficiency=efficiency,
-                       k_overhead=r.number("gemm.k_overhead", positive=False)),
+                       k_overhead=r.number("gemm.k_overhead", positive=False),
+                       max_split_k=r.number("gemm.max_split_k", integer=True, at_most=64) if r.has("gemm.max_split_k")
+                       else 1),
         contention=Contention(
             compute_per_hbm_util=r.number("contention.compute_per_hbm_util", positive=False),
             comm_per_hbm_util=r.number("contention.comm_per_hbm_util", positive=False),

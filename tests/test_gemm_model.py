@@ -88,3 +88,65 @@ def test_fewer_sms_never_speed_a_gemm_up(gpu, m, n, k, fewer, dtype):
     assume(hbm_traffic(m, n, k, dtype) / g.hbm_effective < 0.25 * (t - g.launch_overhead))
     less = dataclasses.replace(g, num_sms=max(1, g.num_sms - fewer))
     assert gemm_time(less, m, n, k, dtype) >= t * (1 - 1e-12)
+
+
+def _split(gpu_name: str, max_split_k: int):
+    g = load_gpu(gpu_name)
+    return dataclasses.replace(g, gemm=dataclasses.replace(g.gemm, max_split_k=max_split_k))
+
+
+def test_split_k_kernels_are_candidates_only_up_to_the_profiles_limit():
+    g = load_gpu("h100")
+    assert [c.split_k for c in g.gemm.configs] == [1] * len(g.gemm.tiles)     # shipped: no split-K
+    four = _split("h100", 4).gemm
+    assert [c.split_k for c in four.configs] == [1, 2, 4] * len(g.gemm.tiles)
+    assert [c.split_k for c in _split("h100", 6).gemm.configs][:3] == [1, 2, 4]
+
+
+def test_split_k_closed_form_for_a_small_grid_with_a_long_k_loop():
+    """256 x 1536 x 16384 on an H100: 12 output tiles for 132 SMs. With split-K allowed, the
+    library splits the K loop: s blocks per tile, each ceil(k/s) of K plus the prologue, then
+    every float32 partial tile goes to HBM and back, after the loop."""
+    base, g = load_gpu("h100"), _split("h100", 4)
+    m, n, k = 256, 1536, 16384
+    plain, split = plan_gemm(base, m, n, k), plan_gemm(g, m, n, k)
+    assert split.tile.split_k == 4 and split.grid == 4 * plain.grid
+    t = split.tile
+    compute = 2.0 * t.m * t.n * (k / 4 + g.gemm.k_overhead) / (g.flops_per_sm("float16") * g.gemm.efficiency["float16"])
+    reduction = g.num_sms * 2.0 * t.m * t.n * 4 / g.hbm_effective
+    assert split.block_time == pytest.approx(compute + reduction, rel=1e-12)
+    assert isolated_time(g, split) == pytest.approx(split.block_time + g.launch_overhead, rel=1e-12)   # one wave
+    assert isolated_time(g, split) < 0.5 * isolated_time(base, plain)
+    # a full-GPU GEMM gains nothing from splitting its K loop and keeps its kernel
+    assert plan_gemm(g, 8192, 8192, 8192).tile.split_k == 1
+
+
+def test_split_k_gemm_des_equals_closed_form():
+    from ficco_sim.engine.closed_form import closed_form_timeline
+    from ficco_sim.engine.des import simulate_graph
+    from ficco_sim.schedules.builder import GraphBuilder
+    from ficco_sim.topology import load_topology
+    g = _split("h100", 4)
+    topo = load_topology("switch:2", g)
+    for m, n, k in ((256, 1536, 16384), (512, 2048, 8192), (64, 8192, 8192)):
+        plan = plan_gemm(g, m, n, k)
+        b = GraphBuilder(g, 2)
+        b.gemm("g", 0, m, n, k, "float16")
+        graph = b.build()
+        des = simulate_graph(graph, g, topo).makespan
+        assert des == pytest.approx(isolated_time(g, plan), rel=1e-6), (m, n, k)
+        assert closed_form_timeline(graph, g, topo).makespan == pytest.approx(des, rel=1e-6)
+
+
+def test_profile_split_k_limit_is_read_and_bounded(tmp_path):
+    from ficco_sim.errors import InputError
+    src = Path(load_gpu("h100").path).read_text()
+    good = tmp_path / "sk.yaml"
+    good.write_text(src.replace("  k_overhead:", "  max_split_k: {value: 8, kind: assumption, source: test}\n"
+                                "  k_overhead:", 1))
+    assert load_gpu(str(good)).gemm.max_split_k == 8
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(src.replace("  k_overhead:", "  max_split_k: {value: 1000, kind: assumption, source: t}\n"
+                               "  k_overhead:", 1))
+    with pytest.raises(InputError, match="max_split_k"):
+        load_gpu(str(bad))

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..errors import InputError
 from ..gemm_model import gemm_times
-from ..hardware import GemmModel, GpuProfile
+from ..hardware import GpuProfile
 
 # Bounds keep the fit physical: efficiency is a fraction of peak, k_overhead a few K-tiles,
 # launch overhead a few tens of microseconds at most.
@@ -43,8 +43,8 @@ def with_gemm_params(gpu: GpuProfile, efficiency: dict[str, float] | None = None
     """A copy of ``gpu`` with new GEMM-model parameters (efficiency merged per dtype)."""
     eff = dict(gpu.gemm.efficiency)
     eff.update(efficiency or {})
-    gemm = GemmModel(tiles=gpu.gemm.tiles, efficiency=eff,
-                     k_overhead=gpu.gemm.k_overhead if k_overhead is None else float(k_overhead))
+    gemm = dataclasses.replace(gpu.gemm, efficiency=eff,
+                               k_overhead=gpu.gemm.k_overhead if k_overhead is None else float(k_overhead))
     lo = gpu.launch_overhead if launch_overhead is None else float(launch_overhead)
     return dataclasses.replace(gpu, gemm=gemm, launch_overhead=lo)
 

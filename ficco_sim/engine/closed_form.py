@@ -384,7 +384,7 @@ def _residency(gpu: GpuProfile, shapes: list[GemmShape], sizes: list, picked: li
     need = np.zeros((P, len(shapes), 4), dtype=np.int64)
     for j, (sh, (m, n, k), best) in enumerate(zip(shapes, sizes, picked)):
         for ti in np.unique(best):
-            tile = gpu.gemm.tiles[int(ti)]
+            tile = gpu.gemm.configs[int(ti)]
             rows = best == ti
             grid, occ = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype, extra_smem=sh.extra_smem)[:2]
             occ = max(1, occ)
