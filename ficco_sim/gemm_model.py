@@ -148,8 +148,10 @@ def tile_costs(gpu: GpuProfile, tile: GemmTile, m, n, k, dtype: str, *, extra_sm
         gpu.flops_per_sm(dtype) * _efficiency(gpu, dtype))
     if split > 1:
         # each block writes its float32 partial tile and the reduction reads it back, after
-        # the block's K loop (not hidden under it): every resident block at once shares HBM
-        block_time = block_time + occ * gpu.num_sms * 2.0 * tile.m * tile.n * SPLIT_K_BYTES / gpu.hbm_effective
+        # the block's K loop (not hidden under it), sharing HBM with the blocks of its wave: over
+        # the waves the reduction moves every partial once (grid * bytes), whatever the SM count
+        beside = grid / np.ceil(grid / (gpu.num_sms * max(occ, 1)))
+        block_time = block_time + beside * 2.0 * tile.m * tile.n * SPLIT_K_BYTES / gpu.hbm_effective
     return grid, occ, block_time, hbm_traffic(m, n, k, dtype, accumulate) / grid
 
 

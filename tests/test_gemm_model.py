@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from ficco_sim.calibrate.fit_gemm import predict_times
@@ -77,6 +77,8 @@ def test_extra_shared_memory_lowers_occupancy():
 @given(gpu=st.sampled_from(["h100", "a100", "mi300x", "a40"]), m=st.integers(1, 1 << 16),
        n=st.integers(1, 1 << 15), k=st.integers(1, 1 << 15), fewer=st.integers(1, 64),
        dtype=st.sampled_from(["float16", "bfloat16", "float32"]))
+@example(gpu="h100", m=1, n=1, k=94, fewer=5, dtype="float32")          # split-K reduction charged per SM
+@example(gpu="h100", m=1153, n=1665, k=5206, fewer=38, dtype="float16")  # ... or per full wave
 def test_fewer_sms_never_speed_a_gemm_up(gpu, m, n, k, fewer, dtype):
     """A what-if with fewer SMs keeps each SM's rate (the peak is the whole part's), so a
     compute-bound GEMM can only get slower (the bug: 114 of 132 H100 SMs made one faster).
@@ -96,8 +98,9 @@ def _split(gpu_name: str, max_split_k: int):
 
 
 def test_split_k_kernels_are_candidates_only_up_to_the_profiles_limit():
-    g = load_gpu("h100")
-    assert [c.split_k for c in g.gemm.configs] == [1] * len(g.gemm.tiles)     # shipped: no split-K
+    g = _split("h100", 1)
+    assert [c.split_k for c in g.gemm.configs] == [1] * len(g.gemm.tiles)
+    assert load_gpu("h100").gemm.max_split_k == 4                              # shipped
     four = _split("h100", 4).gemm
     assert [c.split_k for c in four.configs] == [1, 2, 4] * len(g.gemm.tiles)
     assert [c.split_k for c in _split("h100", 6).gemm.configs][:3] == [1, 2, 4]
@@ -107,13 +110,13 @@ def test_split_k_closed_form_for_a_small_grid_with_a_long_k_loop():
     """256 x 1536 x 16384 on an H100: 12 output tiles for 132 SMs. With split-K allowed, the
     library splits the K loop: s blocks per tile, each ceil(k/s) of K plus the prologue, then
     every float32 partial tile goes to HBM and back, after the loop."""
-    base, g = load_gpu("h100"), _split("h100", 4)
+    base, g = _split("h100", 1), _split("h100", 4)
     m, n, k = 256, 1536, 16384
     plain, split = plan_gemm(base, m, n, k), plan_gemm(g, m, n, k)
     assert split.tile.split_k == 4 and split.grid == 4 * plain.grid
     t = split.tile
     compute = 2.0 * t.m * t.n * (k / 4 + g.gemm.k_overhead) / (g.flops_per_sm("float16") * g.gemm.efficiency["float16"])
-    reduction = g.num_sms * 2.0 * t.m * t.n * 4 / g.hbm_effective
+    reduction = split.grid * 2.0 * t.m * t.n * 4 / g.hbm_effective     # 96 blocks: one wave
     assert split.block_time == pytest.approx(compute + reduction, rel=1e-12)
     assert isolated_time(g, split) == pytest.approx(split.block_time + g.launch_overhead, rel=1e-12)   # one wave
     assert isolated_time(g, split) < 0.5 * isolated_time(base, plain)

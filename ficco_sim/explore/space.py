@@ -73,7 +73,7 @@ def smem_sizes(scenario: Scenario, gpu: GpuProfile) -> list[int]:
     GEMM's resident blocks per SM to each smaller count (from the profile's limits).
 
     >>> smem_sizes(Scenario("ag-gemm", 8, 1024, 1024, 1024), load_gpu("h100"))
-    []
+    [16384]
     """
     shape = max(scenario.gemm_shapes(), key=lambda g: g.m)
     if not shape.m:
