@@ -180,7 +180,7 @@ def cmd_simulate(args) -> int:
             raise InputError(flag, None, f"{path}: its folder does not exist")
     names = [s for part in args.schedule for s in part.split(",") if s]
     if not names or names == ["all"]:
-        schedules = basic_schedules()
+        schedules = basic_schedules(scenario)
     else:
         schedules = [parse_schedule("none")] + [parse_schedule(n) for n in names if n != "none"]
     results = simulate_many(scenario, schedules, gpu, topo, engine=args.engine, policy=args.policy)
@@ -268,9 +268,16 @@ def cmd_list(args) -> int:
         except InputError as exc:
             print(f"  {name:10s} (invalid: {exc.line()})")
     print("topologies: " + ", ".join(available_topologies()))
-    print("scenarios:  ag-gemm, gemm-rs, a2a-gemm")
+    from .workload import KINDS, Scenario
+    dep = [k for k, v in KINDS.items() if not v.independent]
+    ind = [k for k, v in KINDS.items() if v.independent]
+    print("scenarios:  " + ", ".join(dep) + " (the GEMM consumes or produces the collective's data)")
+    print("            " + ", ".join(ind) + " (a GEMM beside an independent collective)")
     print("schedules (--schedule all): " + ", ".join(s.name for s in basic_schedules()))
-    print("  name grammar: none | {shard|ficco}-{p2p|a2a}-{sm|dma}[-hi][-smem<N>k][-g<N>][-dimK][-c<N>]")
+    par = Scenario(ind[0], 2, 2, 2, 2)
+    print("  for " + ", ".join(ind) + ": " + ", ".join(s.name for s in basic_schedules(par)))
+    print("  name grammar: none[-dma] | {shard|ficco}-{p2p|a2a}-{sm|dma}[-hi][-smem<N>k][-g<N>][-dimK][-c<N>]"
+          " | par-{sm|dma}[-hi][-smem<N>k][-c<N>]")
     return 0
 
 

@@ -10,6 +10,18 @@ A :class:`Scenario` is one pair on ``gpus`` GPUs, sizes per GPU:
   to GPU q, then each GPU runs its expert GEMM (received rows x k) @ (k x n). With no
   routing, every GPU sends ``m/gpus`` rows to every GPU (itself included).
 
+Independent pairs (the C3 / resource-aware experiment: a GEMM of one layer running beside a
+collective of another, no data shared): every GPU computes C = A @ B (m x k times k x n)
+while a collective moves an activation-shaped tensor X (m x k):
+
+* ``ag-par-gemm``: all-gather of X, ``m/gpus`` rows from each GPU;
+* ``a2a-par-gemm``: all-to-all of X, ``m/gpus`` rows to every GPU;
+* ``ar-par-gemm``: all-reduce of X.
+
+Their schedules are ``none`` (the collective, then the GEMM) and ``par-*`` (both launched
+at once, the collective first, with the engine, priority, shaping and channel knobs); the
+collective's size against the GEMM's is set by n (compute grows with n, bytes do not).
+
 Collective sizes follow the convention of :func:`ficco_sim.collective_time`: the bytes
 each rank contributes (the shard for all-gather, the full input for reduce-scatter and
 all-reduce, the whole send buffer for all-to-all).
@@ -180,7 +192,8 @@ class ScenarioKind:
     validation; ``comm_shape``: (rows, cols) each rank contributes; ``gemms``: each GPU's
     whole GEMM; ``steps``: communication steps of an overlapped (granularity, pattern);
     ``split_key``: what piece splits depend on beyond scale (see :meth:`Scenario.structure`);
-    ``dim_reason``: why decomposing along a dimension other than the layout's cannot run.
+    ``dim_reason``: why decomposing along a dimension other than the layout's cannot run;
+    ``independent``: the GEMM does not consume the collective's data (``par-*`` schedules).
     Lowering (``schedules.lowering.LOWERINGS``) and the executor's reference
     (``validate.reference``) are keyed by the same names and checked complete on import.
     """
@@ -196,6 +209,7 @@ class ScenarioKind:
     steps: Callable[[Scenario, str, str], int]
     split_key: Callable[[Scenario], tuple]
     dim_reason: str
+    independent: bool = False
 
 
 def scenario_kind(kind: str, where: str = "scenario") -> ScenarioKind:
@@ -279,7 +293,14 @@ KINDS: dict[str, ScenarioKind] = {k.name: k for k in (
                  lambda s: [Gemm(s.expert_rows(g), s.n, s.k, s.dtype) for g in range(s.gpus)],
                  lambda s, g, p: _steps(s, g, p), _split_a2a,
                  "the all-to-all moves token rows (M); a K piece would need every token's full row"),
-)}
+) + tuple(
+    ScenarioKind(name, coll, ("M",), False, ("m", "k"), lambda s, w: _divisible(s, w), shape,
+                 lambda s: [Gemm(s.m, s.n, s.k, s.dtype)] * s.gpus,
+                 lambda s, g, p: 1, lambda s: ("even",),
+                 "the GEMM and the collective share no data: nothing is decomposed", True)
+    for name, coll, shape in (("ag-par-gemm", "all-gather", lambda s: (s.shard_rows, s.k)),
+                              ("a2a-par-gemm", "all-to-all", lambda s: (s.m, s.k)),
+                              ("ar-par-gemm", "all-reduce", lambda s: (s.m, s.k))))}
 SCENARIO_KINDS = tuple(KINDS)
 
 

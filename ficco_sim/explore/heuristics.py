@@ -80,7 +80,7 @@ class Heuristic:
 
 def _simplicity(name: str, prefer_high: bool) -> tuple:
     s = parse_schedule(name)
-    gran = ("none", "shard", "ficco").index(s.granularity)
+    gran = ("none", "par", "shard", "ficco").index(s.granularity)
     high = (s.priority == "high") != prefer_high
     return (gran, -s.group, s.engine == "sm", high)
 

@@ -127,7 +127,7 @@ A scenario file is YAML with a list ``scenarios`` (explicit pairs) and/or ``mode
 
   scenarios:
     - name: my-ag            # optional label
-      kind: ag-gemm          # ag-gemm | gemm-rs | a2a-gemm
+      kind: ag-gemm          # ag-gemm | gemm-rs | a2a-gemm | ag-par-gemm | a2a-par-gemm | ar-par-gemm
       gpus: 8
       m: 16384               # rows (tokens; for wgrad: the weight's rows)
       n: 8192

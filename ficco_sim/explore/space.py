@@ -117,7 +117,7 @@ def enumerate_space(scenario: Scenario, gpu: GpuProfile | str, topology: Topolog
     if level not in LEVELS:
         raise InputError("--space", None, f"unknown level {level!r}; known: {', '.join(LEVELS)}")
     if level == "basic":
-        cands = [replace(s, dim=scenario.shard_dim) if s.overlapped else s for s in basic_schedules()]
+        cands = [replace(s, dim=scenario.shard_dim) if s.pattern else s for s in basic_schedules(scenario)]
     elif level == "candidates":
         cands = _heuristic_candidates(scenario)
     else:
@@ -138,6 +138,13 @@ def _candidates(scenario: Scenario, gpu: GpuProfile) -> list[Schedule]:
     small = max(1, gpu.comm_kernel.channels // 2)
     shaping = smem_sizes(scenario, gpu) or [64 * 1024]   # listed (invalid) even when nothing changes
     out = [Schedule("none"), Schedule("none", engine="dma"), Schedule("none", dim="K")]
+    if scenario.spec.independent:    # side by side: no pattern, grouping or decomposition dimension
+        for channels in (None, small):
+            for prio in ("normal", "high"):
+                for smem in [0] + shaping:
+                    out.append(Schedule("par", engine="sm", channels=channels, priority=prio, smem=smem))
+        return out + [Schedule("par", engine="dma"), Schedule("par", engine="dma", priority="high"),
+                      Schedule("par", engine="dma", smem=shaping[0]), Schedule("shard", "p2p")]
     for gran in ("shard", "ficco"):
         for pattern in ("p2p", "a2a"):
             probe = Schedule(gran, pattern)
@@ -159,6 +166,9 @@ def _heuristic_candidates(scenario: Scenario) -> list[Schedule]:
     normal and high priority and on copy engines, FiCCO at every compute grouping; all
     decomposed along the scenario's shard dimension."""
     out = [Schedule("none")]
+    if scenario.spec.independent:
+        return out + [Schedule("par", engine="sm"), Schedule("par", engine="sm", priority="high"),
+                      Schedule("par", engine="dma")]
     dim = scenario.shard_dim
     for gran, pattern in (("shard", "p2p"), ("ficco", "a2a")):
         groups = [1] if gran == "shard" else group_sizes(steps_of(scenario, Schedule(gran, pattern)))

@@ -45,6 +45,14 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
     """Why this schedule cannot run this scenario here, or None if it can."""
     if topology.num_gpus != scenario.gpus:
         return f"topology has {topology.num_gpus} GPUs but the scenario needs {scenario.gpus}"
+    if scenario.spec.independent and schedule.granularity in ("shard", "ficco"):
+        return (f"{scenario.kind}: the GEMM does not wait for the collective, so there is nothing to decompose; "
+                "run them side by side (par-sm, par-sm-hi, par-dma, ...) or one after the other (none)")
+    if not scenario.spec.independent and schedule.granularity == "par":
+        return (f"{scenario.kind}: the GEMM {'needs' if scenario.kind != 'gemm-rs' else 'produces'} the "
+                "collective's data, so the two cannot simply run side by side; decompose (shard-*, ficco-*)")
+    if schedule.granularity == "par" and (schedule.group > 1 or schedule.dim != "M"):
+        return "par runs the whole GEMM beside the whole collective: no pieces to group or decompose"
     if schedule.dim != "M" and not schedule.overlapped:
         return "the decomposition dimension applies to overlapped schedules only"
     if schedule.overlapped and schedule.dim != scenario.shard_dim:
@@ -386,6 +394,37 @@ def _a2a_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo
                    io={"a": ys, "c": [Slice("Z", base + y.start, base + y.stop) for y in ys]})
 
 
+# ----------------------------------------------------------------------------------------
+# GEMM beside an independent collective
+
+def _par(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str) -> None:
+    """Every GPU: C = A @ B, and the kind's collective on X (m x k; see
+    :mod:`ficco_sim.workload`). ``none``: the GEMM after the collective; ``par``: both at
+    once, the collective issued first (an SM collective takes its blocks before the GEMM's
+    queue unless the GEMM's stream is as urgent and earlier)."""
+    n, dt, S = sc.gpus, sc.dtype, sc.shard_rows
+    coll = sc.spec.collective
+    for name, rows, cols in (("A", sc.m, sc.k), ("B", sc.k, sc.n), ("C", sc.m, sc.n), ("X", sc.m, sc.k)):
+        b.buffer(name, rows, cols, dt)
+    ref = {"kind": sc.kind, "A": "A", "B": "B", "C": "C", "X": "X", "inputs": ["A", "B", "X"], "shard_rows": S}
+    if coll == "all-gather":
+        done = collectives.all_gather(b, "ag", S, sc.k, dt, buffer="X", engine=sch.engine, algorithm=algo)
+    elif coll == "all-to-all":
+        b.buffer("Y", sc.m, sc.k, dt)
+        ref["Y"] = "Y"
+        done = collectives.all_to_all(b, "a2a", sc.tokens(), sc.k, dt, src_buffer="X", dst_buffer="Y",
+                                      engine=sch.engine)
+    else:
+        b.buffer("R", sc.m, sc.k, dt)
+        done = collectives.all_reduce(b, "ar", S, sc.k, dt, buffer="X", staging="R", engine=sch.engine,
+                                      algorithm=algo)
+    b.meta["reference"] = ref
+    for g in range(n):
+        b.gemm(f"gemm{g}", g, sc.m, sc.n, sc.k, dt, deps=() if sch.overlapped else done[g], label="GEMM",
+               io={"a": [Slice("A", 0, sc.m)], "c": [Slice("C", 0, sc.m)]})
+
+
 # Every kind of the registry lowers; a kind without a lowering is a bug caught on import.
-LOWERINGS = {"ag-gemm": _ag_gemm, "gemm-rs": _gemm_rs, "a2a-gemm": _a2a_gemm}
+LOWERINGS = {"ag-gemm": _ag_gemm, "gemm-rs": _gemm_rs, "a2a-gemm": _a2a_gemm,
+             "ag-par-gemm": _par, "a2a-par-gemm": _par, "ar-par-gemm": _par}
 assert set(LOWERINGS) == set(KINDS), f"lowerings {sorted(LOWERINGS)} != scenario kinds {sorted(KINDS)}"

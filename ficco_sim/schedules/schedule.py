@@ -1,7 +1,7 @@
 """Schedules: points in the overlap design space, with stable short names.
 
-A name is dash-separated tokens: granularity (``none`` | ``shard`` | ``ficco``), then for
-overlapped schedules the pattern (``p2p`` | ``a2a``), then the engine (``sm`` | ``dma``),
+A name is dash-separated tokens: granularity (``none`` | ``shard`` | ``ficco`` | ``par``), then
+for decomposed schedules the pattern (``p2p`` | ``a2a``), then the engine (``sm`` | ``dma``),
 then optional modifiers: ``hi`` (communication stream at high priority), ``smem48k``
 (48 KiB of extra shared memory per compute block), ``g2`` (2 communication steps per
 GEMM piece), ``dimK`` (decompose along K), ``c8`` (8 channels for SM communication).
@@ -12,6 +12,8 @@ GEMM piece), ``dimK`` (decompose along K), ``c8`` (8 channels for SM communicati
 'shard-p2p-sm-hi-smem64k'
 >>> Schedule("shard").name
 'shard-p2p-sm'
+>>> parse_schedule("par-sm-hi").name      # independent pairs: side by side, nothing decomposed
+'par-sm-hi'
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 
-GRANULARITIES = ("none", "shard", "ficco")
+GRANULARITIES = ("none", "shard", "ficco", "par")
 PATTERNS = ("p2p", "a2a")
 ENGINES = ("sm", "dma")
 PRIORITIES = ("normal", "high")
 DIMS = ("M", "K", "N")
-DEFAULT_PATTERN = {"none": None, "shard": "p2p", "ficco": "a2a"}
+DEFAULT_PATTERN = {"none": None, "shard": "p2p", "ficco": "a2a", "par": None}
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,10 @@ class Schedule:
             raise InputError(where, "granularity", f"unknown {self.granularity!r}; known: {', '.join(GRANULARITIES)}")
         if self.pattern is None:
             object.__setattr__(self, "pattern", DEFAULT_PATTERN[self.granularity])
-        if self.granularity != "none" and self.pattern not in PATTERNS:
+        if self.granularity == "par" and self.pattern is not None:
+            raise InputError(where, "pattern", "par runs whole kernels side by side: it has no pattern "
+                             "(e.g. par-sm, par-dma)")
+        if self.granularity in ("shard", "ficco") and self.pattern not in PATTERNS:
             raise InputError(where, "pattern", f"unknown {self.pattern!r}; known: {', '.join(PATTERNS)}")
         if self.engine not in ENGINES:
             raise InputError(where, "engine", f"unknown {self.engine!r}; known: {', '.join(ENGINES)}")
@@ -70,8 +75,8 @@ class Schedule:
     @property
     def name(self) -> str:
         parts = [self.granularity]
-        if self.overlapped:
-            parts.append(self.pattern or "")
+        if self.pattern:
+            parts.append(self.pattern)
         if self.overlapped or self.engine != "sm":
             parts.append(self.engine)
         if self.priority == "high":
@@ -125,10 +130,14 @@ def parse_schedule(name: str | Schedule) -> Schedule:
     return Schedule(**kw)
 
 
-def basic_schedules() -> list[Schedule]:
+def basic_schedules(scenario=None) -> list[Schedule]:
     """The basic set ``--schedule all`` runs: no overlap, shard-level p2p and FiCCO a2a,
     each on SMs (normal and high priority) and on DMA engines (priority does not apply
-    to copy engines)."""
+    to copy engines). For a ``scenario`` of an independent kind (GEMM beside a collective):
+    no overlap, and side by side on SMs (normal and high priority) and on DMA engines."""
+    if scenario is not None and scenario.spec.independent:
+        return [Schedule("none"), Schedule("par", engine="sm"), Schedule("par", engine="sm", priority="high"),
+                Schedule("par", engine="dma")]
     out = [Schedule("none")]
     for gran in ("shard", "ficco"):
         out += [Schedule(gran, engine="sm"), Schedule(gran, engine="sm", priority="high"),

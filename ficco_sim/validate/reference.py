@@ -17,6 +17,10 @@ The reference ignores the schedule: it is the plain math of the scenario, read f
     {"kind": "a2a-gemm", "X": "X", "W": "W", "Z": "Z", "counts": [[...], ...]}
         # rank q: Z = (its own rows for q, then rows from every other source p in rank
         # order; X_p's rows are grouped by destination) @ W_q
+    {"kind": "ag-par-gemm" | "a2a-par-gemm" | "ar-par-gemm", "A": "A", "B": "B", "C": "C",
+     "X": "X", ["Y": "Y",] "inputs": ["A", "B", "X"], "shard_rows": S}
+        # rank g: C = A_g @ B_g, and X gathered (ag), X's rows for g from every other rank
+        # in Y (a2a) or X summed over ranks (ar)
 
 (the operand roles are the keys ``A``/``X``, ``B``/``W``, ``C``/``out``/``Z``; ``inputs``
 lists the input buffers, default the first two). Without a ``reference`` entry the graph is
@@ -111,13 +115,15 @@ def reset(bufs: dict[str, torch.Tensor], graph: TaskGraph, rank: int, inputs: li
         t.copy_(fresh[name])
 
 
-def expected(graph: TaskGraph, rank: int, seed: int = 0) -> tuple[Slice, torch.Tensor] | None:
-    """(where the result lives on ``rank``, the float64 reference values), from meta."""
+def expected(graph: TaskGraph, rank: int, seed: int = 0) -> list[tuple[Slice, torch.Tensor]] | None:
+    """Every (where a result lives on ``rank``, its float64 reference values), from meta: one
+    result for a dependent pair, two (the GEMM's and the collective's) for an independent one."""
     spec = ref_spec(graph)
     if spec is None:
         return None
     ins = [make_inputs(graph, r, spec["inputs"], torch.float64, "cpu", seed) for r in range(graph.num_gpus)]
-    return REFERENCES[spec["kind"]](graph, spec, ins, rank)
+    got = REFERENCES[spec["kind"]](graph, spec, ins, rank)
+    return got if isinstance(got, list) else [got]
 
 
 def _ag_gemm(graph: TaskGraph, spec: dict, ins: list, rank: int) -> tuple[Slice, torch.Tensor]:
@@ -150,8 +156,26 @@ def _a2a_gemm(graph: TaskGraph, spec: dict, ins: list, rank: int) -> tuple[Slice
     return Slice(c, 0, got.shape[0]), got @ ins[rank][b]
 
 
+def _par(graph: TaskGraph, spec: dict, ins: list, rank: int) -> list[tuple[Slice, torch.Tensor]]:
+    """GEMM beside an independent collective on X: C = A @ B, and the collective's result."""
+    p, a, b, c, x = graph.num_gpus, spec["a"], spec["b"], spec["c"], spec["X"]
+    m = graph.buffers[x].rows
+    s = int(spec.get("shard_rows", m // p))
+    out = [(Slice(c, 0, graph.buffers[c].rows), ins[rank][a] @ ins[rank][b])]
+    kind = spec["kind"]
+    if kind == "ag-par-gemm":
+        out.append((Slice(x, 0, m), torch.cat([ins[q][x][q * s:(q + 1) * s] for q in range(p)])))
+    elif kind == "a2a-par-gemm":    # rows for this rank from every other rank, in rank order
+        got = torch.cat([ins[q][x][rank * s:(rank + 1) * s] for q in range(p) if q != rank])
+        out.append((Slice(spec["Y"], 0, got.shape[0]), got))
+    else:
+        out.append((Slice(x, 0, m), sum(ins[q][x] for q in range(p))))
+    return out
+
+
 # The executor's reference result of every scenario kind of the registry (checked on import).
-REFERENCES = {"ag-gemm": _ag_gemm, "gemm-rs": _gemm_rs, "a2a-gemm": _a2a_gemm}
+REFERENCES = {"ag-gemm": _ag_gemm, "gemm-rs": _gemm_rs, "a2a-gemm": _a2a_gemm,
+              "ag-par-gemm": _par, "a2a-par-gemm": _par, "ar-par-gemm": _par}
 assert set(REFERENCES) == set(KINDS), f"references {sorted(REFERENCES)} != scenario kinds {sorted(KINDS)}"
 
 

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import InputError
 from ..hardware import load_gpu
-from ..workload import SCENARIO_KINDS, Scenario
+from ..workload import KINDS, SCENARIO_KINDS, Scenario
 from . import report
 from .executor import Job, ReplayOptions, replay
 
@@ -61,7 +61,8 @@ def default_scenarios(device: str, gpus: int) -> list[Scenario]:
     m, n, k = DEFAULT_SIZES[device]
     dtype = "float32" if device == "cpu" else "float16"
     m = m - m % gpus
-    return [Scenario(kind, gpus, m, n, k, dtype=dtype) for kind in SCENARIO_KINDS]
+    # the committed case set: the dependent pairs (independent ones: --scenarios ag-par-gemm:...)
+    return [Scenario(kind, gpus, m, n, k, dtype=dtype) for kind in SCENARIO_KINDS if not KINDS[kind].independent]
 
 
 def simulate_pairs(scenarios: list[Scenario], schedules: list[str] | None, gpu, topology: str | None, *,
@@ -78,7 +79,7 @@ def simulate_pairs(scenarios: list[Scenario], schedules: list[str] | None, gpu, 
     pairs, notes = [], []
     for sc in scenarios:
         topo = load_topology(topology or f"switch:{sc.gpus}", gpu)
-        wanted = [parse_schedule(s) for s in schedules] if schedules else basic_schedules()
+        wanted = [parse_schedule(s) for s in schedules] if schedules else basic_schedules(sc)
         for s in wanted:
             why = invalid_reason(sc, s, gpu, topo)
             if why:
