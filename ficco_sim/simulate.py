@@ -128,6 +128,7 @@ def collective_graph(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *,
     algo = coll.pick_algorithm(algorithm, kind, topo.kind, engine)
     e = DTYPE_BYTES[dtype]
     b = GraphBuilder(gpu, n)
+    b.rings = coll.ring_orders(topo)
     cols = 1
     # Express sizes in rows of one element so that any byte count lowers exactly.
     if kind == "all-gather":

@@ -97,3 +97,45 @@ def test_protocols_and_the_call_floor_follow_their_closed_form(sim):
         assert ag == pytest.approx(7e-6 + (n - 1) * step, rel=1e-6)
         ar = collective_time(gpu, ring(n, bw, alpha), "all-reduce", shard * n, algorithm="ring", sim=sim)
         assert ar == pytest.approx(7e-6 + 2 * (n - 1) * step, rel=1e-6)   # one call: one floor
+
+
+@pytest.mark.parametrize("n", [3, 5, 7, 8, 9, 10, 12, 16, 24])
+def test_fully_connected_rings_are_link_disjoint_hamiltonian_cycles(n):
+    from ficco_sim.schedules.collectives import disjoint_rings
+    rings = disjoint_rings(n)
+    links = [(r[i], r[(i + 1) % n]) for r in rings for i in range(n)]
+    assert all(sorted(r) == list(range(n)) for r in rings)        # every GPU once per ring
+    assert len(links) == len(set(links))                          # no link used twice
+    assert rings[0] == tuple(range(n))
+    if n <= 16:
+        assert len(rings) == n - 1                                # every directed link (Tillson: n != 4, 6)
+
+
+@pytest.mark.parametrize("n,engine", [(8, "sm"), (8, "dma"), (5, "dma"), (6, "dma")])
+def test_ring_on_fully_connected_uses_every_link(n, engine):
+    """A ring collective on fc:N runs the disjoint rings side by side, each with 1/R of the
+    data: with one copy engine per ring, exactly (n-1) steps of (alpha + s/(R b))."""
+    from ficco_sim.schedules.collectives import disjoint_rings
+    bw, alpha, shard = 48e9, 2e-6, 8 * MB
+    gpu = ideal()
+    gpu = ideal(dma=type(gpu.dma)(engines=16, bandwidth=gpu.dma.bandwidth, command_overhead=0.0))
+    R = len(disjoint_rings(n))
+    t = collective_time(gpu, fully_connected(n, bw, alpha), "all-gather", shard, engine=engine, algorithm="ring")
+    assert t == pytest.approx((n - 1) * (alpha + shard / R / bw), rel=0.01)
+    one = collective_time(gpu, ring(n, bw, alpha), "all-gather", shard, engine=engine, algorithm="ring")
+    assert t < one / (R - 0.5)
+
+
+@pytest.mark.parametrize("kind,schedule", [("ag-gemm", "none"), ("gemm-rs", "none"), ("ar-par-gemm", "none"),
+                                           ("ar-par-gemm", "par-sm"), ("ag-par-gemm", "par-dma")])
+def test_multi_ring_collectives_move_the_right_rows(kind, schedule):
+    from ficco_sim import Scenario, lower
+    from ficco_sim.validate.executor import Job, ReplayOptions, replay
+    jobs = []
+    for n in (4, 5, 8):
+        sc = Scenario(kind, n, 8 * n, 5, 3, dtype="float32")
+        g = lower(sc, schedule, "h100", f"fc:{n}", algorithm="ring")
+        assert any(".r1" in t.id for t in g.transfers)           # more than one ring
+        jobs.append(Job(f"{kind}/{schedule}/{n}", g))
+    results = replay(jobs, ReplayOptions(device="cpu", mode="single-gpu", warmup=0, repeats=1))
+    assert [r.name for r in results if not r.correct] == []

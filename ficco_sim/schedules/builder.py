@@ -36,6 +36,7 @@ class GraphBuilder:
         self.meta: dict = {}
         self._ids: set[str] = set()
         self._steps: dict[tuple, int] = {}
+        self.rings: list[tuple[int, ...]] = [tuple(range(num_gpus))]   # ring collectives' GPU orders
         for g in range(num_gpus):
             self.stream(g, COMPUTE, 0)
             self.stream(g, COMM, comm_priority)

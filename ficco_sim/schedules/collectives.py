@@ -12,6 +12,9 @@ completion means "this GPU has its result".
 
 from __future__ import annotations
 
+import functools
+import math
+import random
 from typing import Sequence
 
 from ..errors import InputError
@@ -53,6 +56,106 @@ def pick_algorithm(algorithm: str, collective: str, topology_kind: str, engine: 
     return algorithm
 
 
+def ring_orders(topology) -> list[tuple[int, ...]]:
+    """The rings a ring collective runs on ``topology``, as GPU orders (each GPU sends to the
+    next): one ring (0, 1, ..., n-1) on rings and behind a switch (every order crosses the
+    same ports); on fully connected topologies, link-disjoint rings that together use every
+    link, as NCCL/RCCL spread their channels' rings over all links (:func:`disjoint_rings`).
+
+    >>> from ficco_sim.topology import load_topology
+    >>> len(ring_orders(load_topology("fc:8", "mi300x"))), ring_orders(load_topology("ring:4", "h100"))
+    (7, [(0, 1, 2, 3)])
+    """
+    n = topology.num_gpus
+    if topology.kind != "fc" or n < 3:
+        return [tuple(range(n))]
+    return disjoint_rings(n)
+
+
+@functools.lru_cache(maxsize=64)
+def disjoint_rings(n: int) -> list[tuple[int, ...]]:
+    """Directed Hamiltonian cycles of the complete digraph on ``n`` GPUs that share no link:
+    n - 1 of them (every directed link used once) wherever that exists (every n but 4 and 6,
+    Tillson 1980), found by a deterministic search (seeded, bounded in steps, not time) up to
+    16 GPUs; else as many as the search finds, and beyond 16 GPUs the circulant rings
+    g -> g + s for every s coprime to n. The first is always (0, 1, ..., n-1).
+
+    >>> [len(disjoint_rings(n)) for n in (3, 5, 8)], disjoint_rings(4)[0]
+    ([2, 4, 7], (0, 1, 2, 3))
+    """
+    identity = tuple(range(n))
+    circulant = [tuple((i * s) % n for i in range(n)) for s in range(1, n) if math.gcd(s, n) == 1]
+    if n > 16:
+        return circulant
+    best = circulant
+    for seed in range(64):
+        found = _ring_search(n, random.Random(seed))
+        if len(found) > len(best):
+            best = found
+        if len(best) == n - 1:
+            break
+    # the plain ring first: a one-ring answer is the same whichever topology asked
+    first = next((r for r in best if r == identity), None)
+    if first is None:
+        return circulant if len(circulant) >= len(best) else best
+    return [first] + [r for r in best if r != first]
+
+
+def _ring_search(n: int, rng: random.Random, budget: int = 20_000) -> list[tuple[int, ...]]:
+    """Greedy: the plain ring, then one Hamiltonian cycle after another over the links left
+    (depth-first, fewest onward links first), until none is found within ``budget`` steps."""
+    free = {(a, b) for a in range(n) for b in range(n) if a != b}
+    rings = [tuple(range(n))]
+    free -= {(i, (i + 1) % n) for i in range(n)}
+    steps = [0]
+    while len(rings) < n - 1:
+        out = {a: [b for b in range(n) if (a, b) in free] for a in range(n)}
+        path, seen = [0], {0}
+
+        def dfs() -> bool:
+            steps[0] += 1
+            if steps[0] > budget:
+                return False
+            if len(path) == n:
+                return (path[-1], 0) in free
+            cand = [b for b in out[path[-1]] if b not in seen]
+            rng.shuffle(cand)
+            cand.sort(key=lambda b: sum(1 for x in out[b] if x not in seen))
+            for b in cand:
+                path.append(b)
+                seen.add(b)
+                if dfs():
+                    return True
+                path.pop()
+                seen.discard(b)
+            return False
+
+        if not dfs():
+            break
+        rings.append(tuple(path))
+        free -= {(path[i], path[(i + 1) % n]) for i in range(n)}
+    return rings
+
+
+def _ring_parts(b: GraphBuilder, rows: int) -> list[tuple[tuple[int, ...], int, int]]:
+    """(ring order, row offset, rows) of every ring of ``b.rings`` that carries rows: each
+    rank's ``rows`` are split over the rings (a ring with no row is left out)."""
+    rings = b.rings
+    parts = split_rows(rows, len(rings))
+    offs = [sum(parts[:i]) for i in range(len(parts))]
+    return [(r, o, k) for r, o, k in zip(rings, offs, parts) if k]
+
+
+def split_rows(rows: int, parts: int) -> list[int]:
+    """``rows`` split into ``parts`` near-equal counts (larger ones first).
+
+    >>> split_rows(10, 4)
+    [3, 3, 2, 2]
+    """
+    q, r = divmod(rows, parts)
+    return [q + (1 if i < r else 0) for i in range(parts)]
+
+
 def staggered(g: int, n: int) -> list[int]:
     """GPU g's peers in ring order g+1, g+2, ...: when every GPU walks its peers this way,
     no GPU is everyone's first peer (no hot spot).
@@ -79,16 +182,22 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
         kern = list(kernels) if kernels is not None else \
             [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="all-gather").id for g in range(n)]
         if algorithm == "ring":
-            prev: dict[int, str] = {}
-            for t in range(1, n):
-                cur = {}
-                for g in range(n):
-                    dst, owner = (g + 1) % n, (g - t + 1) % n
-                    d = [prev[g]] if t > 1 else (list(deps[g]) if kernels is not None else [])
-                    cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), step=(prefix, t), deps=d,
-                                             label=f"AG ring step {t}",
-                                             io={"src": sl(owner), "dst": sl(owner)}).id
-                prev = cur
+            parts = _ring_parts(b, rows)
+            for r, (order, off, k) in enumerate(parts):
+                pos = {v: i for i, v in enumerate(order)}
+                tag = f".r{r}" if len(parts) > 1 else ""
+                part = lambda owner: row_slice(buffer, owner * rows + off, k)  # noqa: E731
+                prev: dict[int, str] = {}
+                for t in range(1, n):
+                    cur = {}
+                    for g in range(n):
+                        dst, owner = order[(pos[g] + 1) % n], order[(pos[g] - t + 1) % n]
+                        d = [prev[g]] if t > 1 else (list(deps[g]) if kernels is not None else [])
+                        cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}{tag}", g, dst, k * cols * b.elem(dtype),
+                                                 (kern[g], kern[dst]), step=(prefix, t), deps=d,
+                                                 label=f"AG ring step {t}",
+                                                 io={"src": part(owner), "dst": part(owner)}).id
+                    prev = cur
         else:
             for g in range(n):
                 for dst in range(n):
@@ -98,16 +207,22 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
         return [[k] for k in kern]
 
     if algorithm == "ring":
-        prev = {}
-        for t in range(1, n):
-            cur = {}
-            for g in range(n):
-                dst, owner = (g + 1) % n, (g - t + 1) % n
-                d = ([prev[g]] if t > 1 else []) + list(deps[g]) + list(deps[dst])
-                cur[dst] = b.dma_transfer(f"{prefix}.s{t}.{g}-{dst}", dst, g, dst, e, step=(prefix, t), deps=d, engine=0,
-                                          label=f"AG ring step {t}", io={"src": sl(owner), "dst": sl(owner)}).id
-                done[dst].append(cur[dst])
-            prev = cur
+        parts = _ring_parts(b, rows)
+        for r, (order, off, k) in enumerate(parts):   # one copy engine per ring
+            pos = {v: i for i, v in enumerate(order)}
+            tag = f".r{r}" if len(parts) > 1 else ""
+            part = lambda owner: row_slice(buffer, owner * rows + off, k)  # noqa: E731
+            prev = {}
+            for t in range(1, n):
+                cur = {}
+                for g in range(n):
+                    dst, owner = order[(pos[g] + 1) % n], order[(pos[g] - t + 1) % n]
+                    d = ([prev[g]] if t > 1 else []) + list(deps[g]) + list(deps[dst])
+                    cur[dst] = b.dma_transfer(f"{prefix}.s{t}.{g}-{dst}{tag}", dst, g, dst, k * cols * b.elem(dtype),
+                                              step=(prefix, t), deps=d, engine=r, label=f"AG ring step {t}",
+                                              io={"src": part(owner), "dst": part(owner)}).id
+                    done[dst].append(cur[dst])
+                prev = cur
         return done
     for dst in range(n):
         for src in staggered(dst, n):
@@ -129,19 +244,27 @@ def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: st
     sl = lambda buf, chunk: row_slice(buf, chunk * rows, rows)  # noqa: E731
     if engine == "sm" and algorithm == "ring":
         kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="reduce-scatter").id for g in range(n)]
-        prev: dict[int, str] = {}
-        for t in range(1, n):
-            cur = {}
+        parts = _ring_parts(b, rows)
+        last: list[list[str]] = [[] for _ in range(n)]
+        for r, (order, off, k) in enumerate(parts):
+            pos = {v: i for i, v in enumerate(order)}
+            tag = f".r{r}" if len(parts) > 1 else ""
+            part = lambda chunk: row_slice(buffer, chunk * rows + off, k)  # noqa: E731
+            prev: dict[int, str] = {}
+            for t in range(1, n):
+                cur = {}
+                for g in range(n):   # the chunk GPU g holds t - 1 partial sums of, ending at its owner
+                    dst, chunk = order[(pos[g] + 1) % n], order[(pos[g] - t) % n]
+                    d = [prev[g]] if t > 1 else []
+                    cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}{tag}", g, dst, k * cols * b.elem(dtype),
+                                             (kern[g], kern[dst]), step=(prefix, t), deps=d, reduce=True,
+                                             label=f"RS ring step {t}", io={"src": part(chunk), "dst": part(chunk)}).id
+                prev = cur
             for g in range(n):
-                dst, chunk = (g + 1) % n, (g - t) % n
-                d = [prev[g]] if t > 1 else []
-                cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), step=(prefix, t), deps=d,
-                                         reduce=True, label=f"RS ring step {t}",
-                                         io={"src": sl(buffer, chunk), "dst": sl(buffer, chunk)}).id
-            prev = cur
+                last[g].append(prev[g])
         if ring_kernels is not None:       # the caller continues in these kernels: done = last step in
             ring_kernels[:] = kern
-            return [[prev[g]] for g in range(n)]
+            return last
         return [[k] for k in kern]
     if algorithm == "ring":
         raise InputError("schedule", "engine", "a ring reduce-scatter on copy engines needs a reduce kernel per "

@@ -28,17 +28,10 @@ from ..topology import Topology, load_topology
 from ..workload import KINDS, Scenario
 from . import collectives
 from .builder import COMM, GraphBuilder, row_slice
+from .collectives import split_rows
 from .schedule import Schedule, parse_schedule
 
 
-def split_rows(rows: int, parts: int) -> list[int]:
-    """``rows`` split into ``parts`` near-equal counts (larger ones first).
-
-    >>> split_rows(10, 4)
-    [3, 3, 2, 2]
-    """
-    q, r = divmod(rows, parts)
-    return [q + (1 if i < r else 0) for i in range(parts)]
 
 
 def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topology: Topology) -> str | None:
@@ -82,6 +75,7 @@ def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, t
     b = GraphBuilder(gpu, scenario.gpus, comm_priority=1 if schedule.priority == "high" else 0,
                      extra_smem=schedule.smem, channels=schedule.channels)
     algo = collectives.pick_algorithm(algorithm, scenario.spec.collective, topology.kind, schedule.engine)
+    b.rings = collectives.ring_orders(topology)
     b.meta.update(scenario=scenario.label(), schedule=schedule.name, gpu=gpu.name, topology=topology.name)
     LOWERINGS[scenario.kind](b, scenario, schedule, topology, algo)
     return b.build()
