@@ -69,7 +69,9 @@ def blocks_beside(limits: SmLimits, need, resident_need, count):
 class GemmShape:
     """The GEMM a kernel computes, as the cost model sees it: C[m, n] (+)= A[m, k] @ B[k, n]
     in ``dtype``; ``accumulate``: C is read too (beta = 1); ``extra_smem``: occupancy
-    shaping added to every block (bytes). A kernel of kind ``gemm`` carries one
+    shaping added to every block (bytes); ``sms``: the SMs it is launched on (an SM margin,
+    as cuBLAS's SM-count target or TransformerEngine's ``set_sm_margin``; 0: all). A kernel
+    of kind ``gemm`` carries one
     (:attr:`ficco_sim.taskgraph.Kernel.gemm`), so engines can re-cost it at other sizes."""
 
     m: int
@@ -78,6 +80,7 @@ class GemmShape:
     dtype: str = "float16"
     accumulate: bool = False
     extra_smem: int = 0
+    sms: int = 0
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ SPLIT_K_BYTES = 4   # split-K partial sums accumulate in float32 whatever the GE
 
 
 def tile_costs(gpu: GpuProfile, tile: GemmTile, m, n, k, dtype: str, *, extra_smem: int = 0,
-               accumulate: bool = False) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+               accumulate: bool = False, sms: int | None = None) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
     """(grid, occupancy, block time s, block HBM bytes) of GEMMs of shapes ``m, n, k`` (arrays)
     cut into ``tile`` with ``extra_smem`` of shaping; occupancy 0 when the block does not fit.
     A split-K tile (``tile.split_k = s > 1``) has ``s`` blocks per output tile, each running
@@ -150,7 +153,7 @@ def tile_costs(gpu: GpuProfile, tile: GemmTile, m, n, k, dtype: str, *, extra_sm
         # each block writes its float32 partial tile and the reduction reads it back, after
         # the block's K loop (not hidden under it), sharing HBM with the blocks of its wave: over
         # the waves the reduction moves every partial once (grid * bytes), whatever the SM count
-        beside = grid / np.ceil(grid / (gpu.num_sms * max(occ, 1)))
+        beside = grid / np.ceil(grid / ((sms or gpu.num_sms) * max(occ, 1)))
         block_time = block_time + beside * 2.0 * tile.m * tile.n * SPLIT_K_BYTES / gpu.hbm_effective
     return grid, occ, block_time, hbm_traffic(m, n, k, dtype, accumulate) / grid
 
@@ -168,7 +171,7 @@ def waves_time(gpu: GpuProfile, grid, occupancy: int, block_time, block_hbm_byte
 
 
 def gemm_times(gpu: GpuProfile, m, n, k, dtype: str = "float16", *, extra_smem: int = 0,
-               accumulate: bool = False, tiles: bool = False):
+               accumulate: bool = False, tiles: bool = False, sms: int | None = None):
     """Isolated times (s, launch excluded) of GEMMs of shapes ``m, n, k`` (arrays): every tile
     of the profile is costed, the one with the smallest unshaped time is what a library
     picks, then ``extra_smem`` is applied to it. With ``tiles``, also the picked tile index.
@@ -183,7 +186,8 @@ def gemm_times(gpu: GpuProfile, m, n, k, dtype: str = "float16", *, extra_smem: 
     True
     """
     m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k)))
-    iso = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, accumulate=accumulate))
+    sms = sms or None   # launched on the first ``sms`` SMs (the library picks for that many)
+    iso = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, accumulate=accumulate, sms=sms), sms=sms)
                     for t in gpu.gemm.configs])                   # (kernels, ...)
     # first minimum, as min() picks; compared launch included (ties between HBM-bound tiles
     # resolve as they always have)
@@ -191,13 +195,14 @@ def gemm_times(gpu: GpuProfile, m, n, k, dtype: str = "float16", *, extra_smem: 
     out = np.take_along_axis(iso, best[None], 0)[0]
     if extra_smem:
         shaped = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, extra_smem=extra_smem,
-                                                       accumulate=accumulate)) for t in gpu.gemm.configs])
+                                                       accumulate=accumulate, sms=sms), sms=sms)
+                           for t in gpu.gemm.configs])
         out = np.take_along_axis(shaped, best[None], 0)[0]
     return (out, best) if tiles else out
 
 
 def plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16", *,
-              extra_smem: int = 0, accumulate: bool = False) -> GemmPlan:
+              extra_smem: int = 0, accumulate: bool = False, sms: int = 0) -> GemmPlan:
     """The blocks of one GEMM: the tile :func:`gemm_times` picks, with ``extra_smem`` bytes of
     occupancy shaping on every block.
 
@@ -206,13 +211,13 @@ def plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16", *
     check_shape(m, n, k, dtype)
     # a pure function of its arguments, called for every GEMM piece of every lowering:
     # memoized per profile object (kept alive with its plans, so its id() names no other)
-    key = (id(gpu), m, n, k, dtype, extra_smem, accumulate)
+    key = (id(gpu), m, n, k, dtype, extra_smem, accumulate, sms)
     plan = _PLANS.get(key)
     if plan is None:
         if len(_PLANS) >= 200_000:
             _PLANS.clear()
             _PLAN_GPUS.clear()
-        plan = _PLANS[key] = _plan_gemm(gpu, m, n, k, dtype, extra_smem, accumulate)
+        plan = _PLANS[key] = _plan_gemm(gpu, m, n, k, dtype, extra_smem, accumulate, sms)
         _PLAN_GPUS[id(gpu)] = gpu
     return plan
 
@@ -221,12 +226,13 @@ _PLANS: dict[tuple, GemmPlan] = {}
 _PLAN_GPUS: dict[int, GpuProfile] = {}
 
 
-def _plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str, extra_smem: int, accumulate: bool) -> GemmPlan:
+def _plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str, extra_smem: int, accumulate: bool,
+               sms: int) -> GemmPlan:
     _efficiency(gpu, dtype)
-    _, best = gemm_times(gpu, m, n, k, dtype, accumulate=accumulate, tiles=True)
+    _, best = gemm_times(gpu, m, n, k, dtype, accumulate=accumulate, tiles=True, sms=sms)
     tile = gpu.gemm.configs[int(best)]
     grid, occ, block_time, per_block = tile_costs(gpu, tile, m, n, k, dtype, extra_smem=extra_smem,
-                                                  accumulate=accumulate)
+                                                  accumulate=accumulate, sms=sms or None)
     if occ < 1:
         raise InputError("schedule", "smem", f"{extra_smem} extra bytes of shared memory per block leave no room "
                          f"for a {tile.m}x{tile.n} GEMM block on {gpu.name}")

@@ -88,6 +88,7 @@ class Kernel:
     io: Mapping[str, object] = field(default_factory=dict, compare=False)
     gemm: GemmShape | None = None
     elems: int | None = None     # a reduction's elements per input (the closed form rescales its grid)
+    sms: tuple[int, int] | None = None   # the SMs [lo, hi) its blocks may use (None: every SM)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ def _duration(gpu, k: Kernel) -> float:
     if k.gemm is None:
         return kernel_isolated_time(gpu, k, launch=False)
     g = k.gemm
-    return float(gemm_times(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate))
+    return float(gemm_times(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate,
+                            sms=g.sms))
 
 
 def _memory_hold(gpu, k: Kernel, s: float, gemms):
@@ -43,8 +44,8 @@ def _memory_hold(gpu, k: Kernel, s: float, gemms):
         return None
     a, b, x = max(running, key=lambda r: r[1])
     g = x.gemm
-    plan = plan_gemm(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate)
-    S, occ = gpu.num_sms, plan.occupancy
+    plan = plan_gemm(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate, sms=g.sms)
+    S, occ = g.sms or gpu.num_sms, plan.occupancy     # the GEMM's SMs (an SM margin leaves the rest empty)
     waves = math.ceil(plan.grid / (S * occ))
     last = plan.grid - (waves - 1) * S * occ
     alone = kernel_isolated_time(gpu, k, launch=False)
@@ -52,7 +53,7 @@ def _memory_hold(gpu, k: Kernel, s: float, gemms):
 
     def speed(used, count):
         beside = int(blocks_beside(gpu.sm, block_needs(gpu.sm, k.block), block_needs(gpu.sm, plan.block), count))
-        slots = (S - used) * own + used * beside
+        slots = (gpu.num_sms - used) * own + used * beside
         return alone / waves_time(gpu, k.grid, slots, k.block_time, k.block_hbm_bytes, sms=1) if slots > 0 else 0.0
 
     return x.id, waves, speed(min(S, plan.grid), min(occ, math.ceil(plan.grid / S))), \
@@ -82,14 +83,14 @@ def _comm_hold(gpu, k: Kernel, s: float, gemms, priority: int):
         return None
     a, b, x, prio = max(running, key=lambda r: r[1])
     g = x.gemm
-    plan = plan_gemm(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate)
-    S, occ = gpu.num_sms, plan.occupancy
+    plan = plan_gemm(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate, sms=g.sms)
+    S, occ = g.sms or gpu.num_sms, plan.occupancy
     waves = math.ceil(plan.grid / (S * occ))
     last = plan.grid - (waves - 1) * S * occ
     own = blocks_per_sm(gpu.sm, k.block)
 
     def slots(used, count):
-        return (S - used) * own + used * int(blocks_beside(gpu.sm, block_needs(gpu.sm, k.block),
+        return (gpu.num_sms - used) * own + used * int(blocks_beside(gpu.sm, block_needs(gpu.sm, k.block),
                                                            block_needs(gpu.sm, plan.block), count))
 
     if slots(min(S, plan.grid), min(occ, math.ceil(plan.grid / S))) > 0:

@@ -179,3 +179,73 @@ def test_a_folded_graph_runs_every_rank_on_one_gpu():
     assert folded.num_gpus == 1 and all(t.src == t.dst == 0 for t in folded.transfers)
     assert not any(name.startswith("link:") for name in tl.counters)
     assert tl.makespan >= 1.8 * gemm_time(gpu, 8192, 4096, 4096)
+
+
+def _margin_case(margin: int):
+    """``_priority_case`` at normal priority, the GEMM confined to the first SMs and the
+    communication kernel to the last ``margin`` (an SM margin / green-context split)."""
+    gpu = ideal()
+    S = gpu.num_sms
+    sm_smem = gpu.sm.smem - gpu.sm.reserved_smem_per_block
+    rng = lambda lo, hi: (lo, hi) if margin else None  # noqa: E731
+    gemm = Kernel("gemm", 0, "compute", "gemm", S * 5, BlockShape(256, 32, sm_smem), 1e-3, 0.0,
+                  sms=rng(0, S - margin))
+    delay = Kernel("delay", 1, "comm", "gemm", 1, BlockShape(32, 32, 0), 0.5e-3)
+    comm = Kernel("comm", 0, "comm", "comm", 4, BlockShape(512, 32, 8 * 1024), deps=("delay",), role="comm",
+                  sms=rng(S - margin, S))
+    peer = Kernel("peer", 1, "comm", "comm", 4, BlockShape(512, 32, 8 * 1024), role="comm")
+    xfer = Transfer("x", 1, 0, 1e6, "sm", 1, None, ("peer", "comm"))
+    g = TaskGraph.build(2, [Stream(0, "compute", 0), Stream(0, "comm", 0), Stream(1, "comm", 0)],
+                        [gemm, delay, comm, peer, xfer])
+    return gpu, simulate_graph(g, gpu, TOPO1)
+
+
+@pytest.mark.parametrize("margin", [1, 4, 16])
+def test_an_sm_margin_runs_the_gemm_in_waves_of_the_remaining_sms_and_frees_the_rest(margin):
+    """SM partitioning: a GEMM confined to S - margin SMs runs ceil(grid / ((S - margin) o))
+    waves, and a communication kernel confined to the margin starts when it is launched
+    (0.5 ms) instead of waiting for the GEMM's last wave (5 ms without a margin)."""
+    gpu, tl = _margin_case(margin)
+    S = gpu.num_sms
+    assert tl.by_id()["gemm"].end == pytest.approx(math.ceil(S * 5 / (S - margin)) * 1e-3)
+    assert tl.by_id()["comm"].start == pytest.approx(0.5e-3)
+    assert tl.by_id()["gemm"].peak_resident <= S - margin
+    _, plain = _margin_case(0)
+    assert plain.by_id()["comm"].start == pytest.approx(5e-3)
+
+
+def test_sm_margin_schedules_lower_to_confined_kernels_and_agree_with_the_closed_form():
+    from ficco_sim import Scenario, lower, simulate
+    from ficco_sim.engine.closed_form import kernel_isolated_time
+    from ficco_sim.errors import InputError
+    from ficco_sim.gemm_model import isolated_time
+    from ficco_sim.hardware import load_gpu
+    h100 = load_gpu("h100")
+    sc = Scenario("ag-par-gemm", 8, 8192, 8192, 8192)
+    g = lower(sc, "par-sm-m16", h100, "switch:8")
+    gemms = [k for k in g.kernels if k.kind == "gemm"]
+    assert all(k.sms == (116, 132) for k in g.kernels if k.kind == "comm")
+    assert all(k.sms == (0, 116) and k.gemm.sms == 116 for k in gemms)
+    plan = plan_gemm(h100, 8192, 8192, 8192, sms=116)
+    assert kernel_isolated_time(h100, gemms[0]) == pytest.approx(isolated_time(h100, plan, sms=116), rel=1e-12)
+    # a GEMM alone with a margin: DES = closed form = waves over the 116 SMs
+    from ficco_sim.engine.closed_form import closed_form_timeline
+    from ficco_sim.schedules.builder import GraphBuilder
+    from ficco_sim.topology import load_topology
+    topo = load_topology("switch:2", h100)
+    for m, n, k in ((8192, 8192, 8192), (4096, 4096, 1024), (256, 1536, 16384)):
+        b = GraphBuilder(h100, 2, sm_margin=16)
+        b.gemm("g", 0, m, n, k, "float16")
+        one = b.build()
+        want = isolated_time(h100, plan_gemm(h100, m, n, k, sms=116), sms=116)
+        assert simulate_graph(one, h100, topo).makespan == pytest.approx(want, rel=1e-6)
+        assert closed_form_timeline(one, h100, topo).makespan == pytest.approx(want, rel=1e-6)
+        full = isolated_time(h100, plan_gemm(h100, m, n, k))
+        assert want > full if m == 8192 else want >= full     # 96 blocks fit in 116 SMs: no loss
+    for engine in ("des", "analytical"):
+        assert simulate(sc, "par-sm-m16", h100, "switch:8", engine=engine).makespan < \
+            simulate(sc, "none", h100, "switch:8", engine=engine).makespan
+    for bad, why in (("par-dma-m16", "SM margin"), ("none-m16", "SM margin"), ("par-sm-m4", "cannot hold"),
+                     ("par-sm-m132", "leaves none")):
+        with pytest.raises(InputError, match=why):
+            lower(sc, bad, h100, "switch:8")

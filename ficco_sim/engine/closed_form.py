@@ -67,7 +67,8 @@ ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX = range(7)   # SMX: an SM transfer (XFE
 
 def kernel_isolated_time(gpu: GpuProfile, k: Kernel, *, launch: bool = True) -> float:
     """Closed-form time (s) of one compute/memory kernel alone on its GPU (waves of its blocks)."""
-    t = waves_time(gpu, k.grid, blocks_per_sm(gpu.sm, k.block), k.block_time, k.block_hbm_bytes)
+    sms = k.sms[1] - k.sms[0] if k.sms else None
+    t = waves_time(gpu, k.grid, blocks_per_sm(gpu.sm, k.block), k.block_time, k.block_hbm_bytes, sms=sms)
     return float(t) + (gpu.launch_overhead if launch else 0.0)
 
 
@@ -352,7 +353,7 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
         for sh in tpl.shapes:
             m, n, k = (np.maximum(1, np.round(x * f[d])) for x, d in ((sh.m, "m"), (sh.n, "n"), (sh.k, "k")))
             t, best = gemm_times(gpu, m, n, k, sh.dtype, extra_smem=sh.extra_smem, accumulate=sh.accumulate,
-                                 tiles=True)
+                                 tiles=True, sms=sh.sms)
             times.append(t)
             picked.append(best)
             sizes.append((m, n, k))
@@ -379,14 +380,16 @@ def _residency(gpu: GpuProfile, shapes: list[GemmShape], sizes: list, picked: li
     dispatcher does) while it still has blocks to place (``used`` SMs, ``count`` blocks on
     each) and in its last wave (``used_last``, ``count_last``), when that wave starts (a
     share ``last_at`` of its run), and a block's SM needs (``need``)."""
-    P, S = len(picked[0]), gpu.num_sms
+    P = len(picked[0])
     out = {k: np.zeros((P, len(shapes))) for k in ("used", "count", "used_last", "count_last", "last_at", "waves")}
     need = np.zeros((P, len(shapes), 4), dtype=np.int64)
     for j, (sh, (m, n, k), best) in enumerate(zip(shapes, sizes, picked)):
+        S = sh.sms or gpu.num_sms        # an SM margin leaves the last SMs empty
         for ti in np.unique(best):
             tile = gpu.gemm.configs[int(ti)]
             rows = best == ti
-            grid, occ = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype, extra_smem=sh.extra_smem)[:2]
+            grid, occ = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype, extra_smem=sh.extra_smem,
+                                   sms=sh.sms or None)[:2]
             occ = max(1, occ)
             waves = np.ceil(grid / (S * occ))
             last = grid - (waves - 1) * S * occ

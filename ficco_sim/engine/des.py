@@ -121,7 +121,7 @@ class Simulation:
                 launch = self.gpu.launch_of(t.kind)
                 if launch:
                     yield env.timeout(launch)
-                self.waiting[t.gpu].append(Waiting(t.id, t.block, t.grid, priority, self.seq))
+                self.waiting[t.gpu].append(Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms))
                 self.seq += 1
                 self._dirty(t.gpu)
                 yield self.done[t.id]

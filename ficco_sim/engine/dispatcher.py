@@ -44,6 +44,7 @@ class Waiting:
     blocks: int
     priority: int
     seq: int
+    sms: tuple[int, int] | None = None    # the SMs [lo, hi) the kernel may use (None: all)
     unplaced: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -79,6 +80,9 @@ class SmPool:
     def place(self, w: Waiting) -> np.ndarray | None:
         """Place as many of ``w``'s blocks as fit, spread evenly; returns per-SM counts."""
         fit = self.fit(w.block)
+        if w.sms:
+            fit[:w.sms[0]] = 0
+            fit[w.sms[1]:] = 0
         total = int(fit.sum())
         if total == 0 or w.unplaced == 0:
             return None

@@ -82,7 +82,7 @@ def _simplicity(name: str, prefer_high: bool) -> tuple:
     s = parse_schedule(name)
     gran = ("none", "par", "shard", "ficco").index(s.granularity)
     high = (s.priority == "high") != prefer_high
-    return (gran, -s.group, s.engine == "sm", high)
+    return (gran, -s.group, s.engine == "sm", high, s.margin > 0)
 
 
 def predictions(scenarios: Sequence[Scenario], gpu: GpuProfile | str, topology: Topology | str,

@@ -139,10 +139,13 @@ def _candidates(scenario: Scenario, gpu: GpuProfile) -> list[Schedule]:
     shaping = smem_sizes(scenario, gpu) or [64 * 1024]   # listed (invalid) even when nothing changes
     out = [Schedule("none"), Schedule("none", engine="dma"), Schedule("none", dim="K")]
     if scenario.spec.independent:    # side by side: no pattern, grouping or decomposition dimension
+        from ..schedules.lowering import margin_for
         for channels in (None, small):
             for prio in ("normal", "high"):
                 for smem in [0] + shaping:
                     out.append(Schedule("par", engine="sm", channels=channels, priority=prio, smem=smem))
+                out.append(Schedule("par", engine="sm", channels=channels, priority=prio,
+                                    margin=margin_for(gpu, channels)))
         return out + [Schedule("par", engine="dma"), Schedule("par", engine="dma", priority="high"),
                       Schedule("par", engine="dma", smem=shaping[0]), Schedule("shard", "p2p")]
     for gran in ("shard", "ficco"):

@@ -24,8 +24,11 @@ class GraphBuilder:
     """Accumulates streams and tasks for one task graph (ids are unique by construction)."""
 
     def __init__(self, gpu: GpuProfile, num_gpus: int, *, comm_priority: int = 0, extra_smem: int = 0,
-                 channels: int | None = None):
+                 channels: int | None = None, sm_margin: int = 0):
         self.gpu = gpu
+        # an SM margin: GEMMs on the first SMs, communication kernels on the last ``sm_margin``
+        self.gemm_sms = gpu.num_sms - sm_margin if sm_margin else 0
+        self.comm_range = (self.gemm_sms, gpu.num_sms) if sm_margin else None
         self.num_gpus = num_gpus
         self.comm_priority = comm_priority
         self.extra_smem = extra_smem
@@ -72,11 +75,13 @@ class GraphBuilder:
     # -- kernels -----------------------------------------------------------------------
     def gemm(self, id: str, gpu: int, m: int, n: int, k: int, dtype: str, *, deps: Sequence[str] = (),
              stream: str = COMPUTE, label: str = "", accumulate: bool = False, io: dict | None = None) -> Kernel:
-        plan = plan_gemm(self.gpu, m, n, k, dtype, extra_smem=self.extra_smem, accumulate=accumulate)
-        shape = GemmShape(m, n, k, dtype, accumulate, self.extra_smem)
+        plan = plan_gemm(self.gpu, m, n, k, dtype, extra_smem=self.extra_smem, accumulate=accumulate,
+                         sms=self.gemm_sms)
+        shape = GemmShape(m, n, k, dtype, accumulate, self.extra_smem, self.gemm_sms)
         return self._add(Kernel(id, gpu, stream, "gemm", plan.grid, plan.block, plan.block_time,
                                 plan.block_hbm_bytes, tuple(deps), "compute", label or f"gemm {m}x{n}x{k}",
-                                dict(io or {}, accumulate=accumulate), gemm=shape))
+                                dict(io or {}, accumulate=accumulate), gemm=shape,
+                                sms=(0, self.gemm_sms) if self.gemm_sms else None))
 
     def reduce(self, id: str, gpu: int, rows: int, cols: int, dtype: str, inputs: int, *,
                deps: Sequence[str] = (), stream: str = COMM, label: str = "", io: dict | None = None) -> Kernel:
@@ -96,7 +101,7 @@ class GraphBuilder:
     def comm_kernel(self, id: str, gpu: int, *, deps: Sequence[str] = (), label: str = "") -> Kernel:
         spec = self.gpu.comm_kernel
         return self._add(Kernel(id, gpu, COMM, "comm", self.channels, spec.block, 0.0, 0.0, tuple(deps),
-                                "comm", label or "comm"))
+                                "comm", label or "comm", sms=self.comm_range))
 
     # -- transfers ---------------------------------------------------------------------
     def sm_transfer(self, id: str, src: int, dst: int, nbytes: float, drivers: Iterable[str], *, step: tuple,

@@ -58,9 +58,25 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
         return "copy engines ignore stream priority"
     if schedule.channels is not None and schedule.engine == "dma":
         return "channels apply to SM communication only"
+    if schedule.margin and (schedule.engine == "dma" or not schedule.overlapped):
+        return "an SM margin keeps SMs free for SM communication running beside the GEMM"
+    if schedule.margin >= gpu.num_sms:
+        return f"an SM margin of {schedule.margin} leaves none of the {gpu.num_sms} SMs to the GEMM"
+    if schedule.margin:
+        need = margin_for(gpu, schedule.channels)
+        if schedule.margin < need:
+            return (f"an SM margin of {schedule.margin} cannot hold the communication kernel's "
+                    f"{schedule.channels or gpu.comm_kernel.channels} channels (needs {need} SMs)")
     if schedule.group > 1 and not schedule.overlapped:
         return "grouping applies to overlapped schedules only"
     return None
+
+
+def margin_for(gpu: GpuProfile, channels: int | None = None) -> int:
+    """The fewest SMs that hold every block of the communication kernel (one per channel)."""
+    from ..gemm_model import blocks_per_sm
+    per = max(1, blocks_per_sm(gpu.sm, gpu.comm_kernel.block))
+    return -(-(channels or gpu.comm_kernel.channels) // per)
 
 
 def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, topology: Topology | str, *,
@@ -73,7 +89,7 @@ def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, t
     if reason:
         raise InputError("schedule", schedule.name, reason)
     b = GraphBuilder(gpu, scenario.gpus, comm_priority=1 if schedule.priority == "high" else 0,
-                     extra_smem=schedule.smem, channels=schedule.channels)
+                     extra_smem=schedule.smem, channels=schedule.channels, sm_margin=schedule.margin)
     algo = collectives.pick_algorithm(algorithm, scenario.spec.collective, topology.kind, schedule.engine)
     b.rings = collectives.ring_orders(topology)
     b.meta.update(scenario=scenario.label(), schedule=schedule.name, gpu=gpu.name, topology=topology.name)

@@ -4,7 +4,9 @@ A name is dash-separated tokens: granularity (``none`` | ``shard`` | ``ficco`` |
 for decomposed schedules the pattern (``p2p`` | ``a2a``), then the engine (``sm`` | ``dma``),
 then optional modifiers: ``hi`` (communication stream at high priority), ``smem48k``
 (48 KiB of extra shared memory per compute block), ``g2`` (2 communication steps per
-GEMM piece), ``dimK`` (decompose along K), ``c8`` (8 channels for SM communication).
+GEMM piece), ``dimK`` (decompose along K), ``c8`` (8 channels for SM communication),
+``m16`` (an SM margin: GEMMs launched on all SMs but 16, which stay free for communication,
+as TransformerEngine's ``set_sm_margin`` or a green context / CU mask would).
 
 >>> parse_schedule("ficco-a2a-dma").pattern
 'a2a'
@@ -43,6 +45,7 @@ class Schedule:
     group: int = 1
     dim: str = "M"
     channels: int | None = None
+    margin: int = 0
 
     def __post_init__(self) -> None:
         where = "schedule"
@@ -67,6 +70,8 @@ class Schedule:
             raise InputError(where, "group", f"must be at least 1, got {self.group}")
         if self.channels is not None and self.channels < 1:
             raise InputError(where, "channels", f"must be at least 1, got {self.channels}")
+        if self.margin < 0:
+            raise InputError(where, "margin", f"must not be negative, got {self.margin}")
 
     @property
     def overlapped(self) -> bool:
@@ -89,13 +94,15 @@ class Schedule:
             parts.append(f"dim{self.dim}")
         if self.channels is not None:
             parts.append(f"c{self.channels}")
+        if self.margin:
+            parts.append(f"m{self.margin}")
         return "-".join(parts)
 
     def __str__(self) -> str:
         return self.name
 
 
-_MOD = re.compile(r"^(hi|smem(\d+)(k|b)|g(\d+)|dim([MKN])|c(\d+))$")
+_MOD = re.compile(r"^(hi|smem(\d+)(k|b)|g(\d+)|dim([MKN])|c(\d+)|m(\d+))$")
 
 
 def parse_schedule(name: str | Schedule) -> Schedule:
@@ -116,7 +123,7 @@ def parse_schedule(name: str | Schedule) -> Schedule:
         m = _MOD.match(tok)
         if not m:
             raise InputError("--schedule", None, f"{name!r}: unknown part {tok!r} "
-                             "(modifiers: hi, smem<N>k, g<N>, dimK, c<N>)")
+                             "(modifiers: hi, smem<N>k, g<N>, dimK, c<N>, m<N>)")
         if tok == "hi":
             kw["priority"] = "high"
         elif m.group(2):
@@ -127,6 +134,8 @@ def parse_schedule(name: str | Schedule) -> Schedule:
             kw["dim"] = m.group(5)
         elif m.group(6):
             kw["channels"] = int(m.group(6))
+        elif m.group(7):
+            kw["margin"] = int(m.group(7))
     return Schedule(**kw)
 
 
