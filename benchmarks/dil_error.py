@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from ficco_sim.calibrate.fit_gemm import fit_gemm  # noqa: E402
 from ficco_sim.calibrate.measurements import read_gemm_table  # noqa: E402
+from ficco_sim.files import write_text_atomic  # noqa: E402
 from ficco_sim.hardware import load_gpu  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "measurements" / "vidur" / "gemm_times.csv"
@@ -100,14 +101,10 @@ def main() -> None:
                       f"{diff:+.3f}", f"{np.median(np.abs(x['dil_predicted'] - x['dil_measured'])):.3f}", bar)
     Console(width=140).print(table)
     if args.csv:
-        args.csv.parent.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        tmp = args.csv.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"# benchmarks/dil_error.py {split}; {stamp}; host {platform.node()}; "
-                    f"measured from {args.data.name} (Vidur, MIT); predicted by leave-one-model-out GEMM fits\n")
-            d.to_csv(f, index=False, float_format="%.6g")
-        tmp.replace(args.csv)
+        write_text_atomic(args.csv, f"# benchmarks/dil_error.py {split}; {stamp}; host {platform.node()}; "
+                          f"measured from {args.data.name} (Vidur, MIT); predicted by leave-one-model-out GEMM fits\n"
+                          + d.to_csv(index=False, float_format="%.6g"))
         print(f"wrote {args.csv}")
 
 

@@ -137,3 +137,11 @@ def test_two_rank_gloo_validation_end_to_end(tmp_path):
     text = paths["md"].read_text()
     assert "MAPE" in text and "Kendall tau" in text and "top-1" in text
     assert set(_children()) - before == set()
+
+
+def test_an_sm_margin_is_reported_as_not_honoured():
+    from ficco_sim import Scenario, lower
+    from ficco_sim.validate.executor import audit
+    g = lower(Scenario("ag-par-gemm", 2, 64, 32, 32, dtype="float32"), "par-sm-m16", "h100", "switch:2")
+    assert any(x.startswith("margin:") for x in audit(g, ReplayOptions()))
+    assert not any(x.startswith("margin:") for x in audit(tiny("ag-par-gemm", "par-sm"), ReplayOptions()))

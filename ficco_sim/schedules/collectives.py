@@ -146,6 +146,14 @@ def _ring_parts(b: GraphBuilder, rows: int) -> list[tuple[tuple[int, ...], int, 
     return [(r, o, k) for r, o, k in zip(rings, offs, parts) if k]
 
 
+def _rings(b: GraphBuilder, rows: int):
+    """Per ring of :func:`_ring_parts`: (order, each GPU's position in it, row offset, rows,
+    id suffix (empty for a single ring, so one-ring ids stay as they were), ring index)."""
+    parts = _ring_parts(b, rows)
+    for r, (order, off, k) in enumerate(parts):
+        yield order, {v: i for i, v in enumerate(order)}, off, k, (f".r{r}" if len(parts) > 1 else ""), r
+
+
 def split_rows(rows: int, parts: int) -> list[int]:
     """``rows`` split into ``parts`` near-equal counts (larger ones first).
 
@@ -182,10 +190,7 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
         kern = list(kernels) if kernels is not None else \
             [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="all-gather").id for g in range(n)]
         if algorithm == "ring":
-            parts = _ring_parts(b, rows)
-            for r, (order, off, k) in enumerate(parts):
-                pos = {v: i for i, v in enumerate(order)}
-                tag = f".r{r}" if len(parts) > 1 else ""
+            for order, pos, off, k, tag, _ in _rings(b, rows):
                 part = lambda owner: row_slice(buffer, owner * rows + off, k)  # noqa: E731
                 prev: dict[int, str] = {}
                 for t in range(1, n):
@@ -207,10 +212,7 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
         return [[k] for k in kern]
 
     if algorithm == "ring":
-        parts = _ring_parts(b, rows)
-        for r, (order, off, k) in enumerate(parts):   # one copy engine per ring
-            pos = {v: i for i, v in enumerate(order)}
-            tag = f".r{r}" if len(parts) > 1 else ""
+        for order, pos, off, k, tag, r in _rings(b, rows):   # one copy engine per ring
             part = lambda owner: row_slice(buffer, owner * rows + off, k)  # noqa: E731
             prev = {}
             for t in range(1, n):
@@ -244,11 +246,8 @@ def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: st
     sl = lambda buf, chunk: row_slice(buf, chunk * rows, rows)  # noqa: E731
     if engine == "sm" and algorithm == "ring":
         kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="reduce-scatter").id for g in range(n)]
-        parts = _ring_parts(b, rows)
         last: list[list[str]] = [[] for _ in range(n)]
-        for r, (order, off, k) in enumerate(parts):
-            pos = {v: i for i, v in enumerate(order)}
-            tag = f".r{r}" if len(parts) > 1 else ""
+        for order, pos, off, k, tag, _ in _rings(b, rows):
             part = lambda chunk: row_slice(buffer, chunk * rows + off, k)  # noqa: E731
             prev: dict[int, str] = {}
             for t in range(1, n):

@@ -179,7 +179,7 @@ def _schedule_knobs(graph: TaskGraph) -> dict:
         s = parse_schedule(str(name))
     except Exception:  # noqa: BLE001 - a hand-built graph may carry any label
         return {}
-    return {"smem": s.smem, "channels": s.channels}
+    return {"smem": s.smem, "channels": s.channels, "margin": s.margin}
 
 
 def audit(graph: TaskGraph, opts: ReplayOptions, features: dict | None = None) -> list[str]:
@@ -202,11 +202,16 @@ def audit(graph: TaskGraph, opts: ReplayOptions, features: dict | None = None) -
             out.append("smem: CPU has no shared memory to shape")
         if knobs.get("channels"):
             out.append("channels: CPU comm has no channels")
+        if knobs.get("margin"):
+            out.append("margin: CPU cores are not partitioned between compute and communication")
         return out
     if knobs.get("smem"):
         out.append("smem: " + features.get("smem_reason", "no resident shared-memory kernel (needs cupy or cuda.core)"))
     if knobs.get("channels"):
         out.append("channels: NCCL CTA count not pinned per schedule (set NCCL_MIN_CTAS/NCCL_MAX_CTAS)")
+    if knobs.get("margin"):
+        out.append("margin: GEMMs and NCCL kernels run on every SM (the SM split needs green contexts, "
+                   "which this executor does not create)")
     if opts.mode == "distributed":
         if has_dma:
             reason = ("dma not honoured: cross-process copy-engine transfers need symmetric-memory signalling, "
