@@ -151,3 +151,11 @@ def test_independent_pair_in_the_cli(capsys):
     assert "par-dma" in out and "par-sm-hi" in out and "ficco" not in out
     assert main(["list"]) == 0
     assert "ag-par-gemm" in capsys.readouterr().out
+
+
+def test_recommend_answers_an_independent_pair_with_its_own_schedules():
+    from ficco_sim.explore.heuristics import recommend
+    out = recommend(Scenario("ar-par-gemm", 8, 8192, 8192, 8192), "mi300x", "fc:8")
+    assert out["schedule"] == "none" or out["schedule"].startswith("par-")
+    assert set(out["predicted"]) == {"none", "par-sm", "par-sm-hi", "par-dma"}
+    assert "beside the collective" in " ".join(out["reasons"])

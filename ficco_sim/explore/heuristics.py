@@ -118,9 +118,12 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
     if name == "none":
         why.append("no overlapped candidate is predicted to beat communication then compute")
     else:
+        losses = (f"its GEMM runs {pick['cil_compute']:.0%} slower beside the collective, which runs "
+                  f"{pick['cil_comm']:.0%} slower beside the GEMM" if scenario.spec.independent else
+                  f"its GEMM pieces lose {pick['dil_compute']:.0%} to decomposition and {pick['cil_compute']:.0%} "
+                  "to contention")
         why.append(f"predicted {t['none'] / t[name]:.2f}x over no overlap ({pick['of_ideal']:.0%} of the ideal "
-                   f"{pick['ideal_speedup']:.2f}x); its GEMM pieces lose {pick['dil_compute']:.0%} to decomposition "
-                   f"and {pick['cil_compute']:.0%} to contention")
+                   f"{pick['ideal_speedup']:.2f}x); " + losses)
     runner = sorted((c for c in t if c != name), key=t.get)[:2]
     why.append("next best: " + ", ".join(f"{c} ({t['none'] / t[c]:.2f}x)" for c in runner))
     return {"schedule": name, "reasons": why, "predicted": t, "rows": rows,
