@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BAD_NUMBERS = [0, -1, -1e9, 1e308, float("nan"), float("inf"), "abc", None, [], {}, True, 1e-300, 2 ** 63, "1e3"]
 INTS = [0, 1, 2, 3, 7, 8, 13, 64, 512, 4096, 16384, -1, -4096, 10 ** 9, 10 ** 15, "x", "1e4", "nan", "4096.5"]
+KINDS = ["ag-gemm", "gemm-rs", "a2a-gemm", "ag-par-gemm", "a2a-par-gemm", "ar-par-gemm", "gemm-par-x"]
 NONFINITE = re.compile(r"(?<![a-z_])(nan|inf|-inf)(?![a-z_])", re.I)
 
 
@@ -77,12 +78,14 @@ def g_flags(r: random.Random, tmp: Path) -> list[str]:
     gpu = r.choice(["h100", "a100", "mi300x", "v100", "b200", "cpu", "H100", "tpu", "", "../etc/passwd"])
     which = r.randrange(4)
     if which == 0:
-        argv = ["simulate", "--gpu", gpu, "--topology", topo, "--scenario", r.choice(["ag-gemm", "gemm-rs", "a2a-gemm"]),
+        argv = ["simulate", "--gpu", gpu, "--topology", topo, "--scenario", r.choice(KINDS),
                 "--m", str(r.choice(INTS)), "--n", str(r.choice(INTS)), "--k", str(r.choice(INTS)),
                 "--engine", "analytical", "--format", r.choice(["table", "csv", "json"])]
         if r.random() < 0.5:
             argv += ["--schedule", r.choice(["none", "all", "ficco-a2a-dma", "shard-p2p-sm-hi", "ficco-a2a-sm-g3-c4",
-                                             "ficco-x", "ficco-a2a-dma-smem9999k", "shard-p2p-sm-dimK", ",,"])]
+                                             "ficco-x", "ficco-a2a-dma-smem9999k", "shard-p2p-sm-dimK", ",,",
+                                             "par-sm", "par-dma-hi", "par-sm-m16", "par-sm-m0", "par-sm-m99999",
+                                             "par-p2p-sm", "ficco-a2a-sm-m20", "par-sm-hi-smem64k-c4-m8"])]
         if r.random() < 0.3:
             argv += ["--dtype", r.choice(["float16", "bfloat16", "float32", "float8", "int4", ""])]
         return argv
@@ -95,7 +98,7 @@ def g_flags(r: random.Random, tmp: Path) -> list[str]:
                 "--bytes", r.choice(["1MiB", "64MiB", "0", "-5", "1e30", "abc", "7", "1.5GiB", "1TiB", "8EiB"]),
                 "--engine", r.choice(["des", "analytical"]), "--comm-engine", r.choice(["sm", "dma"]),
                 "--algorithm", r.choice(["auto", "ring", "direct"])]
-    return ["recommend", "--gpu", gpu, "--topology", topo, "--scenario", r.choice(["ag-gemm", "gemm-rs", "a2a-gemm"]),
+    return ["recommend", "--gpu", gpu, "--topology", topo, "--scenario", r.choice(KINDS),
             "--m", str(r.choice(INTS)), "--n", str(r.choice(INTS)), "--k", str(r.choice(INTS))]
 
 
@@ -158,6 +161,7 @@ def g_topology(r: random.Random, tmp: Path) -> list[str]:
 
 def g_scenarios(r: random.Random, tmp: Path) -> list[str]:
     data = {"scenarios": [{"name": "a", "kind": "ag-gemm", "gpus": 4, "m": 4096, "n": 2048, "k": 2048},
+                          {"name": "c", "kind": "ar-par-gemm", "gpus": 4, "m": 4096, "n": 2048, "k": 2048},
                           {"name": "b", "kind": "a2a-gemm", "gpus": 4, "m": 4096, "n": 2048, "k": 2048, "skew": 1.5}],
             "models": [{"name": "m", "hidden": 1024, "ffn": 4096, "heads": 8, "kv_heads": 8, "tokens": [2048],
                         "gpus": [4]}]}

@@ -127,6 +127,11 @@ def collective_graph(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *,
     n = topo.num_gpus
     algo = coll.pick_algorithm(algorithm, kind, topo.kind, engine)
     e = DTYPE_BYTES[dtype]
+    # the collectives that cut each rank's buffer into one piece per rank need an element per piece
+    pieces = n if kind in ("reduce-scatter", "all-reduce", "all-to-all") else 1
+    if nbytes // e // pieces == 0:
+        raise InputError("--bytes", None, f"{nbytes} B is less than one {dtype} element per piece: {kind} "
+                         f"over {n} GPUs needs at least {pieces * e} B per rank")
     b = GraphBuilder(gpu, n)
     b.rings = coll.ring_orders(topo)
     cols = 1

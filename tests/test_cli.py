@@ -177,3 +177,13 @@ def test_simulate_table_explains_negative_values(capsys):
                  "--schedule", "shard-p2p-sm"]) == 0
     out = capsys.readouterr().out
     assert "of ideal" in out and "A negative 'of ideal' is a schedule slower than no overlap" in out
+
+
+def test_a_collective_smaller_than_one_element_per_piece_is_refused(capsys):
+    """Fuzz (seed 5): 7 bytes of all-to-all over 8 GPUs is 0 elements per peer, which took
+    0 s and divided by it."""
+    argv = ["predict", "collective", "--gpu", "mi300x", "--topology", "switch:8", "--kind", "all-to-all",
+            "--bytes", "7", "--comm-engine", "dma"]
+    assert main(argv) == 2
+    assert "16 B per rank" in capsys.readouterr().err
+    assert main(argv[:-3] + ["16", "--comm-engine", "dma"]) == 0
