@@ -276,8 +276,10 @@ def cmd_list(args) -> int:
     print("schedules (--schedule all): " + ", ".join(s.name for s in basic_schedules()))
     par = Scenario(ind[0], 2, 2, 2, 2)
     print("  for " + ", ".join(ind) + ": " + ", ".join(s.name for s in basic_schedules(par)))
-    print("  name grammar: none[-dma] | {shard|ficco}-{p2p|a2a}-{sm|dma}[-hi][-smem<N>k][-g<N>][-dimK][-c<N>]"
-          " | par-{sm|dma}[-hi][-smem<N>k][-c<N>]")
+    print("  name grammar: none[-dma] | {shard|ficco}-{p2p|a2a}-{sm|dma}[-hi][-smem<N>k][-g<N>][-dimK][-c<N>][-m<N>]"
+          " | par-{sm|dma}[-hi][-smem<N>k][-c<N>][-m<N>]")
+    print("  (hi: high-priority communication; smem: shared-memory shaping; g: steps per GEMM piece; c: channels;"
+          " m: an SM margin, GEMMs off the last N SMs)")
     return 0
 
 
@@ -337,13 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     s = sub.add_parser("simulate", help="time one scenario under overlap schedules",
-                       description="Simulate one data-dependent communication + GEMM pair under each schedule "
-                       "and print its time, speedup over no overlap, the ideal speedup and the losses.")
+                       description="Simulate one communication + GEMM pair (data-dependent, or a GEMM beside "
+                       "an independent collective: the *-par-gemm kinds) under each schedule and print its time, "
+                       "speedup over no overlap, the ideal speedup and the losses.")
     s.add_argument("--gpu", default="h100", help="profile name (see `ficco-sim list`) or YAML path (default h100)")
     s.add_argument("--topology", help="ring:N | fc:N | switch:N | name | YAML path (default switch:8)")
     add_scenario_args(s)
     s.add_argument("--schedule", action="append", default=[], metavar="NAME|all",
-                   help="schedule name(s), comma-separated or repeated, e.g. ficco-a2a-dma-hi (default all)")
+                   help="schedule name(s), comma-separated or repeated, e.g. ficco-a2a-dma-hi, par-sm-hi-m16 "
+                   "(default all; the grammar: `ficco-sim list`)")
     s.add_argument("--engine", default="des", choices=["des", "analytical"], help="discrete-event (default) or "
                    "closed-form")
     s.add_argument("--policy", default="backfill", choices=["backfill", "strict", "fifo"],
