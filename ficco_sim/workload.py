@@ -19,7 +19,7 @@ while a collective moves an activation-shaped tensor X (m x k):
 * ``ar-par-gemm``: all-reduce of X.
 
 Their schedules are ``none`` (the collective, then the GEMM) and ``par-*`` (both launched
-at once, the collective first, with the engine, priority, shaping and channel knobs); the
+at once, the collective first, with the engine, priority, shaping, channel and SM-margin knobs); the
 collective's size against the GEMM's is set by n (compute grows with n, bytes do not).
 
 Collective sizes follow the convention of :func:`ficco_sim.collective_time`: the bytes

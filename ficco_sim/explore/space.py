@@ -24,6 +24,7 @@ from ..errors import InputError
 from ..gemm_model import blocks_per_sm, plan_gemm
 from ..hardware import GpuProfile, load_gpu
 from ..schedules import Schedule, basic_schedules, invalid_reason
+from ..schedules.lowering import margin_for
 from ..topology import Topology, load_topology
 from ..workload import Scenario
 
@@ -139,7 +140,6 @@ def _candidates(scenario: Scenario, gpu: GpuProfile) -> list[Schedule]:
     shaping = smem_sizes(scenario, gpu) or [64 * 1024]   # listed (invalid) even when nothing changes
     out = [Schedule("none"), Schedule("none", engine="dma"), Schedule("none", dim="K")]
     if scenario.spec.independent:    # side by side: no pattern, grouping or decomposition dimension
-        from ..schedules.lowering import margin_for
         for channels in (None, small):
             for prio in ("normal", "high"):
                 for smem in [0] + shaping:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import InputError
+from ..gemm_model import blocks_per_sm
 from ..hardware import GpuProfile, load_gpu
 from ..taskgraph import Slice, TaskGraph
 from ..topology import Topology, load_topology
@@ -30,8 +31,6 @@ from . import collectives
 from .builder import COMM, GraphBuilder, row_slice
 from .collectives import split_rows
 from .schedule import Schedule, parse_schedule
-
-
 
 
 def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topology: Topology) -> str | None:
@@ -74,7 +73,6 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
 
 def margin_for(gpu: GpuProfile, channels: int | None = None) -> int:
     """The fewest SMs that hold every block of the communication kernel (one per channel)."""
-    from ..gemm_model import blocks_per_sm
     per = max(1, blocks_per_sm(gpu.sm, gpu.comm_kernel.block))
     return -(-(channels or gpu.comm_kernel.channels) // per)
 
@@ -410,8 +408,9 @@ def _a2a_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo
 def _par(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str) -> None:
     """Every GPU: C = A @ B, and the kind's collective on X (m x k; see
     :mod:`ficco_sim.workload`). ``none``: the GEMM after the collective; ``par``: both at
-    once, the collective issued first (an SM collective takes its blocks before the GEMM's
-    queue unless the GEMM's stream is as urgent and earlier)."""
+    once, the collective issued first. Its kernel reaches the SMs after its launch delay
+    (the collective call floor, longer than a GEMM's launch on NVIDIA profiles), so a GEMM
+    issued after it can still take the SMs first; ``hi`` and ``m<N>`` are the remedies."""
     n, dt, S = sc.gpus, sc.dtype, sc.shard_rows
     coll = sc.spec.collective
     for name, rows, cols in (("A", sc.m, sc.k), ("B", sc.k, sc.n), ("C", sc.m, sc.n), ("X", sc.m, sc.k)):
