@@ -232,10 +232,18 @@ class GpuProfile:
 
     def launch_of(self, kind: str) -> float:
         """Delay from a kernel's turn on its stream to its blocks being dispatchable: the
-        collective call floor for communication kernels, the launch overhead otherwise."""
+        launch overhead (a communication kernel: at most its collective call floor)."""
         if kind == "comm" and self.comm_kernel.launch is not None:
-            return self.comm_kernel.launch
+            return min(self.comm_kernel.launch, self.launch_overhead)
         return self.launch_overhead
+
+    def handshake_of(self, kind: str) -> float:
+        """What is left of a communication kernel's call floor once its blocks are resident
+        (the ranks' handshake): its transfers start that long after it reaches the SMs, while
+        its blocks hold them. 0 for other kernels."""
+        if kind == "comm" and self.comm_kernel.launch is not None:
+            return max(0.0, self.comm_kernel.launch - self.launch_overhead)
+        return 0.0
 
     def flops_per_sm(self, dtype: str) -> float:
         if dtype not in self.peak_flops:

@@ -120,6 +120,7 @@ def _depths(graph: TaskGraph) -> dict[str, int]:
     hold a communication kernel back only if its begin is no deeper than the kernel's, and
     share SMs with a memory kernel only if its begin is shallower than the kernel's end)."""
     prev, driven = _order(graph)
+    task_order = {t.id: i for i, t in enumerate(graph.tasks)}
     memo: dict = {}
 
     def depth(tid: str, node: str) -> int:
@@ -183,6 +184,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
         return fixed + topo.path_latency(t.src, t.dst) + wire * (1.0 / bw) * slow
 
     prev, driven = _order(graph)
+    task_order = {t.id: i for i, t in enumerate(graph.tasks)}
 
     def one_pass(slow: dict[str, float], seen=None, hold=None, share=None) -> dict[str, tuple[float, float]]:
         start, end = {}, {}
@@ -197,13 +199,15 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                     if how is not None:
                         a = begin(how[0])
                         dur = _duration(gpu, graph.task(how[0])) * slow.get(how[0], 1.0)
-                        if a <= start[tid] < a + dur:
+                        tie = abs(a - start[tid]) <= 1e-12 * max(abs(start[tid]), 1e-9)
+                        before = (a < start[tid] and not tie) or (tie and task_order[how[0]] < task_order[tid])
+                        if before and start[tid] < a + dur:
                             wave = dur / how[1]
                             rel = a + how[2] * dur if how[2] is not None else \
                                 min(a + math.ceil((start[tid] - a) / wave) * wave, a + dur)
                             start[tid] = max(start[tid], rel)
-                elif t.engine == "sm":
-                    start[tid] = max([ready] + [begin(k) for k in t.drivers])
+                elif t.engine == "sm":   # after the driving kernels' handshake
+                    start[tid] = max([ready] + [begin(k) + gpu.handshake_of("comm") for k in t.drivers])
                 else:
                     start[tid] = ready
             return start[tid]
@@ -254,9 +258,11 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                                                              depth[(x.id, "begin")] < depth[(k.id, "end")]])
                  for k in graph.kernels if k.kind == "memory"}
         prio = {(x.gpu, x.name): x.priority for x in graph.streams}
+        order = {t.id: i for i, t in enumerate(graph.tasks)}
         hold = {k.id: _comm_hold(gpu, k, times[k.id][0], [(*times[x.id], x, prio[(x.gpu, x.stream)]) for x in gemms
                                                           if x.gpu == k.gpu and
-                                                          depth[(x.id, "begin")] <= depth[(k.id, "begin")]],
+                                                          (depth[(x.id, "begin")], order[x.id]) <
+                                                          (depth[(k.id, "begin")], order[k.id])],
                                  prio[(k.gpu, k.stream)])
                 for k in graph.kernels if k.kind == "comm"}
         for t in graph.transfers:

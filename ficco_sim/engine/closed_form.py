@@ -163,7 +163,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
     costs = transfer_costs(graph, gpu, topo)
     shapes: dict[GemmShape, int] = {}
     alone: dict[tuple, float] = {}       # isolated time per kernel footprint (many kernels share one)
-    begin, end, ready, prev, last = {}, {}, {}, {}, {}
+    begin, end, ready, prev, last, armed = {}, {}, {}, {}, {}, {}
     driven: dict[str, list[str]] = {}
     for t in graph.tasks:
         key = graph.stream_of(t)
@@ -175,6 +175,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
             if t.kind == "gemm" and t.gemm is not None:
                 end[t.id] = node(GEMM, t.gpu, shape=shapes.setdefault(t.gemm, len(shapes)))
             elif t.kind == "comm":
+                armed[t.id] = node(CONST, t.gpu, gpu.handshake_of("comm"))   # transfers start here
                 end[t.id] = node(ZERO, t.gpu)
                 driven[t.id] = []
             else:
@@ -194,11 +195,13 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         pre = tuple(end[d] for d in t.deps) + ((end[prev[t.id]],) if prev[t.id] else ())
         if isinstance(t, Kernel):
             inputs[begin[t.id]] = pre
+            if t.id in armed:
+                inputs[armed[t.id]] = (begin[t.id],)
             inputs[end[t.id]] = (begin[t.id],) + tuple(end[x] for x in driven.get(t.id, ()))
         else:
             inputs[ready[t.id]] = pre
             if t.engine == "sm":
-                inputs[begin[t.id]] = (ready[t.id],) + tuple(begin[k] for k in t.drivers)
+                inputs[begin[t.id]] = (ready[t.id],) + tuple(armed[k] for k in t.drivers)
             inputs[end[t.id]] = (begin[t.id],)
     n = len(rows)
     kinds, gpus, consts, coefs, nbytes, shape_ix, dsts = (list(c) for c in zip(*rows)) if rows else ([],) * 7

@@ -71,13 +71,16 @@ class CommKernels:
     """A template's communication kernels for the dispatch rule of :func:`comm_release`
     (in ``comm_nodes`` order): each block's SM needs, occupancy on an empty SM, stream
     priority, the GEMMs of its GPU (positions in ``gemm_nodes``, padded with their count)
-    and the GEMMs' stream priorities."""
+    and the GEMMs' stream priorities; ``order`` / ``gemm_order``: positions in the graph's
+    task list (which of two kernels reaching the SMs at one instant is dispatched first)."""
 
     need: np.ndarray            # (C, 4)
     occupancy: np.ndarray
     priority: np.ndarray
     gemms: np.ndarray           # (C, Wg)
     gemm_priority: np.ndarray   # (G,)
+    order: np.ndarray           # (C,)
+    gemm_order: np.ndarray      # (G,)
 
 
 def groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x_src: np.ndarray,
@@ -313,7 +316,8 @@ def comm_release(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: d
     wait = run["on"] & (_slots(gpu, run, ck.need, ck.occupancy, False) <= 0)
     frac = np.where(_slots(gpu, run, ck.need, ck.occupancy, True) > 0,
                     np.where(run["waves"] > 0, (run["waves"] - 1) / run["waves"], 0.0), 1.0)
-    return {"mode": np.where(wait, np.where(high, 2, 1), 0), "frac": frac, "waves": run["waves"],
+    first = np.append(ck.gemm_order, np.iinfo(np.int64).max)[run["j"]] < ck.order[None, :]
+    return {"mode": np.where(wait, np.where(high, 2, 1), 0), "frac": frac, "waves": run["waves"], "first": first,
             **_partner_nodes(tpl, run, len(vals[0]) - 1)}
 
 
@@ -373,4 +377,7 @@ def apply_comm_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: di
     with np.errstate(divide="ignore", invalid="ignore"):
         boundary = np.minimum(a + np.ceil((s - a) / np.where(wave > 0, wave, 1.0)) * wave, b)
     release = np.where(mode == 2, boundary, a + frac * dur)
-    vals[:, c] = np.where((mode > 0) & (a <= s) & (s < b), np.maximum(s, release), s)
+    # a GEMM reaching the SMs at the same instant holds the kernel only if issued before it
+    tie = np.abs(a - s) <= 1e-12 * np.maximum(np.abs(s), 1e-9)
+    before = (a < s) & ~tie | tie & hold["first"][:, cols]
+    vals[:, c] = np.where((mode > 0) & before & (s < b), np.maximum(s, release), s)

@@ -25,16 +25,23 @@ if TYPE_CHECKING:
 def comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile,
                   comm_level: np.ndarray, gemm_level: np.ndarray) -> CommKernels:
     """The GEMMs that may hold a communication kernel back are those of its GPU whose begin
-    node lies at its level of the DAG or a shallower one (their begin time is known when its own is
-    computed)."""
+    node lies at a shallower level of the DAG than its own (their begin time is known when its
+    own is computed), or at the same level and issued before it (at one level both reach the
+    SMs together, and the earlier issued is dispatched first)."""
     prio = {(s.gpu, s.name): s.priority for s in graph.streams}
+    order = {t.id: i for i, t in enumerate(graph.tasks)}
+    comm_order = np.array([order[k.id] for k in comms], dtype=np.int64)
+    gemm_order = np.array([order[k.id] for k in gemms], dtype=np.int64)
     same = np.array([k.gpu for k in comms])[:, None] == np.array([k.gpu for k in gemms])[None, :]
+    first = (gemm_level[None, :] < comm_level[:, None]) | \
+        ((gemm_level[None, :] == comm_level[:, None]) & (gemm_order[None, :] < comm_order[:, None]))
     return CommKernels(
         need=np.array([block_needs(gpu.sm, k.block) for k in comms], dtype=np.int64).reshape(-1, 4),
         occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in comms], dtype=np.int64),
         priority=np.array([prio[(k.gpu, k.stream)] for k in comms], dtype=np.int64),
-        gemms=members(same.reshape(len(comms), len(gemms)) & (gemm_level[None, :] <= comm_level[:, None])),
-        gemm_priority=np.array([prio[(k.gpu, k.stream)] for k in gemms], dtype=np.int64))
+        gemms=members(same.reshape(len(comms), len(gemms)) & first.reshape(len(comms), len(gemms))),
+        gemm_priority=np.array([prio[(k.gpu, k.stream)] for k in gemms], dtype=np.int64),
+        order=comm_order, gemm_order=gemm_order)
 
 
 def memory_kernels(mems: list[Kernel], begin: dict, end: dict, gpu: GpuProfile, gpu_of: np.ndarray,
@@ -75,7 +82,7 @@ def merged_comm(tpls: Sequence["Template"]) -> CommKernels:
     cat = lambda f: np.concatenate([getattr(t.comm_kernels, f) for t in tpls])  # noqa: E731
     return CommKernels(need=cat("need").reshape(-1, 4), occupancy=cat("occupancy"), priority=cat("priority"),
                        gemms=_stacked_gemms(tpls, [t.comm_kernels.gemms for t in tpls]),
-                       gemm_priority=cat("gemm_priority"))
+                       gemm_priority=cat("gemm_priority"), order=cat("order"), gemm_order=cat("gemm_order"))
 
 
 def _stacked_gemms(tpls: Sequence["Template"], lists: list[np.ndarray]) -> np.ndarray:

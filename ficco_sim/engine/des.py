@@ -226,7 +226,11 @@ class Simulation:
         n = int(counts.sum())
         if self.resident[k.id] == 0 and self.blocks_done[k.id] == 0 and math.isnan(rec.start):
             rec.start = self.env.now
-            self.started[k.id].succeed()
+            shake = self.gpu.handshake_of(k.kind)
+            if shake:    # the ranks' handshake: resident, its transfers not started yet
+                self.env.timeout(shake).callbacks.append(lambda _e, ev=self.started[k.id]: ev.succeed())
+            else:
+                self.started[k.id].succeed()
         self.resident[k.id] += n
         rec.peak_resident = max(rec.peak_resident, self.resident[k.id])
         self._count(f"gpu{gpu}.blocks.{k.role}", n)
