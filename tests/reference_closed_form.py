@@ -117,10 +117,10 @@ def _order(graph: TaskGraph) -> tuple[dict, dict]:
 
 def _depths(graph: TaskGraph) -> dict[str, int]:
     """Longest-path depth of every kernel's begin and end in the engine's node DAG (a GEMM may
-    hold a communication kernel back only if its begin is no deeper than the kernel's, and
+    hold a communication kernel back only if its begin is shallower than the kernel's, or as
+    deep and issued before it, and
     share SMs with a memory kernel only if its begin is shallower than the kernel's end)."""
     prev, driven = _order(graph)
-    task_order = {t.id: i for i, t in enumerate(graph.tasks)}
     memo: dict = {}
 
     def depth(tid: str, node: str) -> int:
