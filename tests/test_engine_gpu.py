@@ -249,3 +249,24 @@ def test_sm_margin_schedules_lower_to_confined_kernels_and_agree_with_the_closed
                      ("par-sm-m132", "leaves none")):
         with pytest.raises(InputError, match=why):
             lower(sc, bad, h100, "switch:8")
+
+
+def test_a_collective_reaches_the_sms_like_any_kernel_and_holds_them_through_its_handshake():
+    """The call floor is split: the kernel is dispatchable after a kernel launch, and its first
+    transfer waits the rest of the floor with the blocks resident. A collective issued before
+    a GEMM on an idle H100 therefore gets its SMs before the GEMM does."""
+    from ficco_sim import Scenario, lower
+    from ficco_sim.hardware import load_gpu
+    from ficco_sim.topology import load_topology
+    h100 = load_gpu("h100")
+    assert h100.comm_kernel.launch > h100.launch_overhead          # the NVIDIA floors
+    assert h100.launch_of("comm") == h100.launch_overhead
+    assert h100.handshake_of("comm") == pytest.approx(h100.comm_kernel.launch - h100.launch_overhead)
+    topo = load_topology("switch:8", h100)
+    g = lower(Scenario("ar-par-gemm", 8, 8192, 8192, 8192), "par-sm", h100, topo)
+    tl = simulate_graph(g, h100, topo).by_id()
+    comm = [k for k in g.kernels if k.kind == "comm" and k.gpu == 0][0]
+    first = min(tl[t.id].start for t in g.transfers if comm.id in t.drivers)
+    assert tl[comm.id].start == pytest.approx(h100.launch_overhead)
+    assert first - tl[comm.id].start >= h100.handshake_of("comm") * (1 - 1e-9)
+    assert tl["gemm0"].start >= tl[comm.id].start
