@@ -18,7 +18,7 @@ model answers them, beside what the papers measured.
    overlapping slows compute by 18.9% on average and 40% at most against running it alone.
    The model's counterpart: ``cil_compute`` (the GEMM's slowdown against its isolated time)
    of a GEMM beside an all-reduce, naive (``par-sm``) and with the collective at high priority
-   (``par-sm-hi``, where the two really share SMs), over five GEMM shapes.
+   (``par-sm-hi``), over five GEMM shapes.
 
 Every number on the model side comes from ``simulate`` (discrete-event engine) here; the
 papers' numbers are quoted from their abstracts and were used to fit nothing.
