@@ -83,22 +83,17 @@ def disjoint_rings(n: int) -> list[tuple[int, ...]]:
     >>> [len(disjoint_rings(n)) for n in (3, 5, 8)], disjoint_rings(4)[0]
     ([2, 4, 7], (0, 1, 2, 3))
     """
-    identity = tuple(range(n))
     circulant = [tuple((i * s) % n for i in range(n)) for s in range(1, n) if math.gcd(s, n) == 1]
     if n > 16:
         return circulant
-    best = circulant
+    best = circulant      # both it and every search start with the plain ring (0, 1, ..., n-1)
     for seed in range(64):
         found = _ring_search(n, random.Random(seed))
         if len(found) > len(best):
             best = found
         if len(best) == n - 1:
             break
-    # the plain ring first: a one-ring answer is the same whichever topology asked
-    first = next((r for r in best if r == identity), None)
-    if first is None:
-        return circulant if len(circulant) >= len(best) else best
-    return [first] + [r for r in best if r != first]
+    return best
 
 
 def _ring_search(n: int, rng: random.Random, budget: int = 20_000) -> list[tuple[int, ...]]:
@@ -137,19 +132,12 @@ def _ring_search(n: int, rng: random.Random, budget: int = 20_000) -> list[tuple
     return rings
 
 
-def _ring_parts(b: GraphBuilder, rows: int) -> list[tuple[tuple[int, ...], int, int]]:
-    """(ring order, row offset, rows) of every ring of ``b.rings`` that carries rows: each
-    rank's ``rows`` are split over the rings (a ring with no row is left out)."""
-    rings = b.rings
-    parts = split_rows(rows, len(rings))
-    offs = [sum(parts[:i]) for i in range(len(parts))]
-    return [(r, o, k) for r, o, k in zip(rings, offs, parts) if k]
-
-
 def _rings(b: GraphBuilder, rows: int):
-    """Per ring of :func:`_ring_parts`: (order, each GPU's position in it, row offset, rows,
-    id suffix (empty for a single ring, so one-ring ids stay as they were), ring index)."""
-    parts = _ring_parts(b, rows)
+    """Each rank's ``rows`` split over the rings of ``b.rings`` (a ring with no row left out);
+    per ring: (order, each GPU's position in it, row offset, rows, id suffix (empty for a
+    single ring, so one-ring ids stay as they were), ring index)."""
+    split = split_rows(rows, len(b.rings))
+    parts = [(order, sum(split[:i]), k) for i, (order, k) in enumerate(zip(b.rings, split)) if k]
     for r, (order, off, k) in enumerate(parts):
         yield order, {v: i for i, v in enumerate(order)}, off, k, (f".r{r}" if len(parts) > 1 else ""), r
 
