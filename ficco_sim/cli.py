@@ -170,21 +170,37 @@ def resolve_topology(args):
     return gpu, topo
 
 
+def schedule_names(parts: list[str]) -> list[str]:
+    """Schedule and preset names from repeated / comma-separated options; a preset's knobs may
+    follow it after commas too (``te-pipeline:num_splits=8,num_sm=8``)."""
+    names: list[str] = []
+    for part in parts:
+        for item in filter(None, (x.strip() for x in part.split(","))):
+            if "=" in item and ":" not in item and names and ":" in names[-1]:
+                names[-1] += "," + item
+            else:
+                names.append(item)
+    return names
+
+
 def cmd_simulate(args) -> int:
     from .schedules import basic_schedules, parse_schedule
+    from .schedules.presets import applicable, is_preset
     from .simulate import simulate_many
     gpu, topo = resolve_topology(args)
     scenario = make_scenario(args, topo.num_gpus)
     for flag, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--output", args.output)):
         if path and not Path(path).resolve().parent.is_dir():   # say so before simulating, not after
             raise InputError(flag, None, f"{path}: its folder does not exist")
-    names = [s for part in args.schedule for s in part.split(",") if s]
+    names = schedule_names(args.schedule)
     if not names or names == ["all"]:
         schedules = basic_schedules(scenario)
+    elif names == ["presets"]:
+        schedules = ["none"] + [p for p, got in applicable(scenario, gpu, topo).items() if not isinstance(got, str)]
     else:
-        schedules = [parse_schedule("none")] + [parse_schedule(n) for n in names if n != "none"]
+        schedules = ["none"] + [n if is_preset(n) else parse_schedule(n) for n in names if n != "none"]
     results = simulate_many(scenario, schedules, gpu, topo, engine=args.engine, policy=args.policy)
-    if names and "none" not in names and names != ["all"]:
+    if names and "none" not in names and names not in (["all"], ["presets"]):
         results = results[1:]
     if args.trace or args.gantt:
         from .traces.export import write_chrome_trace, write_gantt
@@ -195,7 +211,10 @@ def cmd_simulate(args) -> int:
             write_gantt(best.timeline, args.gantt, title=f"{best.schedule.name}: {scenario.label()} on {gpu.name} "
                         f"{topo.name}")
     title = f"{scenario.label()} on {gpu.name} {topo.name} ({args.engine})"
-    rows = [r.row() for r in results]
+    rows = [dict(r.row(), preset=r.preset) for r in results]
+    for row in rows:
+        if row["preset"]:
+            row["schedule"] = f"{row['preset']} = {row['schedule']}"
     emit(rows, args.format, args.output, SIM_COLUMNS, title)
     if args.format == "table" and not args.output:
         print(legend(rows))
@@ -280,6 +299,14 @@ def cmd_list(args) -> int:
           " | par-{sm|dma}[-hi][-smem<N>k][-c<N>][-m<N>]")
     print("  (hi: high-priority communication; smem: shared-memory shaping; g: steps per GEMM piece; c: channels;"
           " m: an SM margin, GEMMs off the last N SMs)")
+    print("  fused-{sm|dma|st}[-hi][-c<N>][-m<N>] (gemm-rs): one GEMM, each peer's rows leave on their tile signal; "
+          "st: from the GEMM's own epilogue")
+    from .schedules.presets import PRESETS
+    print("presets (usable wherever a schedule name is; knobs as name:knob=N,knob=N; --schedule presets runs "
+          "every one that applies):")
+    for p in PRESETS.values():
+        knobs = ", ".join(f"{k.name}={k.default}" for k in p.knobs)
+        print(f"  {p.name:17s} {p.library}: {p.summary}" + (f" [{knobs}]" if knobs else ""))
     return 0
 
 
@@ -345,9 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gpu", default="h100", help="profile name (see `ficco-sim list`) or YAML path (default h100)")
     s.add_argument("--topology", help="ring:N | fc:N | switch:N | name | YAML path (default switch:8)")
     add_scenario_args(s)
-    s.add_argument("--schedule", action="append", default=[], metavar="NAME|all",
-                   help="schedule name(s), comma-separated or repeated, e.g. ficco-a2a-dma-hi, par-sm-hi-m16 "
-                   "(default all; the grammar: `ficco-sim list`)")
+    s.add_argument("--schedule", action="append", default=[], metavar="NAME|PRESET|all|presets",
+                   help="schedule name(s) or presets, comma-separated or repeated, e.g. ficco-a2a-dma-hi, "
+                   "par-sm-hi-m16, te-pipeline:num_splits=8,num_sm=8, flux (default all: the basic schedules; "
+                   "presets: every preset that applies; the grammar and the presets: `ficco-sim list`)")
     s.add_argument("--engine", default="des", choices=["des", "analytical"], help="discrete-event (default) or "
                    "closed-form")
     s.add_argument("--policy", default="backfill", choices=["backfill", "strict", "fifo"],

@@ -158,6 +158,22 @@ def tile_costs(gpu: GpuProfile, tile: GemmTile, m, n, k, dtype: str, *, extra_sm
     return grid, occ, block_time, hbm_traffic(m, n, k, dtype, accumulate) / grid
 
 
+def tile_prefix_blocks(tile: GemmTile, m, n, share):
+    """Blocks of a GEMM cut into ``tile`` that cover its first ``share`` (0-1] of output rows,
+    its tiles running row band by row band (the ``tile.m`` rows of band 0 across every
+    column, then band 1, ...; a split-K tile's blocks next to each other): the signalling
+    order of fused kernels (a tile signal fires when that many blocks are done). Works on
+    numbers and arrays alike."""
+    m, n, share = (np.asarray(x, dtype=float) for x in (m, n, share))
+    bands = np.ceil(np.round(share * m, 9) / tile.m)
+    return np.minimum(bands, np.ceil(m / tile.m)) * np.ceil(n / tile.n) * tile.split_k
+
+
+def tile_bytes(tile: GemmTile, dtype: str) -> float:
+    """Output bytes one block of ``tile`` writes (a split-K tile's share of its output tile)."""
+    return tile.m * tile.n * DTYPE_BYTES[dtype] / tile.split_k
+
+
 def waves_time(gpu: GpuProfile, grid, occupancy: int, block_time, block_hbm_bytes, *, sms: int | None = None):
     """Closed-form time (s) of ``grid`` identical blocks alone on ``sms`` SMs (default all):
     full waves of ``sms * occupancy`` blocks, then a partial one. Each wave takes the block

@@ -101,9 +101,11 @@ def compute_metrics(graph: TaskGraph, timeline: Timeline, gemm_iso: dict[str, fl
 
 
 def comm_only_graph(graph: TaskGraph) -> TaskGraph:
-    """The graph with compute (GEMM) kernels removed and dependencies through them dropped:
-    communication as it would run alone."""
+    """The graph with compute (GEMM) kernels removed and dependencies (and tile signals)
+    through them dropped: communication as it would run alone (a fused GEMM's epilogue
+    stores go with it)."""
     drop = {k.id for k in graph.kernels if k.kind == "gemm"}
-    tasks = [dataclasses.replace(t, deps=tuple(d for d in t.deps if d not in drop))
+    tasks = [dataclasses.replace(t, deps=tuple(d for d in t.deps if d not in drop),
+                                 signals=tuple(s for s in t.signals if s[0] not in drop))
              for t in graph.tasks if t.id not in drop]
     return TaskGraph.build(graph.num_gpus, graph.streams, tasks, buffers=graph.buffers, meta=graph.meta)

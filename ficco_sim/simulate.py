@@ -19,9 +19,10 @@ from .errors import InputError
 from .gemm_model import gemm_time as _gemm_time
 from .hardware import DTYPE_BYTES, GpuProfile, load_gpu
 from .metrics import comm_only_graph, compute_metrics
-from .schedules import Schedule, lower, parse_schedule
+from .schedules import Schedule, lower
 from .schedules import collectives as coll
 from .schedules.builder import GraphBuilder
+from .schedules.presets import is_preset, resolve
 from .taskgraph import TaskGraph
 from .timeline import Timeline
 from .topology import Topology, load_topology
@@ -42,6 +43,7 @@ class Result:
     graph: TaskGraph
     timeline: Timeline
     metrics: dict
+    preset: str = ""     # the preset asked for (e.g. "te-pipeline:num_splits=8"), if any
 
     @property
     def makespan(self) -> float:
@@ -85,11 +87,13 @@ def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProf
              base: dict[str, float] | None = None) -> Result:
     """Simulate ``scenario`` under ``schedule``. ``topology`` defaults to ``switch:<gpus>``;
     ``engine`` is ``des`` (discrete-event) or ``analytical`` (the closed-form engine);
+    ``schedule`` is a schedule name or a preset (:mod:`ficco_sim.schedules.presets`);
     ``base`` reuses a
     :func:`baseline` computed earlier (saves work when sweeping schedules)."""
     gpu = load_gpu(gpu)
     topo = _default_topology(topology, scenario, gpu)
-    schedule = parse_schedule(schedule)
+    preset = str(schedule) if is_preset(schedule) else ""
+    schedule = resolve(scenario, schedule, gpu, topo)
     graph = lower(scenario, schedule, gpu, topo)
     timeline = _run(graph, gpu, topo, engine, policy, record=True)
     base = base or baseline(scenario, gpu, topo, engine=engine, policy=policy)
@@ -97,7 +101,7 @@ def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProf
     iso = {k.id: kernel_isolated_time(gpu, k) for k in graph.kernels if k.kind == "gemm"}
     metrics = compute_metrics(graph, timeline, iso, t_comp=base["t_comp"], t_comm=base["t_comm"],
                               t_none=base["t_none"], comm_only=comm_only)
-    return Result(scenario, schedule, gpu.name, topo.name, engine, graph, timeline, metrics)
+    return Result(scenario, schedule, gpu.name, topo.name, engine, graph, timeline, metrics, preset)
 
 
 def simulate_many(scenario: Scenario, schedules: Iterable[Schedule | str], gpu: GpuProfile | str = "h100",

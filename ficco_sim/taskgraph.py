@@ -28,6 +28,16 @@ Typed model inputs, set by the lowering and read by the engines:
 * ``Transfer.step``: the concurrency step of a transfer. Transfers of one step are issued
   together and share links, copy engines and channels in the closed-form engine (the DES
   shares whatever actually overlaps). ``None``: a step of its own.
+* ``signals`` (any task): tile-level signalling. ``(kernel, rows)``: the task may start
+  once GEMM ``kernel`` has finished the tiles covering the first ``rows`` share (0-1] of
+  its output rows, in its own tile order (row band by row band, see
+  :func:`~ficco_sim.gemm_model.tile_prefix_blocks`), and the flag has crossed from the
+  producer's GPU to the task's (one path latency), as fused kernels signal per tile
+  (Flux, TransformerEngine's atomic GEMM, Triton-distributed). On top of ``deps``.
+* ``Kernel.stores``: a fused GEMM whose blocks write their output tile to a peer from
+  their epilogue before retiring (Flux's GEMM + reduce-scatter). ``(rows, dst)`` pairs,
+  in tile order: the rows up to share ``rows`` go to GPU ``dst`` (the kernel's own GPU:
+  stored locally, nothing crosses a link). A block holds its SM until its tile has landed.
 
 ``io`` on a task names the data it touches for the executor (buffer name and row range,
 see :class:`Slice`); no engine reads it. ``label`` is for people (traces, tables); no
@@ -89,6 +99,8 @@ class Kernel:
     gemm: GemmShape | None = None
     elems: int | None = None     # a reduction's elements per input (the closed form rescales its grid)
     sms: tuple[int, int] | None = None   # the SMs [lo, hi) its blocks may use (None: every SM)
+    signals: tuple[tuple[str, float], ...] = ()    # (GEMM kernel, rows share) tile signals it waits on
+    stores: tuple[tuple[float, int], ...] = ()     # fused epilogue stores: (rows share up to, dst GPU)
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,7 @@ class Transfer:
     label: str = ""
     io: Mapping[str, object] = field(default_factory=dict, compare=False)
     step: int | None = None
+    signals: tuple[tuple[str, float], ...] = ()    # (GEMM kernel, rows share) tile signals it waits on
 
 
 Task = Union[Kernel, Transfer]
@@ -156,6 +169,12 @@ class TaskGraph:
             for d in t.deps:
                 if d not in index:
                     raise ValueError(f"task {t.id!r} depends on {d!r}, which is unknown or comes later")
+            for d, rows in t.signals:
+                src = index.get(d)
+                if not isinstance(src, Kernel) or src.gemm is None:
+                    raise ValueError(f"task {t.id!r} waits on a tile signal of {d!r}, which is not an earlier GEMM")
+                if not 0.0 < rows <= 1.0:
+                    raise ValueError(f"task {t.id!r}: a tile signal covers a share of rows in (0, 1], got {rows}")
             if isinstance(t, Kernel):
                 if t.kind not in KERNEL_KINDS:
                     raise ValueError(f"kernel {t.id!r}: unknown kind {t.kind!r}")
@@ -165,6 +184,11 @@ class TaskGraph:
                     raise ValueError(f"kernel {t.id!r}: empty grid")
                 if t.gemm is not None and t.kind != "gemm":
                     raise ValueError(f"kernel {t.id!r}: a GEMM shape on a {t.kind} kernel")
+                if t.stores:
+                    shares = [r for r, _ in t.stores]
+                    if t.gemm is None or shares != sorted(shares) or shares[-1] != 1.0 or shares[0] <= 0:
+                        raise ValueError(f"kernel {t.id!r}: epilogue stores need a GEMM and row shares "
+                                         "rising to 1")
             else:
                 if t.engine == "dma" and t.reduce:
                     raise ValueError(f"transfer {t.id!r}: copy engines cannot reduce")

@@ -15,6 +15,13 @@ Compiling (:func:`compile_graph`) turns every task into nodes whose values are t
   copy engine or by the driving kernel's channels shared by its transfers of the step,
   and by HBM.
 
+A tile signal (:attr:`~ficco_sim.taskgraph.Kernel.signals`) is a node that ends the
+producer GEMM's share of waves covering its rows after the GEMM begins (wave quantized:
+``ceil(blocks / slots) / waves`` of its time, :func:`~ficco_sim.gemm_model.tile_prefix_blocks`),
+plus the flag's path latency. A fused GEMM's epilogue stores add their bytes over the
+path to each peer to its time (every block stores after computing: the waves' stores
+queue on the links one after the other).
+
 Who shares a link is found in passes (:func:`evaluate`). The first pass divides each link
 among the transfers of one concurrency step (:attr:`~ficco_sim.taskgraph.Transfer.step`)
 that cross it (commands of one step queued on one engine run in rounds, each round
@@ -52,17 +59,18 @@ from typing import Sequence
 import numpy as np
 
 from ..contention import PROFILE, Weights
-from ..gemm_model import GemmShape, block_needs, blocks_per_sm, gemm_times, hbm_traffic, tile_costs, waves_time
-from ..hardware import BlockShape, GpuProfile, load_gpu
+from ..gemm_model import GemmShape, blocks_per_sm, gemm_times, hbm_traffic, waves_time
+from ..hardware import GpuProfile, load_gpu
 from ..taskgraph import Kernel, TaskGraph
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
 from ..workload import Scenario
 from .closed_form_overlap import (CommKernels, Groups, MemKernels, apply_comm_hold, apply_memory_hold, comm_release,
                                   groups, levels_of, link_coefs, memory_hold, slowdowns)
+from .closed_form_tiles import residency, signal_share, sources, store_coef, with_signals
 from .closed_form_tables import comm_kernels, link_tables, memory_kernels, merged_comm, merged_links, merged_mem
 
-ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX = range(7)   # SMX: an SM transfer (XFER + its wire protocol)
+ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX, SIG = range(8)   # SMX: an SM transfer (XFER + its wire protocol)
 
 
 def kernel_isolated_time(gpu: GpuProfile, k: Kernel, *, launch: bool = True) -> float:
@@ -80,8 +88,8 @@ class Template:
     num_nodes: int
     levels: list[tuple[np.ndarray, np.ndarray]]   # (node ids, padded input ids) per level
     kind: np.ndarray           # node -> ZERO | CONST | GEMM | XFER | MEM | FIXED | SMX
-    const: np.ndarray          # CONST: launch; XFER: fixed + latency; MEM/FIXED: duration at ref
-    coef: np.ndarray           # XFER: s per byte
+    const: np.ndarray          # CONST: launch; XFER: fixed + latency; MEM/FIXED: duration at ref; SIG: flag latency
+    coef: np.ndarray           # XFER: s per byte; GEMM: epilogue stores, s per m*n; SIG: share of rows
     ref_bytes: np.ndarray      # XFER: bytes at ref
     gemm_shape: np.ndarray     # GEMM node -> index into shapes
     shapes: list[GemmShape]    # at ref
@@ -110,6 +118,7 @@ class Template:
     level_cache: dict = field(default_factory=dict)   # level -> positions of those kernels (built once)
     quotient: "Template | None" = None          # evaluated instead when set (:mod:`.symmetry`)
     orbit: np.ndarray | None = None             # node (and sentinel) -> quotient node
+    source: np.ndarray | None = None            # SIG node -> its producer GEMM's end node (else -1)
 
 
 def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology
@@ -165,15 +174,28 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
     alone: dict[tuple, float] = {}       # isolated time per kernel footprint (many kernels share one)
     begin, end, ready, prev, last, armed = {}, {}, {}, {}, {}, {}
     driven: dict[str, list[str]] = {}
+    signals: dict[str, tuple[int, ...]] = {}
+    source: dict[int, int] = {}
     for t in graph.tasks:
         key = graph.stream_of(t)
         prev[t.id] = last.get(key) if key else None
         if key:
             last[key] = t.id
+        if t.signals:
+            here = t.gpu       # the issuing GPU polls the flag
+            sig = []
+            for kid, share in t.signals:
+                k = graph.kernel(kid)
+                i = node(SIG, here, topo.path_latency(k.gpu, here) if k.gpu != here else 0.0, share,
+                         shape=shapes[k.gemm])
+                source[i] = end[kid]
+                sig.append(i)
+            signals[t.id] = tuple(sig)
         if isinstance(t, Kernel):
             begin[t.id] = ready[t.id] = node(CONST, t.gpu, gpu.launch_of(t.kind))
             if t.kind == "gemm" and t.gemm is not None:
-                end[t.id] = node(GEMM, t.gpu, shape=shapes.setdefault(t.gemm, len(shapes)))
+                end[t.id] = node(GEMM, t.gpu, coef=store_coef(t, topo),
+                                 shape=shapes.setdefault(t.gemm, len(shapes)))
             elif t.kind == "comm":
                 armed[t.id] = node(CONST, t.gpu, gpu.handshake_of("comm"))   # transfers start here
                 end[t.id] = node(ZERO, t.gpu)
@@ -191,8 +213,10 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
             for k in t.drivers:
                 driven[k].append(t.id)
     inputs: list[tuple[int, ...]] = [()] * len(rows)
+    for kid, i in ((graph.task(x).signals[j][0], i) for x, sig in signals.items() for j, i in enumerate(sig)):
+        inputs[i] = (begin[kid],)
     for t in graph.tasks:
-        pre = tuple(end[d] for d in t.deps) + ((end[prev[t.id]],) if prev[t.id] else ())
+        pre = tuple(end[d] for d in t.deps) + ((end[prev[t.id]],) if prev[t.id] else ()) + signals.get(t.id, ())
         if isinstance(t, Kernel):
             inputs[begin[t.id]] = pre
             if t.id in armed:
@@ -226,7 +250,8 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         tasks={t.id: (begin[t.id], end[t.id]) for t in graph.tasks}, **link_tables(xfers, costs, topo),
         mem=memory_kernels([k for k in kernels if k.kind == "memory"], begin, end, gpu, gpu_of, gemm_nodes, level,
                             ix(begin, gemms)),
-        comm_kernels=comm_kernels(graph, comms, gemms, gpu, level[ix(begin, comms)], level[ix(begin, gemms)]))
+        comm_kernels=comm_kernels(graph, comms, gemms, gpu, level[ix(begin, comms)], level[ix(begin, gemms)]),
+        source=sources(source, n))
 
 
 def _padded_levels(inputs: list[tuple[int, ...]], level: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -321,7 +346,10 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         xfer_begin=at("xfer_begin"), launch=tpls[0].launch, comm_launch=tpls[0].comm_launch,
         comm_scale=tpls[0].comm_scale,
         groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
-        **merged_links(tpls), mem=merged_mem(tpls, offs), comm_kernels=merged_comm(tpls))
+        **merged_links(tpls), mem=merged_mem(tpls, offs), comm_kernels=merged_comm(tpls),
+        source=None if all(t.source is None for t in tpls) else np.concatenate(
+            [np.full(t.num_nodes, -1, dtype=np.int64) if t.source is None else np.where(t.source >= 0, t.source + o, -1)
+             for t, o in zip(tpls, offs[:-1])]))
     return out, offs
 
 
@@ -364,9 +392,16 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
         times, traffic = np.stack(times, axis=1), np.stack(traffic, axis=1)   # (P, shapes)
         g = np.flatnonzero(kind == GEMM)
         dur[:, g] = times[:, tpl.gemm_shape[g]]
+        stored = g[tpl.coef[g] > 0]
+        if len(stored):   # fused epilogue stores: s per output element times m * n
+            mn = np.stack([m * n for m, n, _ in sizes], axis=1)
+            dur[:, stored] += tpl.coef[stored] * mn[:, tpl.gemm_shape[stored]]
         gemm_hbm = traffic[:, tpl.gemm_shape[tpl.gemm_nodes]]
         if (tpl.mem is not None and len(tpl.mem.nodes)) or len(tpl.comm_nodes):
-            resident = _residency(gpu, tpl.shapes, sizes, picked, tpl.gemm_shape[tpl.gemm_nodes])
+            resident = residency(gpu, tpl.shapes, sizes, picked, tpl.gemm_shape[tpl.gemm_nodes])
+        sig = np.flatnonzero(kind == SIG)
+        if len(sig):
+            resident["signal"] = signal_share(gpu, tpl, sig, sizes, picked)
     a, b = tpl.comm_scale
     comm = f[a] * f[b]
     nbytes = np.zeros((P, tpl.num_nodes + 1))
@@ -376,34 +411,6 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
     dur[:, mm] = tpl.const[mm] * comm[:, None]
     resident["comm"] = comm
     return dur, nbytes, gemm_hbm, resident
-
-
-def _residency(gpu: GpuProfile, shapes: list[GemmShape], sizes: list, picked: list, of_gemm: np.ndarray) -> dict:
-    """Per GEMM node and scenario, where its blocks sit (spread one per SM first, as the
-    dispatcher does) while it still has blocks to place (``used`` SMs, ``count`` blocks on
-    each) and in its last wave (``used_last``, ``count_last``), when that wave starts (a
-    share ``last_at`` of its run), and a block's SM needs (``need``)."""
-    P = len(picked[0])
-    out = {k: np.zeros((P, len(shapes))) for k in ("used", "count", "used_last", "count_last", "last_at", "waves")}
-    need = np.zeros((P, len(shapes), 4), dtype=np.int64)
-    for j, (sh, (m, n, k), best) in enumerate(zip(shapes, sizes, picked)):
-        S = sh.sms or gpu.num_sms        # an SM margin leaves the last SMs empty
-        for ti in np.unique(best):
-            tile = gpu.gemm.configs[int(ti)]
-            rows = best == ti
-            grid, occ = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype, extra_smem=sh.extra_smem,
-                                   sms=sh.sms or None)[:2]
-            occ = max(1, occ)
-            waves = np.ceil(grid / (S * occ))
-            last = grid - (waves - 1) * S * occ
-            out["used"][rows, j], out["count"][rows, j] = np.minimum(S, grid), np.minimum(occ, np.ceil(grid / S))
-            out["used_last"][rows, j], out["count_last"][rows, j] = np.minimum(S, last), np.minimum(occ, np.ceil(last / S))
-            out["last_at"][rows, j], out["waves"][rows, j] = (waves - 1) / waves, waves
-            need[rows, j] = block_needs(gpu.sm, BlockShape(tile.block.threads, tile.block.registers,
-                                                           tile.block.smem + sh.extra_smem))
-    out = {k: v[:, of_gemm] for k, v in out.items()}
-    out["need"] = need[:, of_gemm]
-    return out
 
 
 def transfer_terms(tpl: Template, gpu: GpuProfile, nbytes: np.ndarray, xfer: np.ndarray
@@ -457,9 +464,10 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
     base, nbytes, gemm_hbm, resident = durations(tpl, gpu, scenarios)
     xfer = np.flatnonzero((tpl.kind == XFER) | (tpl.kind == SMX))
     fixed, wire = transfer_terms(tpl, gpu, nbytes, xfer)
+    share = resident.get("signal")
     add = base.copy()
     add[:, xfer] = fixed + tpl.coef[xfer] * wire
-    vals = run(tpl, add)
+    vals = run(tpl, with_signals(tpl, add, share))
     sharing = len(tpl.xfer_nodes) > 0 and tpl.link_members is not None
     passes = SHARING_PASSES if sharing else int(contention)
     for p in range(passes):
@@ -479,7 +487,7 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
             coef = per_node[:, xfer]
         add = base.copy() if slow is None else base * slow
         add[:, xfer] = fixed + coef * wire * (1.0 if slow is None else slow[:, xfer])
-        vals = run(tpl, add, hold)
+        vals = run(tpl, with_signals(tpl, add, share), hold)
     return {"vals": vals, "add": add, "base": base, "nbytes": nbytes, "makespan": vals[:, :-1].max(axis=1, initial=0.0)}
 
 

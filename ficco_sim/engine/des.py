@@ -5,7 +5,11 @@ for their dependencies; kernels then pay the launch overhead and join their GPU'
 :class:`~ficco_sim.engine.dispatcher.SmPool`; copy commands queue on their DMA engine
 (a ``simpy.Resource`` of capacity one: FIFO), pay the per-command cost and the path
 latency, then move bytes. SM transfers start once their dependencies are done and both
-driver kernels have a resident block, after the path latency.
+driver kernels have a resident block, after the path latency. A task with tile
+signals also waits for the producer GEMM's blocks covering those rows (blocks are
+dispatched in index order, so done blocks form a prefix) and the flag's path latency;
+a fused GEMM's blocks with epilogue stores hold their SMs until their tiles have crossed
+the links to their peers.
 
 Whatever moves (waves of compute blocks, transfers) is a fluid
 :class:`~ficco_sim.engine.fluid.Activity` sharing links, HBM, copy engines and the
@@ -31,6 +35,7 @@ import simpy
 
 from ..contention import comm_slowdown, compute_slowdown
 from ..errors import InputError
+from ..gemm_model import plan_gemm, tile_bytes, tile_prefix_blocks
 from ..hardware import GpuProfile, Protocol, load_gpu
 from ..taskgraph import Kernel, TaskGraph, Transfer
 from ..timeline import TaskRecord, Timeline
@@ -80,12 +85,39 @@ class Simulation:
         self._protocols: dict[float, Protocol] = {}
         self._paths: dict[tuple[int, int], tuple[dict[str, float], float]] = {}
         self.link_counters: dict[str, None] = {}     # link resources ever crossed, in first-use order
+        self.tiled: dict[str, _TileOrder] = {}        # GEMMs whose block order matters (signals, stores)
+        self.signal_events: dict[str, list] = {}      # task -> its tile-signal events
         self._setup()
 
     # -- set-up ---------------------------------------------------------------------------
+    def _tile_order(self, k: Kernel) -> "_TileOrder":
+        hit = self.tiled.get(k.id)
+        if hit is None:
+            sh = k.gemm
+            plan = plan_gemm(self.gpu, sh.m, sh.n, sh.k, sh.dtype, extra_smem=sh.extra_smem,
+                             accumulate=sh.accumulate, sms=sh.sms)
+            hit = self.tiled[k.id] = _TileOrder(plan.tile, sh, k.grid)
+        return hit
+
+    def _signal(self, t, kid: str, share: float):
+        """The event of ``t``'s tile signal on GEMM ``kid``: the blocks covering ``share`` of its
+        rows are done, and the flag has crossed from the producer's GPU to ``t``'s."""
+        k = self.g.kernel(kid)
+        order = self._tile_order(k)
+        need = min(k.grid, int(tile_prefix_blocks(order.tile, order.shape.m, order.shape.n, share)))
+        latency = self._path(k.gpu, t.gpu)[1] if k.gpu != t.gpu else 0.0    # the issuing GPU polls
+        ev = self.env.event()
+        order.waits.append((need, latency, ev))
+        order.waits.sort(key=lambda w: w[0])
+        return ev
+
     def _setup(self) -> None:
         per_stream: dict[tuple[int, str], list] = {}
         for t in self.g.tasks:
+            if t.signals:
+                self.signal_events[t.id] = [self._signal(t, kid, share) for kid, share in t.signals]
+            if isinstance(t, Kernel) and t.stores:
+                self._tile_order(t)
             key = self.g.stream_of(t)
             stream = key[1] if key else "sm-transfers"
             gpu = t.gpu
@@ -113,8 +145,8 @@ class Simulation:
     def _stream(self, priority: int, tasks: list):
         env = self.env
         for t in tasks:
-            if t.deps:
-                yield simpy.AllOf(env, [self.done[d] for d in t.deps])
+            if t.deps or t.signals:
+                yield simpy.AllOf(env, [self.done[d] for d in t.deps] + self.signal_events.get(t.id, []))
             rec = self.records[t.id]
             rec.ready = env.now
             if isinstance(t, Kernel):
@@ -141,7 +173,7 @@ class Simulation:
     def _arm_sm_transfer(self, t: Transfer) -> None:
         """An SM transfer starts once its dependencies are done and its drivers have started:
         callbacks on those events count down (no simpy process per transfer)."""
-        waits = [self.done[d] for d in t.deps] + [self.started[k] for k in t.drivers]
+        waits = [self.done[d] for d in t.deps] + [self.started[k] for k in t.drivers] + self.signal_events.get(t.id, [])
         left = [len(waits)]
 
         def one(_event) -> None:
@@ -244,19 +276,54 @@ class Simulation:
             else:
                 self._request_settle()
             return
+        order = self.tiled.get(k.id)
+        first = order.place(n) if order is not None else 0
         if k.block_time <= 0:
-            self._cohort_done(k, counts)
+            self._computed(k, counts, first)
             return
         hbm_rate = n * k.block_hbm_bytes / k.block_time   # bytes/s at full speed
         usage = {f"hbm{gpu}": hbm_rate} if hbm_rate > 0 else {}
         act = Activity(f"{k.id}@{self.seq}", k.block_time, usage, cap=1.0,
                        weight=1.0 / hbm_rate if hbm_rate > 0 else 1.0, gpu=gpu, kind="compute",
-                       on_done=lambda k=k, c=counts: self._cohort_done(k, c))
+                       on_done=lambda k=k, c=counts, f=first: self._computed(k, c, f))
         self.seq += 1
         self._add_activity(act)
 
-    def _cohort_done(self, k: Kernel, counts: np.ndarray) -> None:
+    def _computed(self, k: Kernel, counts: np.ndarray, first: int) -> None:
+        """A cohort's blocks ``[first, first + n)`` finished computing: fused epilogue stores
+        to peers go out now (the blocks keep their SMs until they land), then they retire."""
+        if not k.stores:
+            self._cohort_done(k, counts, first)
+            return
+        order = self.tiled[k.id]
+        sends = [(dst, blocks * order.block_bytes) for dst, blocks in order.stores_of(k.stores, first, int(counts.sum()))
+                 if dst != k.gpu and blocks > 0]
+        if not sends:
+            self._cohort_done(k, counts, first)
+            return
+        left = [len(sends)]
+
+        def landed() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                self._cohort_done(k, counts, first)
+
+        for dst, nbytes in sends:
+            usage = dict(self._path(k.gpu, dst)[0])
+            usage[f"hbm{dst}"] = usage.get(f"hbm{dst}", 0.0) + 1.0
+            self._add_activity(Activity(f"{k.id}@{self.seq}->{dst}", nbytes, usage, gpu=dst, kind="transfer",
+                                        ends=(k.gpu, dst), on_done=landed))
+            self.seq += 1
+
+    def _cohort_done(self, k: Kernel, counts: np.ndarray, first: int = 0) -> None:
         n = int(counts.sum())
+        order = self.tiled.get(k.id)
+        if order is not None:
+            for latency, ev in order.retire(first, n):
+                if latency:
+                    self.env.timeout(latency).callbacks.append(lambda _e, ev=ev: ev.succeed())
+                else:
+                    ev.succeed()
         self.pools[k.gpu].release(k.block, counts)
         self.resident[k.id] -= n
         self.blocks_done[k.id] += n
@@ -373,6 +440,44 @@ class Simulation:
             raise InputError("simulation", str(where), f"deadlock: {len(stuck)} tasks never finished "
                              f"(first: {', '.join(stuck[:3])}); the dispatch policy or dependencies block progress")
         return Timeline(list(self.records.values()), self.counters, self.events)
+
+
+class _TileOrder:
+    """The blocks of a GEMM whose order matters: which are placed (in index order) and done
+    (the done prefix), the tile signals waiting on it, and its epilogue stores."""
+
+    def __init__(self, tile, shape, grid: int):
+        self.tile, self.shape, self.grid = tile, shape, grid
+        self.block_bytes = tile_bytes(tile, shape.dtype)
+        self.placed = 0
+        self.prefix = 0
+        self.done: dict[int, int] = {}       # first block -> count, of cohorts done past the prefix
+        self.waits: list[tuple[int, float, object]] = []   # (blocks needed, flag latency, event), by need
+
+    def place(self, n: int) -> int:
+        first, self.placed = self.placed, self.placed + n
+        return first
+
+    def retire(self, first: int, n: int) -> list[tuple[float, object]]:
+        """Blocks ``[first, first + n)`` are done: the signals whose prefix is now complete."""
+        self.done[first] = n
+        while self.prefix in self.done:
+            self.prefix += self.done.pop(self.prefix)
+        fired = [w for w in self.waits if w[0] <= self.prefix]
+        if fired:
+            self.waits = self.waits[len(fired):]
+        return [(latency, ev) for _, latency, ev in fired]
+
+    def stores_of(self, stores, first: int, n: int) -> list[tuple[int, int]]:
+        """(dst, blocks) of blocks ``[first, first + n)`` under ``stores`` ((rows share, dst) in order)."""
+        out, lo = [], 0
+        for share, dst in stores:
+            hi = min(self.grid, int(tile_prefix_blocks(self.tile, self.shape.m, self.shape.n, share)))
+            got = min(hi, first + n) - max(lo, first)
+            if got > 0:
+                out.append((dst, got))
+            lo = hi
+        return out
 
 
 def simulate_graph(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology | str, *,

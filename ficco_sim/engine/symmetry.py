@@ -90,6 +90,7 @@ def quotient(tpl: Template, stride: int, gpus: int) -> tuple[Template | None, np
         link_members=tpl.link_members, mem=dataclasses.replace(tpl.mem, nodes=orbit[tpl.mem.nodes],
                                                                begin=orbit[tpl.mem.begin]),
         comm_kernels=tpl.comm_kernels,
+        source=None if tpl.source is None else np.where(tpl.source[rep] >= 0, orbit[tpl.source[rep]], -1),
         groups=groups(g_all[tpl.gemm_nodes], g_all[tpl.comm_nodes], tpl.comm_grid, g_all[x_nodes],
                        tpl.dst_of[x_nodes], gemm_targets, xfer_targets))
     return quot, orbit

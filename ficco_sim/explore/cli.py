@@ -217,7 +217,7 @@ def _print_invalid(con, invalid: list[dict]) -> None:
 def run_recommend(args: argparse.Namespace) -> int:
     from rich.console import Console
     from ..workload import Scenario
-    from .heuristics import load_heuristic, recommend
+    from .heuristics import load_heuristic, preset_lines, recommend
     con = Console()
     from ..topology import load_topology
     topo = args.topology or f"switch:{args.gpus or 8}"
@@ -233,6 +233,9 @@ def run_recommend(args: argparse.Namespace) -> int:
     for w in rec["reasons"]:
         con.print(f"  - {w}")
     con.print(f"  no overlap {rec['t_none'] * 1e3:.3f} ms (closed-form engine); decided in {ms:.0f} ms")
+    con.print("[bold]in the libraries' terms[/] (presets at their defaults; `ficco-sim list`):")
+    for line in preset_lines(rec["presets"]):
+        con.print(f"  - {line}", highlight=False)
     return 0
 
 

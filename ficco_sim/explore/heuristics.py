@@ -80,7 +80,7 @@ class Heuristic:
 
 def _simplicity(name: str, prefer_high: bool) -> tuple:
     s = parse_schedule(name)
-    gran = ("none", "par", "shard", "ficco").index(s.granularity)
+    gran = ("none", "par", "shard", "ficco", "fused").index(s.granularity)
     high = (s.priority == "high") != prefer_high
     return (gran, -s.group, s.engine == "sm", high, s.margin > 0)
 
@@ -127,7 +127,66 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
     runner = sorted((c for c in t if c != name), key=t.get)[:2]
     why.append("next best: " + ", ".join(f"{c} ({t['none'] / t[c]:.2f}x)" for c in runner))
     return {"schedule": name, "reasons": why, "predicted": t, "rows": rows,
-            "t_comp": base["t_comp_iso"], "t_comm": base["t_comm_iso"], "t_none": base["makespan"]}
+            "t_comp": base["t_comp_iso"], "t_comm": base["t_comm_iso"], "t_none": base["makespan"],
+            "presets": preset_answers(scenario, gpu, topo)}
+
+
+def losses(m: dict) -> list[tuple[str, float]]:
+    """Where an overlapped schedule's time goes, largest first, in seconds: decomposition
+    (DIL) and contention (CIL) on the GEMM, contention on the communication, and the
+    communication left exposed (no GEMM running)."""
+    parts = [("DIL", m["dil_compute"] * m["t_comp_iso"]), ("CIL on compute", m["cil_compute"] * m["t_comp_iso"]),
+             ("CIL on comm", m["cil_comm"] * m["t_comm_iso"]), ("exposed comm", m["exposed_comm"])]
+    return sorted(((k, v) for k, v in parts if v > 0), key=lambda kv: -kv[1])
+
+
+def _loss_text(m: dict) -> str:
+    shown = []
+    for name, sec in losses(m)[:2]:
+        share = {"DIL": m["dil_compute"], "CIL on compute": m["cil_compute"], "CIL on comm": m["cil_comm"]}.get(name)
+        shown.append(f"{name} {sec * 1e3:.3f} ms" + (f" ({share:.0%})" if share is not None else ""))
+    return ", ".join(shown) or "nothing measurable"
+
+
+def preset_answers(scenario: Scenario, gpu: GpuProfile, topo: Topology) -> list[dict]:
+    """Every preset at its defaults (closed form), best first: its schedule, its speedup over
+    no overlap and what it loses; presets that do not apply, with the reason, last."""
+    from ..schedules.presets import PRESETS, applicable
+    from ..simulate import baseline, simulate
+    got = applicable(scenario, gpu, topo)
+    base = baseline(scenario, gpu, topo, engine="analytical")
+    out = []
+    for p in [p for p, s in got.items() if not isinstance(s, str)]:
+        try:
+            r = simulate(scenario, p, gpu, topo, engine="analytical", base=base)
+        except InputError as e:    # e.g. a shaping no tile of this GPU can hold
+            got[p] = e.message
+            continue
+        knobs = ", ".join(f"{k.name}={k.default}" for k in PRESETS[p].knobs)
+        out.append({"preset": p, "schedule": r.schedule.name, "knobs": knobs, "speedup": r.metrics["speedup"],
+                    "losses": _loss_text(r.metrics), "metrics": r.metrics})
+    out.sort(key=lambda a: -a["speedup"])
+    return out + [{"preset": p, "reason": s} for p, s in got.items() if isinstance(s, str)]
+
+
+def preset_lines(answers: list[dict]) -> list[str]:
+    """``recommend``'s answer in the presets' terms (see :func:`preset_answers`)."""
+    ran = [a for a in answers if "speedup" in a]
+    if not ran:
+        return ["no preset applies here"]
+    best = ran[0]
+    cfg = f" with {best['knobs']}" if best["knobs"] else ""
+    lines = [f"use {best['preset']}{cfg} (= {best['schedule']}; expected {best['speedup']:.2f}x over no overlap)"
+             if best["speedup"] > 1.0 + 1e-9 else
+             f"overlap loses here: the best preset, {best['preset']}, is {best['speedup']:.2f}x of no overlap; "
+             f"it loses {best['losses']}"]
+    for a in ran[1:]:
+        if a["preset"] == "nccl":
+            continue
+        verdict = "loses" if a["speedup"] < 1.0 - 1e-9 else "gains"
+        lines.append(f"{a['preset']} (= {a['schedule']}): {a['speedup']:.2f}x, {verdict}; it loses {a['losses']}")
+    lines += [f"{a['preset']}: does not apply ({a['reason']})" for a in answers if "reason" in a]
+    return lines
 
 
 # ----------------------------------------------------------------------------------------
@@ -274,4 +333,4 @@ def load_heuristic(path: str | Path = THRESHOLDS_FILE) -> Heuristic:
 
 
 __all__ = ["Heuristic", "candidate_schedules", "cross_validate", "fit", "fit_and_save", "load_heuristic",
-           "predictions", "recommend", "training_cases"]
+           "losses", "predictions", "preset_answers", "preset_lines", "recommend", "training_cases"]

@@ -59,7 +59,7 @@ def group_sizes(steps: int) -> list[int]:
     return out + [steps]
 
 
-def _fits_every_tile(gpu: GpuProfile, extra: int) -> str | None:
+def fits_every_tile(gpu: GpuProfile, extra: int) -> str | None:
     """Why ``extra`` bytes cannot be added to every GEMM tile the library may pick, or None
     (a piece may pick any tile of the profile)."""
     for tile in gpu.gemm.tiles:
@@ -100,10 +100,10 @@ def _own_reason(scenario: Scenario, s: Schedule, gpu: GpuProfile, steps: int, sh
         return f"group of {s.group} steps exceeds the {steps} steps of {s.granularity}-{s.pattern}"
     if s.smem and s.engine == "dma":
         return "shaping makes room for SM communication blocks; copy engines use no SM"
-    if s.smem and _fits_every_tile(gpu, s.smem) is None and s.smem not in shaping:
+    if s.smem and fits_every_tile(gpu, s.smem) is None and s.smem not in shaping:
         return "this extra shared memory does not change the GEMM's resident blocks per SM"
     if s.smem:
-        return _fits_every_tile(gpu, s.smem)
+        return fits_every_tile(gpu, s.smem)
     if s.channels is not None and s.channels >= gpu.comm_kernel.channels:
         return f"channels must be below the default {gpu.comm_kernel.channels} to be a distinct point"
     return None

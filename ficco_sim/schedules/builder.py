@@ -74,17 +74,19 @@ class GraphBuilder:
 
     # -- kernels -----------------------------------------------------------------------
     def gemm(self, id: str, gpu: int, m: int, n: int, k: int, dtype: str, *, deps: Sequence[str] = (),
-             stream: str = COMPUTE, label: str = "", accumulate: bool = False, io: dict | None = None) -> Kernel:
+             stream: str = COMPUTE, label: str = "", accumulate: bool = False, io: dict | None = None,
+             stores: tuple = ()) -> Kernel:
         plan = plan_gemm(self.gpu, m, n, k, dtype, extra_smem=self.extra_smem, accumulate=accumulate,
                          sms=self.gemm_sms)
         shape = GemmShape(m, n, k, dtype, accumulate, self.extra_smem, self.gemm_sms)
         return self._add(Kernel(id, gpu, stream, "gemm", plan.grid, plan.block, plan.block_time,
                                 plan.block_hbm_bytes, tuple(deps), "compute", label or f"gemm {m}x{n}x{k}",
                                 dict(io or {}, accumulate=accumulate), gemm=shape,
-                                sms=(0, self.gemm_sms) if self.gemm_sms else None))
+                                sms=(0, self.gemm_sms) if self.gemm_sms else None, stores=tuple(stores)))
 
     def reduce(self, id: str, gpu: int, rows: int, cols: int, dtype: str, inputs: int, *,
-               deps: Sequence[str] = (), stream: str = COMM, label: str = "", io: dict | None = None) -> Kernel:
+               deps: Sequence[str] = (), stream: str = COMM, label: str = "", io: dict | None = None,
+               signals: Sequence = ()) -> Kernel:
         """Elementwise sum of ``inputs`` tensors of rows x cols into one: reads ``inputs``
         tensors and writes one, HBM-bound. Sized as one wave over all SMs."""
         elems = rows * cols
@@ -96,12 +98,14 @@ class GraphBuilder:
         block_time = total_bytes / self.gpu.hbm_effective
         return self._add(Kernel(id, gpu, stream, "memory", grid, block, block_time, per_block,
                                 tuple(deps), "comm", label or f"reduce x{inputs}",
-                                dict(io or {}, rows=rows, cols=cols, dtype=dtype), elems=elems))
+                                dict(io or {}, rows=rows, cols=cols, dtype=dtype), elems=elems,
+                                signals=tuple(signals)))
 
-    def comm_kernel(self, id: str, gpu: int, *, deps: Sequence[str] = (), label: str = "") -> Kernel:
+    def comm_kernel(self, id: str, gpu: int, *, deps: Sequence[str] = (), label: str = "",
+                    signals: Sequence = ()) -> Kernel:
         spec = self.gpu.comm_kernel
         return self._add(Kernel(id, gpu, COMM, "comm", self.channels, spec.block, 0.0, 0.0, tuple(deps),
-                                "comm", label or "comm", sms=self.comm_range))
+                                "comm", label or "comm", sms=self.comm_range, signals=tuple(signals)))
 
     # -- transfers ---------------------------------------------------------------------
     def sm_transfer(self, id: str, src: int, dst: int, nbytes: float, drivers: Iterable[str], *, step: tuple,
@@ -114,7 +118,7 @@ class GraphBuilder:
 
     def dma_transfer(self, id: str, issuer: int, src: int, dst: int, nbytes: float, *, step: tuple,
                      deps: Sequence[str] = (), engine: int | None = None, label: str = "",
-                     io: dict | None = None) -> Transfer:
+                     io: dict | None = None, signals: Sequence = ()) -> Transfer:
         """A copy command on copy engine ``engine`` of GPU ``issuer``, queued on that engine's
         own stream. By default peers at ring offset 1, 2, 3, ... go to engines 0, 1, 2, ...
         round robin, so concurrent commands spread over engines and over peers."""
@@ -123,7 +127,8 @@ class GraphBuilder:
         e = (offset if engine is None else engine) % self.gpu.dma.engines
         stream = self.stream(issuer, f"copy{e}", 0)
         return self._add(Transfer(id, src, dst, float(nbytes), "dma", issuer, stream, (), e, False,
-                                  tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {}), self.step(*step)))
+                                  tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {}), self.step(*step),
+                                  tuple(signals)))
 
     def build(self) -> TaskGraph:
         streams = sorted(self.streams.values(), key=lambda s: (s.gpu, s.name))

@@ -30,7 +30,8 @@ from ..workload import KINDS, Scenario
 from . import collectives
 from .builder import COMM, GraphBuilder, row_slice
 from .collectives import split_rows
-from .schedule import Schedule, parse_schedule
+from .presets import resolve
+from .schedule import Schedule
 
 
 def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topology: Topology) -> str | None:
@@ -40,6 +41,12 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
     if scenario.spec.independent and schedule.granularity in ("shard", "ficco"):
         return (f"{scenario.kind}: the GEMM does not wait for the collective, so there is nothing to decompose; "
                 "run them side by side (par-sm, par-sm-hi, par-dma, ...) or one after the other (none)")
+    if schedule.granularity == "fused" and scenario.kind != "gemm-rs":
+        return (f"{scenario.kind}: a fused kernel is lowered for GEMM -> reduce-scatter only (tile signals "
+                "from the producing GEMM); a GEMM waiting on arriving tiles is not modelled, the nearest is "
+                "shard-p2p-dma")
+    if schedule.granularity == "fused" and (schedule.group > 1 or schedule.dim != "M"):
+        return "fused runs one GEMM over every row: no pieces to group, decomposed along M"
     if not scenario.spec.independent and schedule.granularity == "par":
         return (f"{scenario.kind}: the GEMM {'needs' if scenario.kind != 'gemm-rs' else 'produces'} the "
                 "collective's data, so the two cannot simply run side by side; decompose (shard-*, ficco-*)")
@@ -55,9 +62,11 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
         return "shared-memory shaping only matters when compute overlaps communication"
     if schedule.priority == "high" and schedule.engine == "dma":
         return "copy engines ignore stream priority"
-    if schedule.channels is not None and schedule.engine == "dma":
+    if schedule.channels is not None and schedule.engine != "sm":
         return "channels apply to SM communication only"
-    if schedule.margin and (schedule.engine == "dma" or not schedule.overlapped):
+    if schedule.priority == "high" and schedule.engine == "st":
+        return "a fused GEMM stores from its own blocks: there is no communication stream to prioritise"
+    if schedule.margin and (schedule.engine != "sm" or not schedule.overlapped):
         return "an SM margin keeps SMs free for SM communication running beside the GEMM"
     if schedule.margin >= gpu.num_sms:
         return f"an SM margin of {schedule.margin} leaves none of the {gpu.num_sms} SMs to the GEMM"
@@ -79,10 +88,11 @@ def margin_for(gpu: GpuProfile, channels: int | None = None) -> int:
 
 def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, topology: Topology | str, *,
           algorithm: str = "auto") -> TaskGraph:
-    """The task graph of ``scenario`` under ``schedule`` (see module docstring)."""
+    """The task graph of ``scenario`` under ``schedule`` (a schedule or a preset name; see
+    module docstring)."""
     gpu = load_gpu(gpu)
     topology = load_topology(topology, gpu)
-    schedule = parse_schedule(schedule)
+    schedule = resolve(scenario, schedule, gpu, topology)
     reason = invalid_reason(scenario, schedule, gpu, topology)
     if reason:
         raise InputError("schedule", schedule.name, reason)
@@ -236,6 +246,9 @@ def _gemm_rs(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
         collectives.reduce_scatter(b, "rs", S, cols, dt, buffer="P", staging="R", engine=sch.engine,
                                    algorithm=algo, deps=gemms)
         return
+    if sch.granularity == "fused":
+        _gemm_rs_fused(b, sc, sch)
+        return
 
     subs = n if sch.granularity == "ficco" else 1
     sub_rows = split_rows(S, subs)
@@ -331,6 +344,47 @@ def _gemm_rs_ring(b: GraphBuilder, sc: Scenario, sch: Schedule, subs: int, sub_r
                                deps=[recv[(g, c, j)], gemm_of[(g, c, j)]], label=f"RS add step {s}",
                                io={"inputs": [rows_of("R", c, j), rows_of("P", c, j)], "out": rows_of("P", c, j)}).id
                 ready[(g, c, j)] = rid
+
+
+def _gemm_rs_fused(b: GraphBuilder, sc: Scenario, sch: Schedule) -> None:
+    """One GEMM per GPU over all its rows, chunk by chunk in the order their owners are
+    served (the next GPU's chunk first, its own last), each chunk leaving on the tile signal
+    of its last row: by a communication kernel (``sm``), a copy command (``dma``) or the
+    GEMM's own epilogue stores (``st``); each owner then sums the ``gpus`` partials of its
+    chunk, once every peer's signal (or transfer) for it is in."""
+    n, S, dt, cols = sc.gpus, sc.shard_rows, sc.dtype, sc.n
+    esize = cols * sc.element_bytes
+    chunk = lambda buf, c: row_slice(buf, c * S, S)  # noqa: E731
+    order = [[(g + 1 + i) % n for i in range(n)] for g in range(n)]     # chunks in compute order
+    share = lambda g, i: (i + 1) / n  # noqa: E731     rows of g's GEMM done once chunk order[g][i] is
+    gemm = {}
+    for g in range(n):
+        stores = tuple((share(g, i), c) for i, c in enumerate(order[g])) if sch.engine == "st" else ()
+        gemm[g] = b.gemm(f"gemm{g}", g, sc.m, sc.n, sc.k, dt, label="GEMM (fused, tile signals)", stores=stores,
+                         io={"a": [chunk("A", c) for c in order[g]], "c": [chunk("P", c) for c in order[g]],
+                             "stores": [(chunk("P", c), c, chunk("R", g)) for c in order[g] if c != g]}).id
+    incoming: dict[int, list[str]] = {d: [] for d in range(n)}
+    signals: dict[int, list[tuple[str, float]]] = {d: [] for d in range(n)}
+    kern = None
+    if sch.engine == "sm":   # step i: GPU g sends chunk order[g][i] and receives from g - 1 - i
+        kern = [[b.comm_kernel(f"rs.k{g}.s{i}", g, signals=[(gemm[g], share(g, i))], label=f"comm step {i}").id
+                 for i in range(n - 1)] for g in range(n)]
+    for g in range(n):
+        for i, d in enumerate(order[g][:-1]):
+            io = {"src": chunk("P", d), "dst": chunk("R", g)}
+            if sch.engine == "st":
+                signals[d].append((gemm[g], share(g, i)))
+            elif sch.engine == "sm":
+                b.sm_transfer(f"rs.s{i}.{g}->{d}", g, d, S * esize, (kern[g][i], kern[d][i]), step=("rs", i),
+                              label=f"RS step {i}", io=io)
+                incoming[d].append(kern[d][i])
+            else:
+                incoming[d].append(b.dma_transfer(f"rs.s{i}.{g}->{d}", g, g, d, S * esize, step=("rs", i),
+                                                  signals=[(gemm[g], share(g, i))], label=f"RS step {i}", io=io).id)
+    for d in range(n):
+        inputs = [chunk("R", p) for p in range(n) if p != d] + [chunk("P", d)]
+        b.reduce(f"rs.sum{d}", d, S, cols, dt, n, deps=sorted(set(incoming[d])) + [gemm[d]], signals=signals[d],
+                 label="RS sum", io={"inputs": inputs, "out": chunk("P", d)})
 
 
 # ----------------------------------------------------------------------------------------

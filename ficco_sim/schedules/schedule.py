@@ -1,8 +1,8 @@
 """Schedules: points in the overlap design space, with stable short names.
 
-A name is dash-separated tokens: granularity (``none`` | ``shard`` | ``ficco`` | ``par``), then
-for decomposed schedules the pattern (``p2p`` | ``a2a``), then the engine (``sm`` | ``dma``),
-then optional modifiers: ``hi`` (communication stream at high priority), ``smem48k``
+A name is dash-separated tokens: granularity (``none`` | ``shard`` | ``ficco`` | ``par`` |
+``fused``), then for decomposed schedules the pattern (``p2p`` | ``a2a``), then the engine
+(``sm`` | ``dma``, and for ``fused`` also ``st``), then optional modifiers: ``hi`` (communication stream at high priority), ``smem48k``
 (48 KiB of extra shared memory per compute block), ``g2`` (2 communication steps per
 GEMM piece), ``dimK`` (decompose along K), ``c8`` (8 channels for SM communication),
 ``m16`` (an SM margin: GEMMs launched on all SMs but 16, which stay free for communication,
@@ -16,6 +16,15 @@ as TransformerEngine's ``set_sm_margin`` or a green context / CU mask would).
 'shard-p2p-sm'
 >>> parse_schedule("par-sm-hi").name      # independent pairs: side by side, nothing decomposed
 'par-sm-hi'
+
+``fused`` keeps one GEMM kernel and signals per tile: each peer's rows leave as soon as the
+tiles covering them are done, with no decomposition loss. ``fused-sm`` / ``fused-dma``: a
+communication kernel or copy command per peer starts on the signal (TransformerEngine's
+atomic GEMM, Triton-distributed); ``fused-st``: the GEMM's own blocks store each tile to
+its peer from the epilogue (Flux), holding their SMs while the bytes cross the link.
+
+>>> parse_schedule("fused-st").name
+'fused-st'
 """
 
 from __future__ import annotations
@@ -25,12 +34,12 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 
-GRANULARITIES = ("none", "shard", "ficco", "par")
+GRANULARITIES = ("none", "shard", "ficco", "par", "fused")
 PATTERNS = ("p2p", "a2a")
-ENGINES = ("sm", "dma")
+ENGINES = ("sm", "dma", "st")   # st: a fused GEMM's epilogue stores
 PRIORITIES = ("normal", "high")
 DIMS = ("M", "K", "N")
-DEFAULT_PATTERN = {"none": None, "shard": "p2p", "ficco": "a2a", "par": None}
+DEFAULT_PATTERN = {"none": None, "shard": "p2p", "ficco": "a2a", "par": None, "fused": None}
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,12 @@ class Schedule:
         if self.granularity == "par" and self.pattern is not None:
             raise InputError(where, "pattern", "par runs whole kernels side by side: it has no pattern "
                              "(e.g. par-sm, par-dma)")
+        if self.granularity == "fused" and self.pattern is not None:
+            raise InputError(where, "pattern", "fused sends each peer's rows on its tile signal: it has no "
+                             "pattern (e.g. fused-st, fused-dma)")
+        if self.engine == "st" and self.granularity != "fused":
+            raise InputError(where, "engine", "st (epilogue stores) is the engine of a fused GEMM only "
+                             "(fused-st)")
         if self.granularity in ("shard", "ficco") and self.pattern not in PATTERNS:
             raise InputError(where, "pattern", f"unknown {self.pattern!r}; known: {', '.join(PATTERNS)}")
         if self.engine not in ENGINES:

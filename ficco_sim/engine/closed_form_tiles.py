@@ -1,0 +1,92 @@
+"""Tile-level pieces of the closed-form engine (:mod:`.closed_form`): where a GEMM's blocks
+sit (its residency, for the dispatch rules), when a tile signal fires within its producer's
+waves, and a fused GEMM's epilogue stores as time per output element.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..gemm_model import GemmShape, block_needs, tile_costs, tile_prefix_blocks
+from ..hardware import DTYPE_BYTES, BlockShape, GpuProfile
+from ..taskgraph import Kernel
+from ..topology import Topology
+
+if TYPE_CHECKING:
+    from .closed_form import Template
+
+def store_coef(k: Kernel, topo: Topology) -> float:
+    """A fused GEMM's epilogue stores as seconds per output element of its m x n: each peer's
+    share of rows over the path's bandwidth, one peer after the other."""
+    out, lo = 0.0, 0.0
+    for share, dst in k.stores:
+        if dst != k.gpu:
+            out += (share - lo) * DTYPE_BYTES[k.gemm.dtype] / topo.path_bandwidth(k.gpu, dst)
+        lo = share
+    return out
+
+
+def sources(source: dict[int, int], n: int) -> np.ndarray | None:
+    if not source:
+        return None
+    out = np.full(n, -1, dtype=np.int64)
+    out[list(source)] = list(source.values())
+    return out
+
+
+def signal_share(gpu: GpuProfile, tpl: Template, sig: np.ndarray, sizes: list, picked: list) -> np.ndarray:
+    """(P, signals): the share of its producer GEMM's time after which each tile signal fires,
+    its waves up to the last block covering the signalled rows over all its waves."""
+    out = np.zeros((len(picked[0]), len(sig)))
+    for c, i in enumerate(sig):
+        j = tpl.gemm_shape[i]
+        sh, (m, n, k), best = tpl.shapes[j], sizes[j], picked[j]
+        S = sh.sms or gpu.num_sms
+        for ti in np.unique(best):
+            tile = gpu.gemm.configs[int(ti)]
+            rows = best == ti
+            grid, occ = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype, extra_smem=sh.extra_smem,
+                                   sms=sh.sms or None)[:2]
+            slots = S * max(1, occ)
+            need = np.minimum(grid, tile_prefix_blocks(tile, m[rows], n[rows], tpl.coef[i]))
+            out[rows, c] = np.ceil(need / slots) / np.ceil(grid / slots)
+    return out
+
+
+def with_signals(tpl: Template, add: np.ndarray, share: np.ndarray | None) -> np.ndarray:
+    """``add`` with every tile signal set to its flag latency plus its share of the producer's
+    (possibly slowed) time."""
+    if share is not None:
+        sig = np.flatnonzero(tpl.source >= 0)
+        add[:, sig] = tpl.const[sig] + share * add[:, tpl.source[sig]]
+    return add
+
+
+def residency(gpu: GpuProfile, shapes: list[GemmShape], sizes: list, picked: list, of_gemm: np.ndarray) -> dict:
+    """Per GEMM node and scenario, where its blocks sit (spread one per SM first, as the
+    dispatcher does) while it still has blocks to place (``used`` SMs, ``count`` blocks on
+    each) and in its last wave (``used_last``, ``count_last``), when that wave starts (a
+    share ``last_at`` of its run), and a block's SM needs (``need``)."""
+    P = len(picked[0])
+    out = {k: np.zeros((P, len(shapes))) for k in ("used", "count", "used_last", "count_last", "last_at", "waves")}
+    need = np.zeros((P, len(shapes), 4), dtype=np.int64)
+    for j, (sh, (m, n, k), best) in enumerate(zip(shapes, sizes, picked)):
+        S = sh.sms or gpu.num_sms        # an SM margin leaves the last SMs empty
+        for ti in np.unique(best):
+            tile = gpu.gemm.configs[int(ti)]
+            rows = best == ti
+            grid, occ = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype, extra_smem=sh.extra_smem,
+                                   sms=sh.sms or None)[:2]
+            occ = max(1, occ)
+            waves = np.ceil(grid / (S * occ))
+            last = grid - (waves - 1) * S * occ
+            out["used"][rows, j], out["count"][rows, j] = np.minimum(S, grid), np.minimum(occ, np.ceil(grid / S))
+            out["used_last"][rows, j], out["count_last"][rows, j] = np.minimum(S, last), np.minimum(occ, np.ceil(last / S))
+            out["last_at"][rows, j], out["waves"][rows, j] = (waves - 1) / waves, waves
+            need[rows, j] = block_needs(gpu.sm, BlockShape(tile.block.threads, tile.block.registers,
+                                                           tile.block.smem + sh.extra_smem))
+    out = {k: v[:, of_gemm] for k, v in out.items()}
+    out["need"] = need[:, of_gemm]
+    return out

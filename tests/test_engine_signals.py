@@ -1,0 +1,119 @@
+"""Tile-level signalling and fused epilogue stores, against their closed forms.
+
+A tile signal fires when the producer GEMM's blocks covering the signalled rows are done:
+with blocks dispatched in index order in waves of ``SMs x occupancy``, that is wave
+``ceil(blocks / slots)`` of ``ceil(grid / slots)``. A fused GEMM whose blocks store their
+tiles to a peer holds its SMs until the bytes land: each wave computes, then its stores
+cross the link, so the kernel takes its isolated time plus its remote bytes over the link.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import ideal
+from ficco_sim.engine.closed_form import closed_form_timeline
+from ficco_sim.engine.des import simulate_graph
+from ficco_sim.gemm_model import GemmShape, isolated_time, plan_gemm, tile_bytes, tile_prefix_blocks
+from ficco_sim.schedules import lower
+from ficco_sim.taskgraph import Kernel, Stream, TaskGraph, Transfer
+from ficco_sim.topology import switch
+from ficco_sim.workload import Scenario
+
+BW, LAT = 100e9, 2e-6
+TOPO = switch(2, BW, LAT)
+M, N, K = 8192, 4096, 2048
+
+
+def producer(gpu, stores=()):
+    plan = plan_gemm(gpu, M, N, K, "float16")
+    return plan, Kernel("g", 0, "compute", "gemm", plan.grid, plan.block, plan.block_time, plan.block_hbm_bytes,
+                        gemm=GemmShape(M, N, K, "float16"), stores=tuple(stores))
+
+
+def graph(*tasks):
+    streams = [Stream(g, s, 0) for g in (0, 1) for s in ("compute", "comm", "copy0")]
+    return TaskGraph.build(2, streams, tasks)
+
+
+def signalled_copy(share, gpu_of_consumer=1):
+    return Transfer(f"x{share}", 0, 1, 1.0, "dma", gpu_of_consumer, "copy0", signals=(("g", share),))
+
+
+def expected_signal(gpu, plan, share, latency):
+    slots = gpu.num_sms * plan.occupancy
+    need = min(plan.grid, tile_prefix_blocks(plan.tile, M, N, share))
+    return math.ceil(need / slots) * plan.block_time + latency
+
+
+@pytest.mark.parametrize("share", [0.05, 0.25, 0.5, 0.75, 1.0])
+def test_a_signalled_consumer_starts_when_the_covering_tiles_are_done(share):
+    gpu = ideal()
+    plan, g = producer(gpu)
+    assert math.ceil(plan.grid / (gpu.num_sms * plan.occupancy)) >= 4      # several waves to tell apart
+    gr = graph(g, signalled_copy(share, gpu_of_consumer=1))
+    want = expected_signal(gpu, plan, share, LAT)                            # the flag crosses GPU 0 -> 1
+    des = simulate_graph(gr, gpu, TOPO).by_id()[f"x{share}"].start
+    cf = closed_form_timeline(gr, gpu, TOPO).by_id()[f"x{share}"].start
+    assert des == pytest.approx(want, rel=1e-9)
+    assert cf == pytest.approx(want, rel=1e-9)
+
+
+def test_a_local_signal_pays_no_link_latency_and_follows_the_tile_order():
+    gpu = ideal()
+    plan, g = producer(gpu)
+    local = Transfer("x", 0, 1, 1.0, "dma", 0, "copy0", signals=(("g", 0.25),))
+    tl = simulate_graph(graph(g, local), gpu, TOPO).by_id()
+    assert tl["x"].start == pytest.approx(expected_signal(gpu, plan, 0.25, 0.0), rel=1e-9)
+    assert tl["x"].start < tl["g"].end / 2                # long before the GEMM ends
+
+
+def test_every_tile_signal_of_a_fused_schedule_fires_before_its_gemm_ends():
+    sc = Scenario("gemm-rs", 4, 16384, 4096, 4096)
+    tl = simulate_graph(lower(sc, "fused-dma", "h100", "switch:4"), "h100", "switch:4").by_id()
+    for g in range(4):
+        sends = sorted(tl[f"rs.s{i}.{g}->{(g + 1 + i) % 4}"].start for i in range(3))
+        assert sends[0] < sends[1] < sends[2] < tl[f"gemm{g}"].end      # chunk by chunk, in tile order
+
+
+def test_epilogue_stores_add_their_bytes_over_the_link_and_hold_the_sms():
+    gpu = ideal()
+    plan, plain = producer(gpu)
+    _, fused = producer(gpu, stores=((0.5, 1), (1.0, 0)))             # the first half of the rows to GPU 1
+    alone = isolated_time(gpu, plan, launch=False)
+    remote = tile_prefix_blocks(plan.tile, M, N, 0.5) * tile_bytes(plan.tile, "float16")
+    assert remote == pytest.approx(M * N * 2 / 2)
+    want = alone + remote / BW
+    des = simulate_graph(graph(fused), gpu, TOPO).makespan
+    cf = closed_form_timeline(graph(fused), gpu, TOPO).makespan
+    assert simulate_graph(graph(plain), gpu, TOPO).makespan == pytest.approx(alone, rel=1e-9)
+    assert des == pytest.approx(want, rel=1e-6)
+    assert cf == pytest.approx(want, rel=1e-6)
+
+
+def test_local_stores_cost_nothing():
+    gpu = ideal()
+    plan, fused = producer(gpu, stores=((1.0, 0),))
+    assert simulate_graph(graph(fused), gpu, TOPO).makespan == pytest.approx(
+        isolated_time(gpu, plan, launch=False), rel=1e-9)
+
+
+@pytest.mark.parametrize("sched", ["fused-st", "fused-dma", "fused-sm"])
+def test_fused_schedules_agree_between_the_engines(sched):
+    sc = Scenario("gemm-rs", 8, 16384, 8192, 4096)
+    des = simulate_graph(lower(sc, sched, "h100", "switch:8"), "h100", "switch:8").makespan
+    cf = closed_form_timeline(lower(sc, sched, "h100", "switch:8"), "h100", "switch:8").makespan
+    assert cf == pytest.approx(des, rel=0.1)
+
+
+def test_bad_signals_are_refused():
+    gpu = ideal()
+    _, g = producer(gpu)
+    with pytest.raises(ValueError, match="not an earlier GEMM"):
+        graph(Transfer("x", 0, 1, 1.0, "dma", 0, "copy0", signals=(("g", 0.5),)), g)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        graph(g, Transfer("x", 0, 1, 1.0, "dma", 0, "copy0", signals=(("g", 1.5),)))
+    with pytest.raises(ValueError, match="rising to 1"):
+        graph(producer(gpu, stores=((0.5, 1),))[1])

@@ -1,0 +1,81 @@
+"""Presets: named after the implementations, listed, simulated wherever they apply, refused
+with a one-line reason elsewhere, and what ``recommend`` answers in."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ficco_sim import Scenario, simulate
+from ficco_sim.errors import InputError
+from ficco_sim.explore.heuristics import losses, preset_answers, preset_lines
+from ficco_sim.hardware import available_profiles, load_gpu
+from ficco_sim.schedules import lower
+from ficco_sim.schedules.presets import PRESETS, applicable, parse_preset, resolve
+
+WANTED = {"nccl", "async-tp", "te-bulk", "te-pipeline", "te-ring-exchange", "flux", "conccl", "ficco-bespoke",
+          "cui-pericas"}
+GPUS = [g for g in available_profiles() if g != "cpu"]
+KINDS = ("ag-gemm", "gemm-rs", "a2a-gemm", "ag-par-gemm", "a2a-par-gemm", "ar-par-gemm")
+
+
+def test_every_implementation_has_a_preset_with_sources_and_is_listed(capsys):
+    from ficco_sim.cli import main
+    assert WANTED <= set(PRESETS)
+    assert all(p.sources for p in PRESETS.values())
+    main(["list"])
+    out = capsys.readouterr().out
+    assert all(f"  {name} " in out for name in PRESETS)
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_preset_simulates_where_it_applies_and_says_why_not_elsewhere(gpu, kind):
+    topo = "fc:8" if gpu.startswith("mi") else "switch:8"
+    sc = Scenario(kind, 8, 4096, 2048, 2048)
+    for name, got in applicable(sc, gpu, topo).items():
+        if isinstance(got, str):
+            assert got and "\n" not in got
+            with pytest.raises(InputError):
+                simulate(sc, name, gpu, topo, engine="analytical")
+        else:
+            r = simulate(sc, name, gpu, topo, engine="analytical")
+            assert r.preset == name and r.schedule == got and r.makespan > 0
+
+
+def test_knobs_change_the_mapping_and_bad_knobs_are_refused():
+    sc = Scenario("gemm-rs", 8, 8192, 8192, 4096)
+    assert resolve(sc, "te-pipeline", "h100", "switch:8").name == "ficco-a2a-sm-g2-c16-m16"
+    assert resolve(sc, "te-pipeline:num_splits=2,num_sm=8", "h100", "switch:8").name == "ficco-a2a-sm-g4-c8-m8"
+    assert resolve(sc, "te-pipeline:atomic_gemm=1", "h100", "switch:8").name == "fused-sm-c16-m16"
+    assert resolve(sc, "flux", "h100", "switch:8").name == "fused-st"
+    for bad, msg in (("te-pipeline:num_splits=3", "must divide"), ("te-pipeline:bogus=1", "unknown knob"),
+                     ("te-pipeline:num_sm=x", "integer"), ("nccl:ce=1", "all-gather and all-to-all")):
+        with pytest.raises(InputError, match=msg):
+            lower(sc, bad, "h100", "switch:8")
+    assert parse_preset("nccl")[1] == {"ctas": 0, "ce": 0}
+
+
+def test_a_copy_engine_preset_is_refused_on_a_gpu_without_copy_engines():
+    gpu = load_gpu("h100")
+    none = dataclasses.replace(gpu, dma=dataclasses.replace(gpu.dma, engines=0))
+    sc = Scenario("ag-gemm", 8, 4096, 2048, 2048)
+    with pytest.raises(InputError, match="no copy engines"):
+        resolve(sc, "async-tp", none, "switch:8")
+    assert resolve(sc, "te-ring-exchange:use_ce=0", none, "switch:8").name == "shard-p2p-sm-c1"
+
+
+def test_recommend_answers_in_presets_and_names_the_loss():
+    sc = Scenario("gemm-rs", 8, 4096, 8192, 3584)
+    answers = preset_answers(sc, load_gpu("h100"), __import__("ficco_sim.topology").topology.load_topology(
+        "switch:8", "h100"))
+    ran = [a for a in answers if "speedup" in a]
+    assert [a["speedup"] for a in ran] == sorted((a["speedup"] for a in ran), reverse=True)
+    lines = preset_lines(answers)
+    assert lines[0].startswith(("use ", "overlap loses here"))
+    assert any("does not apply" in line for line in lines)
+    loser = min(ran, key=lambda a: a["speedup"])
+    if loser["speedup"] < 1:
+        name, sec = losses(loser["metrics"])[0]
+        assert name in loser["losses"] and sec > 0
