@@ -17,6 +17,20 @@ from ..topology import Topology
 if TYPE_CHECKING:
     from .closed_form import Template
 
+
+def _picked_tiles(gpu: GpuProfile, sh: GemmShape, size: tuple, best: np.ndarray):
+    """Per tile the library picked for some scenarios of one GEMM shape: (those scenarios'
+    rows, the tile, grid, occupancy (at least 1), SMs it runs on)."""
+    m, n, k = size
+    S = sh.sms or gpu.num_sms        # an SM margin leaves the last SMs empty
+    for ti in np.unique(best):
+        tile = gpu.gemm.configs[int(ti)]
+        rows = best == ti
+        grid, occ = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype, extra_smem=sh.extra_smem,
+                               sms=sh.sms or None)[:2]
+        yield rows, tile, grid, max(1, occ), S
+
+
 def store_coef(k: Kernel, topo: Topology) -> float:
     """A fused GEMM's epilogue stores as seconds per output element of its m x n: each peer's
     share of rows over the path's bandwidth, one peer after the other."""
@@ -42,14 +56,9 @@ def signal_share(gpu: GpuProfile, tpl: Template, sig: np.ndarray, sizes: list, p
     out = np.zeros((len(picked[0]), len(sig)))
     for c, i in enumerate(sig):
         j = tpl.gemm_shape[i]
-        sh, (m, n, k), best = tpl.shapes[j], sizes[j], picked[j]
-        S = sh.sms or gpu.num_sms
-        for ti in np.unique(best):
-            tile = gpu.gemm.configs[int(ti)]
-            rows = best == ti
-            grid, occ = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype, extra_smem=sh.extra_smem,
-                                   sms=sh.sms or None)[:2]
-            slots = S * max(1, occ)
+        m, n, _ = sizes[j]
+        for rows, tile, grid, occ, S in _picked_tiles(gpu, tpl.shapes[j], sizes[j], picked[j]):
+            slots = S * occ
             need = np.minimum(grid, tile_prefix_blocks(tile, m[rows], n[rows], tpl.coef[i]))
             out[rows, c] = np.ceil(need / slots) / np.ceil(grid / slots)
     return out
@@ -72,14 +81,8 @@ def residency(gpu: GpuProfile, shapes: list[GemmShape], sizes: list, picked: lis
     P = len(picked[0])
     out = {k: np.zeros((P, len(shapes))) for k in ("used", "count", "used_last", "count_last", "last_at", "waves")}
     need = np.zeros((P, len(shapes), 4), dtype=np.int64)
-    for j, (sh, (m, n, k), best) in enumerate(zip(shapes, sizes, picked)):
-        S = sh.sms or gpu.num_sms        # an SM margin leaves the last SMs empty
-        for ti in np.unique(best):
-            tile = gpu.gemm.configs[int(ti)]
-            rows = best == ti
-            grid, occ = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype, extra_smem=sh.extra_smem,
-                                   sms=sh.sms or None)[:2]
-            occ = max(1, occ)
+    for j, (sh, size, best) in enumerate(zip(shapes, sizes, picked)):
+        for rows, tile, grid, occ, S in _picked_tiles(gpu, sh, size, best):
             waves = np.ceil(grid / (S * occ))
             last = grid - (waves - 1) * S * occ
             out["used"][rows, j], out["count"][rows, j] = np.minimum(S, grid), np.minimum(occ, np.ceil(grid / S))

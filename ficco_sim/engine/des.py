@@ -28,6 +28,7 @@ True
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -96,7 +97,7 @@ class Simulation:
             sh = k.gemm
             plan = plan_gemm(self.gpu, sh.m, sh.n, sh.k, sh.dtype, extra_smem=sh.extra_smem,
                              accumulate=sh.accumulate, sms=sh.sms)
-            hit = self.tiled[k.id] = _TileOrder(plan.tile, sh, k.grid)
+            hit = self.tiled[k.id] = _TileOrder(plan.tile, sh, k.grid, k.stores)
         return hit
 
     def _signal(self, t, kid: str, share: float):
@@ -107,8 +108,7 @@ class Simulation:
         need = min(k.grid, int(tile_prefix_blocks(order.tile, order.shape.m, order.shape.n, share)))
         latency = self._path(k.gpu, t.gpu)[1] if k.gpu != t.gpu else 0.0    # the issuing GPU polls
         ev = self.env.event()
-        order.waits.append((need, latency, ev))
-        order.waits.sort(key=lambda w: w[0])
+        bisect.insort(order.waits, (need, latency, ev), key=lambda w: w[0])
         return ev
 
     def _setup(self) -> None:
@@ -296,8 +296,8 @@ class Simulation:
             self._cohort_done(k, counts, first)
             return
         order = self.tiled[k.id]
-        sends = [(dst, blocks * order.block_bytes) for dst, blocks in order.stores_of(k.stores, first, int(counts.sum()))
-                 if dst != k.gpu and blocks > 0]
+        sends = [(dst, blocks * order.block_bytes) for dst, blocks in order.stores_of(first, int(counts.sum()))
+                 if dst != k.gpu]
         if not sends:
             self._cohort_done(k, counts, first)
             return
@@ -446,9 +446,12 @@ class _TileOrder:
     """The blocks of a GEMM whose order matters: which are placed (in index order) and done
     (the done prefix), the tile signals waiting on it, and its epilogue stores."""
 
-    def __init__(self, tile, shape, grid: int):
+    def __init__(self, tile, shape, grid: int, stores=()):
         self.tile, self.shape, self.grid = tile, shape, grid
         self.block_bytes = tile_bytes(tile, shape.dtype)
+        # the epilogue stores as block ranges: (first block past the range, dst), in order
+        self.stores = [(min(grid, int(tile_prefix_blocks(tile, shape.m, shape.n, share))), dst)
+                       for share, dst in stores]
         self.placed = 0
         self.prefix = 0
         self.done: dict[int, int] = {}       # first block -> count, of cohorts done past the prefix
@@ -468,11 +471,10 @@ class _TileOrder:
             self.waits = self.waits[len(fired):]
         return [(latency, ev) for _, latency, ev in fired]
 
-    def stores_of(self, stores, first: int, n: int) -> list[tuple[int, int]]:
-        """(dst, blocks) of blocks ``[first, first + n)`` under ``stores`` ((rows share, dst) in order)."""
+    def stores_of(self, first: int, n: int) -> list[tuple[int, int]]:
+        """(dst, blocks) of the blocks ``[first, first + n)``, per store range they fall in."""
         out, lo = [], 0
-        for share, dst in stores:
-            hi = min(self.grid, int(tile_prefix_blocks(self.tile, self.shape.m, self.shape.n, share)))
+        for hi, dst in self.stores:
             got = min(hi, first + n) - max(lo, first)
             if got > 0:
                 out.append((dst, got))
