@@ -185,6 +185,22 @@ class CommKernelSpec:
 
 
 @dataclass(frozen=True)
+class HostSpec:
+    """A device whose ranks are processes on one host (the CPU replay): each rank has its
+    share ``cores / ranks`` of the host's cores for its compute thread and its library's
+    (gloo's) threads. A compute cohort takes one core per resident block, first (compute
+    threads do not yield; the thread that must copy a message waits behind them, measured);
+    a transfer moves with the cores compute leaves at both ends, ``core_s_per_byte``
+    core-seconds per byte (half at each end). So with no spare core, a message whose sender
+    or receiver computes does not move until that compute ends. Communication kernels hold
+    no compute slot (the library's own threads run them)."""
+
+    cores: int
+    core_s_per_byte: float
+    start_skew: float = 0.0     # s between the first and the last rank starting a run (the replay's timing)
+
+
+@dataclass(frozen=True)
 class Contention:
     """Calibrated interference beyond fair bandwidth sharing.
 
@@ -220,6 +236,7 @@ class GpuProfile:
     path: str = field(default="", compare=False)
     peak_sms: int = 0   # the SM count ``peak_flops`` is for (0: num_sms); an SM's rate never depends on num_sms
     host_bandwidth: float = 0.0   # host link (PCIe / CPU fabric) per direction, B/s (0: not known)
+    host: HostSpec | None = None  # ranks are processes sharing one host's cores (the CPU replay)
 
     @property
     def hbm_effective(self) -> float:
@@ -478,6 +495,11 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
             compute_per_hbm_util=r.number("contention.compute_per_hbm_util", positive=False),
             comm_per_hbm_util=r.number("contention.comm_per_hbm_util", positive=False),
         ),
+        host=HostSpec(cores=r.number("host.cores", integer=True),
+                      core_s_per_byte=r.number("host.transfer_core_ns_per_byte", scale=1e-9, positive=False),
+                      start_skew=r.number("host.start_skew_us", scale=1e-6, positive=False)
+                      if r.has("host.start_skew_us") else 0.0)
+        if r.has("host") else None,
         sources=r.sources,
         path=where,
     )

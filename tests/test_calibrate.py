@@ -4,6 +4,7 @@ the CPU benchmark runs end to end, files are protected, bad input is an InputErr
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import numpy as np
@@ -99,11 +100,17 @@ def test_cpu_benchmark_end_to_end(tmp_path):
     out = tmp_path / "cpu.yaml"
     cal = calibrate_device("cpu", out=out, quick=True, report_dir=tmp_path, progress=False)
     gpu = load_gpu(out)
-    assert gpu.name == "cpu" and gpu.num_sms >= 1 and gpu.provenance("gemm.k_overhead").kind == "fitted"
+    # one replay rank: one compute thread, this host's cores, every number from the rows
+    assert gpu.name == "cpu" and gpu.num_sms == 1 and gpu.provenance("gemm.k_overhead").kind == "fitted"
+    assert gpu.host is not None and gpu.host.cores == os.cpu_count() and gpu.host.core_s_per_byte > 0
+    for leaf in ("link.latency_us", "link.port_bandwidth_gbps", "host.transfer_core_ns_per_byte"):
+        assert gpu.provenance(leaf).kind == "fitted" and "cpu_bench.csv" in gpu.provenance(leaf).source
+    for leaf in ("launch_overhead_us", "host.start_skew_us", "hbm.bandwidth_gbps", "peak_tflops.float32"):
+        assert gpu.provenance(leaf).kind == "measured"
     raw = pd.read_csv(tmp_path / "cpu_bench.csv", comment="#")
-    assert {"gemm", "copy", "contention", "priority", "launch"} <= set(raw.kind)
-    assert raw[raw.kind == "launch"].note.str.startswith("skipped").all()
-    assert cal.copy and cal.copy["bandwidth"] > 0
+    assert {"gemm", "copy", "p2p", "exchange", "op", "skew", "overlap", "overlap_alone"} <= set(raw.kind)
+    assert (raw.ranks == 2).all() and (raw.time_s > 0).all()
+    assert "link.latency_us" in cal.updates and "host.transfer_core_ns_per_byte" in cal.updates
     with pytest.raises(InputError, match="exists"):
         calibrate_device("cpu", out=out, quick=True, progress=False)
 

@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import InputError
 
 COLUMNS = ["kind", "group", "dtype", "m", "n", "k", "bytes", "path", "priority", "time_s", "p20_s", "p80_s",
-           "repeats", "alone_s", "copy_gbps", "note", "gpu", "device", "device_name", "cores", "torch", "cuda",
+           "repeats", "ranks", "count", "alone_s", "copy_gbps", "note", "gpu", "device", "device_name", "cores", "torch", "cuda",
            "host", "date"]
 
 # name -> (whole-shape sweep sizes, decomposition base (m, n, k), copy sizes in bytes, repeats)

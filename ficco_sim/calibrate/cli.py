@@ -12,11 +12,18 @@ HELP = """\
 Fit a hardware profile's numbers to real timings.
 
 Two ways in:
-  on this machine    --device cpu | cuda | cuda:1
+  on this machine    --device cuda | cuda:1
                      runs torch microbenchmarks (GEMM sweep incl. decomposed pieces, copy
                      bandwidth on DMA and on SMs, GEMM under a concurrent copy, stream
                      priority, launch overhead), then fits. A GPU needs --base (its
                      datasheet profile: SM limits, GEMM tiles). Needs: pip install ficco-sim[torch]
+                     --device cpu
+                     describes one rank of the CPU replay (`validate --device cpu`) on this
+                     host: --world-size gloo processes, one compute thread each, measure a
+                     thread's GEMM rate while every rank computes, gloo latency and one
+                     stream's rate (one-way), the host cores per byte moved (all-ranks
+                     exchange), the issue loop's per-op cost, the ranks' start spread, and
+                     a GEMM beside an exchange (kept as a check). Raw rows: <out>_bench.csv.
   from files         --from FILE... --gpu a100 [--base PROFILE]
                      vidur gemm_times.csv / collective_times.csv (see shared/measurements)
                      or a benchmark CSV written by an earlier --device run.
@@ -52,6 +59,8 @@ def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="models (groups) to hold out of the fit; default: every third; none: --holdout")
     p.add_argument("--no-launch", action="store_true", help="keep the base profile's launch overhead (do not fit it)")
     p.add_argument("--quick", action="store_true", help="benchmarks at tiny sizes (seconds; a smoke test)")
+    p.add_argument("--world-size", type=int, default=2, metavar="N",
+                   help="--device cpu: gloo ranks to measure with, as validate will run them (default 2)")
     p.set_defaults(func=run_calibrate)
     return p
 
@@ -72,7 +81,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         if args.gpu and args.device == "cpu":
             raise InputError("--gpu", None, "--gpu selects rows of measurement files; drop it with --device cpu")
         cal = calibrate_device(args.device, out=args.out, base_profile=args.base, force=args.force,
-                               report_dir=args.report, quick=args.quick)
+                               report_dir=args.report, quick=args.quick, world_size=args.world_size)
     table = Table(title=f"calibrate {cal.gpu}")
     for col in ("quantity", "value", "note"):
         table.add_column(col)

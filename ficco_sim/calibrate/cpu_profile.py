@@ -9,6 +9,7 @@ choices are ``assumption`` and say so.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -38,34 +39,47 @@ def cpu_facts() -> dict[str, Any]:
     return facts
 
 
-def render_cpu_profile(m: dict[str, Any], raw_csv: str, date: str) -> str:
-    """Profile YAML text from measured/fitted values ``m`` (SI units) and the raw CSV's path.
+def machine_id(host: str, device_name: str, cores: int) -> str:
+    """What says "this host" in a CPU profile: a profile measured elsewhere is another's."""
+    return f"{host} | {device_name} | {cores} cores"
 
-    ``m`` keys: device_name, host, peak_flops, copy_bytes_per_s (best large copy),
-    dma_bandwidth, dma_overhead, launch_overhead, efficiency, k_overhead, gemm_source,
-    contention (or None), contention_source.
+
+def render_cpu_profile(m: dict[str, Any], raw_csv: str, date: str) -> str:
+    """Profile YAML text of one replay rank on this host from measured/fitted values ``m``
+    (SI units; see :func:`.host_ranks.fit_host`) and the raw CSV's path.
+
+    ``m`` keys: device_name, host, cores, ranks, peak_flops, copy_bytes_per_s, op_s, latency,
+    stream_bandwidth, core_s_per_byte, skew, efficiency, k_overhead, gemm_source, host_source.
     """
     f = cpu_facts()
-    meas = f"measured by ficco-sim calibrate --device cpu on {m['host']} {date}, raw rows {raw_csv}"
+    meas = f"measured by ficco-sim calibrate --device cpu --world-size {m['ranks']} on {m['host']} {date}, " \
+           f"raw rows {raw_csv}"
+    hs = m["host_source"]
     L = lambda v, kind, src: leaf_text(v, kind, src)  # noqa: E731
-    cont = m.get("contention")
     lines = [
-        f"# CPU profile: {m['device_name']} ({f['cores']} cores) on host {m['host']}.",
-        "# It exists for CPU validation runs (the gloo executor, CI): it lets the simulator and the",
-        "# executor agree on a device that every machine has. It is NOT a GPU and says nothing about one.",
-        "# Mapping: SM -> core, peak -> best measured GEMM rate, HBM -> DRAM at the measured copy rate,",
-        "# DMA engine -> a core doing memcpy, link -> shared memory between processes on this host.",
-        "# Regenerate: ficco-sim calibrate --device cpu --out hw_profiles/cpu.yaml --force",
+        f"# CPU profile: one replay rank on {m['device_name']} ({m['cores']} cores), host {m['host']}.",
+        "# It describes what ficco-sim validate --device cpu runs: one process per rank (gloo), each with",
+        "# one compute thread; the ranks' compute and gloo's threads share the host's cores.",
+        "# It is NOT a GPU and says nothing about one. Mapping: SM -> the rank's compute thread, peak ->",
+        "# its best measured GEMM rate while every rank computes, HBM -> its copy rate, link -> gloo over",
+        "# loopback TCP, host -> the cores every rank's work shares.",
+        f"# Regenerate: ficco-sim calibrate --device cpu --world-size {m['ranks']} --out PATH --force",
         "name: cpu",
-        f"description: {m['device_name']} ({f['cores']} cores), CPU stand-in for validation runs",
+        f"description: one gloo replay rank on {m['device_name']} ({m['cores']} cores), for CPU validation",
         "vendor: cpu",
         "",
-        f"num_sms: {L(f['cores'], 'measured', 'os.cpu_count() ' + meas)}",
+        f"num_sms: {L(1, 'assumption', 'the replay gives each rank one compute thread (torch.set_num_threads(1))')}",
         f"clock_mhz: {L(round(f['clock_mhz'], 1), f['clock_kind'], '/proc/cpuinfo cpu MHz')}",
         "",
+        "host:",
+        f"  machine: {json.dumps(machine_id(m['host'], m['device_name'], m['cores']))}",
+        f"  cores: {L(m['cores'], 'measured', 'os.cpu_count() ' + meas)}",
+        f"  transfer_core_ns_per_byte: {L(round(m['core_s_per_byte'] * 1e9, 4), 'fitted', hs)}",
+        f"  start_skew_us: {L(round(m['skew'] * 1e6, 1), 'measured', 'median spread of the ranks leaving a barrier, ' + meas)}",
+        "",
         "sm:",
-        f"  max_blocks: {L(1, 'assumption', 'a core runs one GEMM tile (block) at a time')}",
-        f"  max_threads: {L(1, 'assumption', 'one thread per core (torch intra-op threads = cores)')}",
+        f"  max_blocks: {L(1, 'assumption', 'a thread runs one GEMM tile at a time')}",
+        f"  max_threads: {L(1, 'assumption', 'one compute thread')}",
         f"  registers: {L(1, 'assumption', 'not meaningful on a CPU; 1 so that a 1-thread block fits')}",
         f"  smem_kib: {L(f['l2_kib'], f['l2_kind'], 'L2 per core (sysfs cache index), standing in for shared memory')}",
         f"  max_smem_per_block_kib: {L(f['l2_kib'], f['l2_kind'], 'as smem_kib')}",
@@ -73,38 +87,38 @@ def render_cpu_profile(m: dict[str, Any], raw_csv: str, date: str) -> str:
         f"  warp_size: {L(1, 'assumption', 'scalar view of a core; SIMD width is inside peak')}",
         "",
         "peak_tflops:",
-        f"  float32: {L(m['peak_flops'] / 1e12, 'measured', 'best torch.mm float32 rate in the sweep, ' + meas)}",
+        f"  float32: {L(round(m['peak_flops'] / 1e12, 5), 'measured', 'best one-thread torch.mm float32 rate, every rank at once, ' + meas)}",
         "",
         "hbm:",
-        f"  bandwidth_gbps: {L(2 * m['copy_bytes_per_s'] / 1e9, 'measured', 'best large copy_, read + write bytes, ' + meas)}",
+        f"  bandwidth_gbps: {L(round(m['copy_bytes_per_s'] / 1e9, 3), 'measured', 'one-thread copy_ on every rank at once, read + write bytes, ' + meas)}",
         f"  efficiency: {L(1.0, 'derived', 'bandwidth_gbps is itself the measured copy rate')}",
         "",
         "dma:",
-        f"  engines: {L(1, 'assumption', 'one core doing memcpy')}",
-        f"  bandwidth_gbps: {L(m['dma_bandwidth'] / 1e9, 'fitted', 'alpha-beta fit of contiguous copy_ rows, ' + m['copy_source'])}",
-        f"  command_overhead_us: {L(m['dma_overhead'] * 1e6, 'fitted', 'alpha-beta fit of contiguous copy_ rows, ' + m['copy_source'])}",
+        f"  engines: {L(64, 'assumption', 'the replay posts every message at once and gloo moves them on its own threads')}",
+        f"  bandwidth_gbps: {L(round(m['stream_bandwidth'] / 1e9, 3), 'fitted', hs)}",
+        f"  command_overhead_us: {L(0, 'assumption', 'posting is inside the fitted gloo latency (link.latency_us)')}",
         "",
-        f"launch_overhead_us: {L(m['launch_overhead'] * 1e6, 'fitted', 'per-op dispatch cost from the GEMM fit, ' + m['gemm_source'])}",
+        f"launch_overhead_us: {L(round(m['op_s'] * 1e6, 3), 'measured', 'one tiny op in a Python loop (the replay issues every op so), ' + meas)}",
         f"priority_levels: {L(1, 'assumption', 'CPU threads have no stream priorities')}",
         "",
         "link:",
-        f"  ports: {L(1, 'assumption', 'processes on one host share memory')}",
-        f"  port_bandwidth_gbps: {L(m['dma_bandwidth'] / 1e9, 'assumption', 'gloo over loopback/shared memory assumed at copy speed; not measured')}",
-        f"  latency_us: {L(max(m['dma_overhead'] * 1e6, 1.0), 'assumption', 'at least the copy overhead; gloo message latency not measured')}",
+        f"  ports: {L(1, 'assumption', 'one loopback TCP pair per peer')}",
+        f"  port_bandwidth_gbps: {L(round(m['stream_bandwidth'] / 1e9, 3), 'fitted', hs)}",
+        f"  latency_us: {L(round(m['latency'] * 1e6, 2), 'fitted', hs)}",
         f"  efficiency: {L(1.0, 'assumption', 'port_bandwidth is already a realized rate')}",
         "",
         "comm_kernel:",
-        f"  threads: {L(1, 'assumption', 'a communication thread')}",
+        f"  threads: {L(1, 'assumption', 'a gloo thread (holds no compute slot: host.cores are shared instead)')}",
         f"  registers: {L(1, 'assumption', 'not meaningful on a CPU')}",
         f"  smem_kib: {L(0, 'assumption', 'not meaningful on a CPU')}",
-        f"  channels: {L(1, 'assumption', 'one communication thread')}",
-        f"  channel_bandwidth_gbps: {L(m['dma_bandwidth'] / 1e9, 'assumption', 'copy speed')}",
+        f"  channels: {L(1, 'assumption', 'one gloo stream per peer')}",
+        f"  channel_bandwidth_gbps: {L(round(m['stream_bandwidth'] / 1e9, 3), 'fitted', hs)}",
         "",
         "gemm:",
         "  tiles:",
-        f"    - m: {L(64, 'assumption', 'oneDNN/MKL-style 64x64 output blocking per core')}",
+        f"    - m: {L(64, 'assumption', 'oneDNN/MKL-style 64x64 output blocking')}",
         f"      n: {L(64, 'assumption', 'as m')}",
-        f"      threads: {L(1, 'assumption', 'one core')}",
+        f"      threads: {L(1, 'assumption', 'one thread')}",
         f"      registers: {L(1, 'assumption', 'not meaningful on a CPU')}",
         f"      smem_kib: {L(32, 'assumption', 'an L1-sized working set per tile')}",
         "  efficiency:",
@@ -112,7 +126,7 @@ def render_cpu_profile(m: dict[str, Any], raw_csv: str, date: str) -> str:
         f"  k_overhead: {L(m['k_overhead'], 'fitted', m['gemm_source'])}",
         "",
         "contention:",
-        f"  compute_per_hbm_util: {L(cont, 'fitted', m['contention_source']) if cont is not None else L(0.0, 'assumption', 'no contention rows measured')}",
-        f"  comm_per_hbm_util: {L(0.0, 'assumption', 'copy slowdown under a GEMM not measured on CPU')}",
+        f"  compute_per_hbm_util: {L(0.0, 'assumption', 'compute and transfers meet in host.cores, not in memory traffic')}",
+        f"  comm_per_hbm_util: {L(0.0, 'assumption', 'as compute_per_hbm_util')}",
     ]
     return "\n".join(lines) + "\n"

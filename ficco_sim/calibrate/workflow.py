@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..errors import InputError
@@ -182,11 +183,12 @@ def _bench(cal: Calibration, base: GpuProfile, df: pd.DataFrame, where: str, hol
 def calibrate_device(device: str = "cpu", *, out: str | Path, base_profile: str | Path | None = None,
                      force: bool = False, report_dir: str | Path | None = None, quick: bool = False,
                      raw_csv: str | Path | None = None, sizes: str | None = None,
-                     progress: bool = True) -> Calibration:
+                     progress: bool = True, world_size: int = 2) -> Calibration:
     """Benchmark the local device, fit, write a profile.
 
-    On ``cpu`` the profile is built from scratch (:mod:`.cpu_profile`). On ``cuda[:i]`` a
-    ``base_profile`` (the GPU's datasheet profile: SM limits, tiles) is required and its
+    On ``cpu`` the profile describes one rank of the CPU replay on this host, measured with
+    ``world_size`` gloo processes (:mod:`.host_ranks`, :mod:`.cpu_profile`). On ``cuda[:i]``
+    a ``base_profile`` (the GPU's datasheet profile: SM limits, tiles) is required and its
     GEMM, copy, launch and contention numbers are replaced by the fitted ones.
     """
     from .bench import run_benchmarks
@@ -198,38 +200,62 @@ def calibrate_device(device: str = "cpu", *, out: str | Path, base_profile: str 
         raise InputError(str(outp), None, "exists; pass --force to overwrite it")
     if device != "cpu" and base_profile is None:
         raise InputError("--base", None, "a GPU calibration needs --base PROFILE (its SM limits and GEMM tiles)")
-    sizes = sizes or ("tiny" if quick else ("small" if device == "cpu" else "full"))
     raw = Path(raw_csv) if raw_csv else Path(report_dir or outp.parent) / f"{outp.stem}_bench.csv"
-    bench = run_benchmarks(device, sizes, raw, force=True, progress=progress)
-    if device != "cpu":
-        return calibrate_from_files([raw], "local", base_profile, out=out, force=force, report_dir=report_dir)
-    return _calibrate_cpu(bench, raw, outp, force, report_dir)
+    if device == "cpu":
+        return _calibrate_cpu(raw, outp, force, report_dir, sizes or ("tiny" if quick else "small"), world_size)
+    sizes = sizes or ("tiny" if quick else "full")
+    run_benchmarks(device, sizes, raw, force=True, progress=progress)
+    return calibrate_from_files([raw], "local", base_profile, out=out, force=force, report_dir=report_dir)
 
 
-def _calibrate_cpu(bench: pd.DataFrame, raw: Path, out: Path, force: bool, report_dir: Any) -> Calibration:
+def _calibrate_cpu(raw: Path, out: Path, force: bool, report_dir: Any, sizes: str, world_size: int) -> Calibration:
+    """Measure the replay's parts on ``world_size`` ranks (:func:`.host_ranks.measure`), keep
+    the raw rows, fit the host and GEMM numbers, write the profile."""
+    import torch
+    import yaml
+
+    from .bench import RowWriter, environment
     from .cpu_profile import render_cpu_profile
+    from .host_ranks import fit_host, measure
 
-    g = bench[bench["kind"] == "gemm"].astype({"m": int, "n": int, "k": int, "time_s": float})
-    peak = float((2.0 * g["m"] * g["n"] * g["k"] / g["time_s"]).max())
-    c = bench[(bench["kind"] == "copy")].astype({"bytes": float, "time_s": float})
-    best_copy = float((c["bytes"] / c["time_s"]).max())
-    env = bench.iloc[0]
-    date = str(env["date"])
+    rows = measure(world_size, sizes)
+    env = environment(torch, torch.device("cpu"))
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    writer = RowWriter(raw, env)
+    try:
+        for r in rows:
+            writer.add(**{k: v for k, v in r.items() if k != "kind"}, kind=r["kind"], dtype="float32",
+                       path="gloo" if r["kind"] in ("p2p", "exchange") else None)
+    finally:
+        writer.close()
+    bench = pd.DataFrame(writer.rows)
+    date = env["date"]
+    host = fit_host(rows, env["cores"])
+    err = np.abs(host["p2p_err"])
+    host_source = (f"fitted {date} on {raw}: t = latency + bytes/bandwidth on {len(err)} one-way gloo rows "
+                   f"(|error| median {100 * np.median(err):.0f}% max {100 * err.max():.0f}%); cores per byte = "
+                   f"slope of {host['exchange_rows']} all-ranks exchange rows x cores / ranks "
+                   f"({'binding' if host['binding'] else 'not binding: exchange no slower than one stream'})")
+    g = [r for r in rows if r["kind"] == "gemm"]
+    peak = max(2.0 * r["m"] * r["n"] * r["k"] / r["time_s"] for r in g)
+    values = dict(device_name=env["device_name"], host=env["host"], cores=env["cores"], ranks=world_size,
+                  peak_flops=peak, efficiency=0.8, k_overhead=0.0, gemm_source="seed", host_source=host_source,
+                  **{k: host[k] for k in ("copy_bytes_per_s", "op_s", "latency", "stream_bandwidth",
+                                          "core_s_per_byte", "skew")})
     # A first profile with guessed GEMM numbers gives the fit its hardware; then refit.
-    seed = dict(device_name=env["device_name"], host=env["host"], peak_flops=peak, copy_bytes_per_s=best_copy,
-                dma_bandwidth=best_copy, dma_overhead=1e-6, launch_overhead=5e-6, efficiency=0.8, k_overhead=0.0,
-                gemm_source="seed", copy_source="seed", contention=None, contention_source="")
-    seed_gpu = parse_profile(__import__("yaml").safe_load(render_cpu_profile(seed, str(raw), date)), str(out))
+    seed_gpu = parse_profile(yaml.safe_load(render_cpu_profile(values, str(raw), date)), str(out))
     cal = Calibration(gpu="cpu")
-    _bench(cal, seed_gpu, bench, str(raw), "auto", True, report_dir)
+    _gemm(cal, seed_gpu, ms.gemm_rows(bench, str(raw)), str(raw),
+          sorted({r["group"] for r in g if r["group"].startswith("split_")}), False, report_dir)
     u = cal.updates
-    values = dict(seed, efficiency=u["gemm.efficiency.float32"][0], k_overhead=u["gemm.k_overhead"][0],
-                  gemm_source=u["gemm.k_overhead"][2], launch_overhead=u["launch_overhead_us"][0] * 1e-6)
-    if cal.copy:
-        values.update(dma_bandwidth=cal.copy["bandwidth"], dma_overhead=cal.copy["overhead"],
-                      copy_source=cal.copy["source"])
-    if "contention.compute_per_hbm_util" in u:
-        values.update(contention=u["contention.compute_per_hbm_util"][0],
-                      contention_source=u["contention.compute_per_hbm_util"][2])
+    values.update(efficiency=u["gemm.efficiency.float32"][0], k_overhead=u["gemm.k_overhead"][0],
+                  gemm_source=u["gemm.k_overhead"][2])
+    for key, unit, scale in (("link.latency_us", "us", 1e6), ("link.port_bandwidth_gbps", "GB/s", 1e-9),
+                             ("host.transfer_core_ns_per_byte", "ns/B", 1e9)):
+        name = {"link.latency_us": "latency", "link.port_bandwidth_gbps": "stream_bandwidth",
+                "host.transfer_core_ns_per_byte": "core_s_per_byte"}[key]
+        u[key] = (round(host[name] * scale, 4), "fitted", host_source)
+    u["launch_overhead_us"] = (round(host["op_s"] * 1e6, 3), "measured", f"one tiny op in the replay loop, {raw}")
+    u["host.start_skew_us"] = (round(host["skew"] * 1e6, 1), "measured", f"ranks' barrier-exit spread, {raw}")
     cal.written.append(write_profile(out, render_cpu_profile(values, str(raw), date), force=force))
     return cal

@@ -59,6 +59,7 @@ from typing import Sequence
 import numpy as np
 
 from ..contention import PROFILE, Weights
+from ..errors import InputError
 from ..gemm_model import GemmShape, blocks_per_sm, gemm_times, hbm_traffic, waves_time
 from ..hardware import GpuProfile, load_gpu
 from ..taskgraph import Kernel, TaskGraph
@@ -161,6 +162,9 @@ def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology
 
 def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: Scenario | None = None) -> Template:
     """The template of ``graph`` (lowered from ``scenario``, if any: then it rescales)."""
+    if gpu.host is not None:
+        raise InputError(gpu.path or gpu.name, "host", "a host device (the CPU replay's ranks sharing cores) has "
+                         "no closed form; use the discrete-event engine (--engine des)")
     rows: list[tuple] = []     # (kind, gpu, const, coef, bytes, shape, dst) per node
     add_row = rows.append
 

@@ -70,6 +70,11 @@ class Simulation:
             self.fluid.set_capacity(f"hbm{i}", gpu.hbm_effective)
         for u, v, d in topology.graph.edges(data=True):
             self.fluid.set_capacity(f"link:{u}->{v}", d["bandwidth"])
+        self.host_busy = [0] * graph.num_gpus     # compute threads running per rank (a host device only)
+        if gpu.host is not None:      # ranks are processes on one host: each has its share of the cores
+            for i in range(graph.num_gpus):
+                self.fluid.set_capacity(f"host{i}", gpu.host.cores / graph.num_gpus)
+            self.fluid.set_capacity("host_compute", gpu.host.cores)
         self.records: dict[str, TaskRecord] = {}
         self.dirty: set[int] = set()
         self.settle_pending = False
@@ -153,7 +158,8 @@ class Simulation:
                 launch = self.gpu.launch_of(t.kind)
                 if launch:
                     yield env.timeout(launch)
-                self.waiting[t.gpu].append(Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms))
+                self.waiting[t.gpu].append(Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms,
+                                                   free=t.kind == "comm" and self.gpu.host is not None))
                 self.seq += 1
                 self._dirty(t.gpu)
                 yield self.done[t.id]
@@ -203,6 +209,10 @@ class Simulation:
         usage = dict(self._path(t.src, t.dst)[0])
         usage[f"hbm{t.src}"] = usage.get(f"hbm{t.src}", 0.0) + 1.0
         usage[f"hbm{t.dst}"] = usage.get(f"hbm{t.dst}", 0.0) + (3.0 if t.reduce else 1.0)
+        if self.gpu.host is not None:     # library threads at both ends copy the bytes
+            half = self.gpu.host.core_s_per_byte / 2
+            usage[f"host{t.src}"] = usage.get(f"host{t.src}", 0.0) + half
+            usage[f"host{t.dst}"] = usage.get(f"host{t.dst}", 0.0) + half
         cap = math.inf
         if t.engine == "dma":
             cap = self.gpu.dma.cap(t.src, t.dst)
@@ -283,11 +293,25 @@ class Simulation:
             return
         hbm_rate = n * k.block_hbm_bytes / k.block_time   # bytes/s at full speed
         usage = {f"hbm{gpu}": hbm_rate} if hbm_rate > 0 else {}
+        done = lambda k=k, c=counts, f=first: self._computed(k, c, f)  # noqa: E731
+        if self.gpu.host is not None:
+            usage["host_compute"] = float(n)      # a core per resident block (the rank's compute thread)
+            done = lambda k=k, c=counts, f=first, n=n: (self._host_threads(k.gpu, -n), self._computed(k, c, f))  # noqa: E731
         act = Activity(f"{k.id}@{self.seq}", k.block_time, usage, cap=1.0,
-                       weight=1.0 / hbm_rate if hbm_rate > 0 else 1.0, gpu=gpu, kind="compute",
-                       on_done=lambda k=k, c=counts, f=first: self._computed(k, c, f))
+                       weight=1.0 / hbm_rate if hbm_rate > 0 else 1.0, gpu=gpu, kind="compute", on_done=done)
         self.seq += 1
         self._add_activity(act)
+        if self.gpu.host is not None:
+            self._host_threads(gpu, n)
+
+    def _host_threads(self, rank: int, delta: int) -> None:
+        """A rank's compute threads changed: its transfers move with the cores they leave of
+        its share (compute threads run first; the library thread that must copy a message's
+        bytes waits behind them, at either end)."""
+        self.host_busy[rank] += delta
+        share = self.gpu.host.cores / self.g.num_gpus
+        self.fluid.set_capacity(f"host{rank}", max(0.0, share - self.host_busy[rank]))
+        self._request_settle()
 
     def _computed(self, k: Kernel, counts: np.ndarray, first: int) -> None:
         """A cohort's blocks ``[first, first + n)`` finished computing: fused epilogue stores
@@ -338,8 +362,9 @@ class Simulation:
             return
         self.finished_comm.add(kid)
         k = self.g.kernel(kid)
-        for counts in self.cohorts[kid]:
-            self.pools[k.gpu].release(k.block, counts)
+        if self.gpu.host is None:         # on a host device the library's threads held nothing
+            for counts in self.cohorts[kid]:
+                self.pools[k.gpu].release(k.block, counts)
         self._count(f"gpu{k.gpu}.blocks.comm", -self.resident[kid])
         self.resident[kid] = 0
         self.fluid.set_capacity(f"send:{kid}", 0.0)

@@ -45,6 +45,7 @@ class Waiting:
     priority: int
     seq: int
     sms: tuple[int, int] | None = None    # the SMs [lo, hi) the kernel may use (None: all)
+    free: bool = False                    # takes no SM resources (a host library's threads)
     unplaced: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -79,6 +80,13 @@ class SmPool:
 
     def place(self, w: Waiting) -> np.ndarray | None:
         """Place as many of ``w``'s blocks as fit, spread evenly; returns per-SM counts."""
+        if w.free:      # all at once, evenly, holding nothing
+            lo, hi = w.sms or (0, self.num_sms)
+            counts = np.zeros(self.num_sms, dtype=np.int64)
+            counts[lo:hi] = w.unplaced // (hi - lo)
+            counts[lo:lo + w.unplaced % (hi - lo)] += 1
+            w.unplaced = 0
+            return counts if counts.any() else None
         fit = self.fit(w.block)
         if w.sms:
             fit[:w.sms[0]] = 0

@@ -36,8 +36,12 @@ priority, DMA engines and shared-memory shaping are recorded as not honoured; wi
 NCCL, copy-engine transfers across processes are refused unless --allow-fallback
 (then they run as send/recv and the report says so).
 
-On a CPU the numbers check the plumbing, not the hardware model: compute and gloo's
-threads share the same cores, so overlap mostly disappears (see the report's note).
+On a CPU the predictions use this host's own profile, <out>/<machine>/cpu.yaml: when it is
+missing (or names another host) `ficco-sim calibrate --device cpu` runs first (about 10 s,
+--world-size gloo ranks): per-thread GEMM rate, gloo latency and stream rate, host cores per
+byte moved, per-op issue cost, the ranks' start spread. Compute and gloo's threads share the
+cores, so overlap mostly disappears on a small host; the report says per case which part of a
+rank's time (compute, issue, wait, imbalance) is furthest from the prediction.
 
 Outputs: <out>/<machine>/<date>.csv (scenario, schedule, predicted_s, measured_s, err,
 correct, not_honoured, torch, device, date, ...), <date>.md (MAPE, Kendall tau of the
@@ -76,11 +80,12 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to replay (default cpu)")
     p.add_argument("--world-size", type=int, default=2, metavar="N",
                    help="ranks (GPUs) per scenario; processes in the default mode (default 2)")
-    p.add_argument("--gpu", metavar="PROFILE", help="profile the predictions use (default: cpu for --device cpu "
-                   "when hw_profiles/cpu.yaml exists, else h100)")
+    p.add_argument("--gpu", metavar="PROFILE", help="profile the predictions use (default: with --device cpu, "
+                   "this host's calibrated <out>/<machine>/cpu.yaml, calibrated first if missing; else h100)")
     p.add_argument("--topology", help="ring:N | fc:N | switch:N | name | YAML (default switch:<world size>)")
     p.add_argument("--scenarios", nargs="+", metavar="SPEC",
-                   help="kind:m=..,n=..,k=..[,gpus=..][,dtype=..] (default: the three kinds at 512^3 on CPU, "
+                   help="kind:m=..,n=..,k=..[,gpus=..][,dtype=..] (default: the three dependent kinds at "
+                   "communication-heavy ~20 ms shapes on CPU (see validate.workflow.DEFAULT_SIZES), "
                    "8192^3 on GPUs)")
     p.add_argument("--schedules", nargs="+", metavar="NAME",
                    help="schedule names, space- or comma-separated, or 'all' (default: the basic set of "

@@ -61,7 +61,11 @@ class CpuRankRunner:
 
     def run(self, label: bool = False) -> tuple[float, float]:
         """Replay once; (start, end) in ``time.perf_counter`` seconds. ``label``: profiler
-        ranges around every op (see module docstring)."""
+        ranges around every op (see module docstring). :attr:`parts` then holds where this
+        rank's time went: ``compute`` (GEMM, reduce, copy ops), ``post`` (posting messages),
+        ``wait`` (blocked on a message) and ``loop`` (the rest: the issue loop itself)."""
+        clock = time.perf_counter
+        parts = {"compute": 0.0, "post": 0.0, "wait": 0.0}
         by_id = {op.id: op for op in self.ops}
         waiting = {op.id: len(set(op.deps)) for op in self.ops}
         ready_comm: list[str] = []
@@ -84,6 +88,7 @@ class CpuRankRunner:
         while finished < len(self.ops):
             while ready_comm:
                 op = by_id[ready_comm.pop(0)]
+                t0 = clock()
                 with op_range(label, op.kind, op.id):
                     if op.kind == "send":
                         w = dist.isend(view(self.bufs, op.io["src"]).contiguous(), dst=op.peer, tag=op.tag)
@@ -92,6 +97,7 @@ class CpuRankRunner:
                         w = dist.irecv(target if target is not None else view(self.bufs, op.io["dst"]),
                                        src=op.peer, tag=op.tag)
                 pending.append((op.id, w))
+                parts["post"] += clock() - t0
             # Harvest whatever finished meanwhile.
             for _ in range(len(pending)):
                 oid, w = pending.popleft()
@@ -109,23 +115,30 @@ class CpuRankRunner:
                 ready_other.sort(key=lambda i: (-self.prio[i], self.order[i]))
                 oid = ready_other.pop(0)
                 op = by_id[oid]
+                t0 = clock()
                 if op.kind == "copy":
                     with op_range(label, "copy", oid):
                         self._copy(op)
                 elif oid in self.fns:
                     with op_range(label, op.kind, oid):
                         self.fns[oid]()
+                parts["compute"] += clock() - t0
                 done(oid)
                 continue
             if pending:
                 oid, w = pending.popleft()
+                t0 = clock()
                 with op_range(label, "wait", oid):
                     w.wait()
                     self._finish_recv(by_id[oid])
+                parts["wait"] += clock() - t0
                 done(oid)
                 continue
             raise RuntimeError("CPU runner stalled: ops wait on dependencies that can never finish")
-        return start, time.perf_counter()
+        end = clock()
+        parts["loop"] = max(0.0, end - start - sum(parts.values()))
+        self.parts = parts
+        return start, end
 
     def _finish_recv(self, op: Op) -> None:
         if op.kind == "recv" and op.reduce:

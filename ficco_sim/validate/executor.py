@@ -101,6 +101,7 @@ class ReplayResult:
     not_honoured: list[str] = field(default_factory=list)   # "knob: reason"
     notes: list[str] = field(default_factory=list)
     device: str = ""
+    parts: dict[str, float] = field(default_factory=dict)    # CPU: median s per rank in compute/post/wait/loop
 
     @property
     def median(self) -> float:

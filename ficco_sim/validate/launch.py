@@ -83,7 +83,7 @@ def _replay_rank(job: Job, rank: int, opts: ReplayOptions, feats: dict) -> dict:
         runner = CpuRankRunner(graph, program, bufs, notes)
     from .single_gpu import _restorer
     restore = _restorer({rank: bufs}, graph, inputs, opts)   # GPU: a device copy, not new host inputs
-    times = []
+    times, parts = [], []
     for i in range(opts.warmup + opts.repeats):
         restore()
         if opts.device == "cuda":
@@ -98,13 +98,16 @@ def _replay_rank(job: Job, rank: int, opts: ReplayOptions, feats: dict) -> dict:
             span = max(e for _, e in spans) - min(s for s, _ in spans)
         if i >= opts.warmup:
             times.append(span)
+            if opts.device != "cuda":
+                parts.append(runner.parts)
     ref_bufs = None if reference.ref_spec(graph) else oracle(graph, opts.seed)[rank]
     ok, err = verify(graph, rank, bufs, opts.seed, ref_bufs)
     if ref_bufs is not None:
         notes.append("no meta.reference: checked against a sequential CPU replay of the same graph")
     if opts.profile_dir:
         _profile_rank(job, rank, opts, runner, restore)
-    return {"times": times, "ok": ok, "err": err, "notes": notes}
+    mid = {k: float(sorted(p[k] for p in parts)[len(parts) // 2]) for k in (parts[0] if parts else {})}
+    return {"times": times, "ok": ok, "err": err, "notes": notes, "parts": mid}
 
 
 def _profile_rank(job: Job, rank: int, opts: ReplayOptions, runner, restore) -> None:
@@ -146,12 +149,35 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], opts: ReplayOptio
                 times = mine["times"]
             results.append({"name": job.name, "times": times, "ok": all(r["ok"] for r in every),
                             "err": max(r["err"] for r in every),
-                            "notes": sorted({n for r in every for n in r["notes"]})})
+                            "notes": sorted({n for r in every for n in r["notes"]}),
+                            "parts": {k: sum(r["parts"][k] for r in every) / world for k in mine["parts"]}})
         if rank == 0:
             Path(out).write_text(json.dumps(results))
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def run_ranks(fn, args: tuple, world_size: int, timeout: float, what: str, complete=lambda: False) -> None:
+    """Spawn ``fn(rank, *args)`` on ``world_size`` processes and join them within ``timeout``
+    seconds; past it, or when one fails, kill and join every one still running. A rank
+    killed by a signal while exiting is forgiven when ``complete()`` says its work is done
+    (torch's profiler and gloo threads can abort a rank at exit: "terminate called without
+    an active exception")."""
+    ctx = mp.start_processes(fn, args=args, nprocs=world_size, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout
+    try:
+        while not ctx.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} exceeded {timeout:.0f} s; ranks killed")
+    except mp.ProcessExitedException as exc:
+        if exc.signal_name is None or not complete():
+            raise
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+            p.join(timeout=10)
 
 
 def _complete(path: str, jobs: list[Job]) -> bool:
@@ -176,25 +202,9 @@ def run_distributed(jobs: list[Job], opts: ReplayOptions) -> list[ReplayResult]:
     not_honoured = {job.name: audit(job.graph, opts, feats) for job in jobs}   # may refuse before spawning
     with tempfile.TemporaryDirectory(prefix="ficco-validate-") as tmp:
         out = os.path.join(tmp, "results.json")
-        ctx = mp.start_processes(_worker, args=(opts.world_size, free_port(), jobs, opts, out),
-                                 nprocs=opts.world_size, join=False, start_method="spawn")
-        deadline = time.monotonic() + opts.timeout
-        try:
-            while not ctx.join(timeout=1.0):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"validation replay exceeded {opts.timeout:.0f} s; ranks killed")
-        except mp.ProcessExitedException as exc:
-            # torch's profiler and gloo threads can abort a rank while it exits ("terminate called
-            # without an active exception"); once rank 0 has written every job's results the
-            # replay is complete and is kept, else the failure stands
-            if exc.signal_name is None or not _complete(out, jobs):
-                raise
-        finally:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-                p.join(timeout=10)
+        run_ranks(_worker, (opts.world_size, free_port(), jobs, opts, out), opts.world_size, opts.timeout,
+                  "validation replay", lambda: _complete(out, jobs))
         rows = json.loads(Path(out).read_text())
     name = device_name(opts.device)
-    return [ReplayResult(r["name"], r["times"], r["ok"], r["err"], not_honoured[r["name"]], r["notes"], name)
-            for r in rows]
+    return [ReplayResult(r["name"], r["times"], r["ok"], r["err"], not_honoured[r["name"]], r["notes"], name,
+                         r.get("parts", {})) for r in rows]

@@ -28,19 +28,33 @@ COLUMNS = ["scenario", "schedule", "predicted_s", "measured_s", "err", "correct"
            "device", "date"]
 
 CPU_GAP = (
-    "On a CPU the executor is a functional check, not a timing oracle "
-    "(shared/reference/torch_executor.md 4.1). The simulator is given the `cpu` profile split per rank "
-    "(`ficco_sim.validate.workflow.cpu_share`: each of the ranks gets its share of the cores, GEMM peak and "
-    "memory bandwidth), so it predicts each rank's GEMM at one core's rate; on this machine class that part is "
-    "right (a one-thread 512^3 float32 GEMM measured 2.43 ms against the 2.31 ms the profile predicts). "
-    "What the simulator does not see is the replay itself: a Python issue loop per operation, gloo message "
-    "latency of tens of microseconds per transfer, barrier skew between ranks, and gloo's background threads "
-    "competing with the compute thread for the same 2 cores, so a GEMM and a transfer the schedule overlaps "
-    "mostly take turns. With 1 MiB transfers the model predicts communication to be negligible, so every "
-    "schedule is predicted at about the GEMM time while the measured times add 1-7 ms of these costs, growing "
-    "with the number of operations (finer decompositions pay more). The rankings therefore disagree (low "
-    "Kendall tau): on a CPU they measure replay overhead, not overlap. Use a GPU (`--device cuda`) for accuracy."
+    "The predictions use this host's own profile (`<out>/<machine>/cpu.yaml`, written by `ficco-sim calibrate "
+    "--device cpu` on this host before the first replay; a profile measured on another host is never used). "
+    "It describes one replay rank: one compute thread at its measured GEMM rate while every rank computes, gloo "
+    "latency and one stream's rate from one-way messages, the host cores every byte a transfer moves costs "
+    "(from all-ranks exchanges), the per-op issue cost of the Python loop, and the ranks' start spread, which "
+    "the measured span includes. The engine's host model: compute threads run first on the shared cores and "
+    "transfers move with the cores left over, so on a host with no spare core overlap buys nothing. "
+    "`gap` names which part of a rank's time (compute, issue, wait on messages, imbalance: the span beyond "
+    "the mean rank's own run) is furthest from its prediction, from the runner's own per-op clocks. On a "
+    "2-core host the runs are bimodal: most match the model within ~10%, others take 2-4 ms longer with one "
+    "rank's run stretched (the OS co-scheduling the ranks' compute and gloo threads), which shows as "
+    "imbalance or wait; pinning each rank to a core made it worse (gloo's threads then starve behind compute)."
 )
+
+
+def _gap(r) -> str:
+    """``**dominant** +x.xx, other +y.yy, ...`` from a row's ``gap_<part>_s`` columns."""
+    dom = getattr(r, "gap_mechanism", "")
+    if not isinstance(dom, str) or not dom:
+        return "-"
+    cells = []
+    for part in ("compute", "issue", "wait", "imbalance"):
+        v = getattr(r, f"gap_{part}_s", float("nan"))
+        if v == v:
+            name = f"**{part}**" if part == dom else part
+            cells.append(f"{name} {v * 1e3:+.2f}")
+    return ", ".join(cells)
 
 
 def sanitize(name: str) -> str:
@@ -114,13 +128,14 @@ def markdown(df: pd.DataFrame, context: dict, png_name: str | None) -> str:
         lines.append(f"| {r.scenario} | {r.schedules} | {_fmt_pct(r.mape)} | {tau} | {top1} | "
                      f"{r.predicted_best} | {r.measured_best} |")
     lines += ["", "### Per schedule (ms)", "",
-              "| scenario | schedule | predicted | measured | error | correct | not honoured |",
-              "|---|---|---|---|---|---|---|"]
+              "| scenario | schedule | predicted | measured | error | correct | not honoured | gap (measured - "
+              "predicted, ms) |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
         nh = str(r.not_honoured) if isinstance(r.not_honoured, str) and r.not_honoured else "-"
         corr = "-" if r.correct != r.correct else ("yes" if bool(r.correct) else "**NO**")
         lines.append(f"| {r.scenario} | {r.schedule} | {_fmt_s(r.predicted_s)} | {_fmt_s(r.measured_s)} | "
-                     f"{_fmt_pct(r.err)} | {corr} | {nh} |")
+                     f"{_fmt_pct(r.err)} | {corr} | {nh} | {_gap(r)} |")
     if png_name:
         lines += ["", f"![predicted vs measured]({png_name})"]
     details = context.get("not_honoured_details") or {}

@@ -19,7 +19,13 @@ from ..workload import KINDS, SCENARIO_KINDS, Scenario
 from . import report
 from .executor import Job, ReplayOptions, replay
 
-DEFAULT_SIZES = {"cpu": (512, 512, 512), "cuda": (8192, 8192, 8192)}
+# The committed case sets. On a CPU: communication-heavy shapes (a rank's transfers take about
+# as long as its GEMM, so the transfer model is what is checked) of ~20 ms a run, because a
+# 2-core host's scheduling hiccups (1-3 ms, measured: the ranks' runs are bimodal at 512^3,
+# ~3 ms a run) would otherwise be most of what is measured.
+DEFAULT_SIZES = {"cpu": {"ag-gemm": (4096, 128, 1024), "a2a-gemm": (4096, 128, 1024), "gemm-rs": (2048, 1024, 256)},
+                 "cuda": {}}
+FALLBACK_SIZES = {"cpu": (512, 512, 512), "cuda": (8192, 8192, 8192)}
 
 
 def parse_scenario(text: str | Scenario, gpus: int, dtype: str = "float32") -> Scenario:
@@ -50,19 +56,51 @@ def parse_scenario(text: str | Scenario, gpus: int, dtype: str = "float32") -> S
 
 
 def default_profile(device: str) -> str:
-    """``cpu`` for the CPU when hw_profiles/cpu.yaml exists, else ``h100``."""
-    from ..hardware import available_profiles
-    if device == "cpu" and "cpu" in available_profiles():
-        return "cpu"
+    """The profile the predictions use when none is named: ``h100`` for GPUs (a CPU replay
+    uses :func:`host_profile`, this host's own calibration)."""
     return "h100"
 
 
+def this_machine() -> str:
+    """This host as a CPU profile names it (``host.machine``)."""
+    import os
+    import socket
+
+    from ..calibrate.bench import environment
+    from ..calibrate.cpu_profile import machine_id
+    return machine_id(socket.gethostname(), environment(torch, torch.device("cpu"))["device_name"],
+                      os.cpu_count() or 1)
+
+
+def host_profile(out_dir: str | Path, world_size: int, *, recalibrate: bool = False) -> Path:
+    """This host's CPU profile, ``<out_dir>/<machine>/cpu.yaml``: the one calibrated here, or,
+    when there is none (or it names another host), a fresh ``calibrate --device cpu`` with
+    ``world_size`` ranks (about 10 s). A profile measured on another host is never used."""
+    import yaml
+
+    from ..calibrate.workflow import calibrate_device
+    path = Path(out_dir) / report.machine_name("cpu") / "cpu.yaml"
+    if path.exists() and not recalibrate:
+        try:
+            mine = (yaml.safe_load(path.read_text()) or {}).get("host", {}).get("machine") == this_machine()
+        except (yaml.YAMLError, AttributeError):
+            mine = False
+        if mine:
+            return path
+    calibrate_device("cpu", out=path, force=True, raw_csv=path.with_name("cpu_ranks.csv"), world_size=world_size,
+                     progress=False)
+    return path
+
+
 def default_scenarios(device: str, gpus: int) -> list[Scenario]:
-    m, n, k = DEFAULT_SIZES[device]
     dtype = "float32" if device == "cpu" else "float16"
-    m = m - m % gpus
+    out = []
     # the committed case set: the dependent pairs (independent ones: --scenarios ag-par-gemm:...)
-    return [Scenario(kind, gpus, m, n, k, dtype=dtype) for kind in SCENARIO_KINDS if not KINDS[kind].independent]
+    for kind in SCENARIO_KINDS:
+        if not KINDS[kind].independent:
+            m, n, k = DEFAULT_SIZES[device].get(kind, FALLBACK_SIZES[device])
+            out.append(Scenario(kind, gpus, m - m % gpus, n, k, dtype=dtype))
+    return out
 
 
 def simulate_pairs(scenarios: list[Scenario], schedules: list[str] | None, gpu, topology: str | None, *,
@@ -86,26 +124,46 @@ def simulate_pairs(scenarios: list[Scenario], schedules: list[str] | None, gpu, 
                 notes.append(f"skipped (invalid here): {sc.label()} / {s.name}: {why}")
                 continue
             graph = lower(sc, s, gpu, topo)
+            parts: dict[str, float] = {}
             try:
                 # Single-GPU replays run every rank on one device: predict that folded program.
-                predicted = simulate_graph(graph.folded() if fold else graph, gpu, topo).makespan
+                tl = simulate_graph(graph.folded() if fold else graph, gpu, topo)
+                parts = predicted_parts(tl, graph, gpu, fold)
+                predicted = tl.makespan + parts.get("skew", 0.0)
             except InputError as e:
                 predicted = float("nan")
                 notes.append(f"no prediction for {sc.label()} / {s.name} (replayed anyway): {e.line()}")
-            pairs.append((sc, s, graph, predicted, topo.name))
+            pairs.append((sc, s, graph, predicted, topo.name, parts))
     return pairs, notes
 
 
-def cpu_share(gpu, ranks: int):
-    """The part of a CPU profile one rank gets when ``ranks`` processes share the machine:
-    cores (the profile's "SMs"), GEMM peak and memory bandwidth are split between them."""
-    import dataclasses
-    if ranks <= 1:
-        return gpu
-    cores = max(1, gpu.num_sms // ranks)
-    share = cores / gpu.num_sms
-    return dataclasses.replace(gpu, num_sms=cores, peak_flops={d: p * share for d, p in gpu.peak_flops.items()},
-                               hbm_bandwidth=gpu.hbm_bandwidth / ranks)
+GAP_PARTS = ("compute", "issue", "wait", "imbalance")
+
+
+def predicted_parts(tl, graph, gpu, fold: bool = False) -> dict[str, float]:
+    """Where the prediction says a rank's time goes, mean over ranks, in the CPU runner's
+    terms (:attr:`.cpu.CpuRankRunner.parts`): ``compute`` (compute kernels' spans), ``issue``
+    (an op's issue cost per task), ``wait`` (the rest of the rank's run) and ``imbalance``
+    (the span beyond the mean rank's run: ranks ending apart, plus the start spread a
+    distributed CPU replay adds to its measured span)."""
+    ranks = max(1, graph.num_gpus)
+    compute = sum(r.end - r.start for r in tl.records if r.role == "compute" and r.kind != "transfer") / ranks
+    issue = gpu.launch_overhead * sum(1 for t in graph.tasks if not (hasattr(t, "kind") and t.kind == "comm")) / ranks
+    ends = [max((r.end for r in tl.records if r.gpu == g), default=0.0) for g in range(graph.num_gpus)]
+    wait = max(0.0, sum(ends) / ranks - compute - issue)
+    skew = gpu.host.start_skew if gpu.host is not None and not fold else 0.0
+    return {"compute": compute, "issue": issue, "wait": wait, "imbalance": max(ends) - sum(ends) / ranks + skew,
+            "skew": skew}
+
+
+def measured_parts(parts: dict[str, float], span: float) -> dict[str, float]:
+    """The runner's measured parts (mean over ranks) in :data:`GAP_PARTS` terms; ``imbalance``
+    is the span beyond the mean rank's own run."""
+    if not parts:
+        return {}
+    own = sum(parts.values())
+    return {"compute": parts["compute"], "issue": parts["post"] + parts["loop"], "wait": parts["wait"],
+            "imbalance": max(0.0, span - own)}
 
 
 def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None = None,
@@ -122,7 +180,8 @@ def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None =
     opts = ReplayOptions(device=device, world_size=world_size, mode=mode, warmup=warmup, repeats=repeats,
                          allow_fallback=allow_fallback, profile_dir=str(profile_dir) if profile_dir else None)
     opts.check()
-    gpu_profile = gpu_profile or default_profile(device)
+    if gpu_profile is None:
+        gpu_profile = str(host_profile(out_dir, world_size)) if device == "cpu" else default_profile(device)
     dtype = "float32" if device == "cpu" else "float16"
     scens = ([parse_scenario(s, world_size, dtype) for s in scenarios] if scenarios
              else default_scenarios(device, world_size))
@@ -130,14 +189,12 @@ def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None =
         if mode == "distributed" and sc.gpus != world_size:
             raise InputError("--scenarios", None, f"{sc.label()}: {sc.gpus} GPUs, but --world-size is {world_size}")
     profile = load_gpu(gpu_profile)
-    if device == "cpu" and mode == "distributed":
-        profile = cpu_share(profile, world_size)
     pairs, pair_notes = simulate_pairs(scens, schedules, profile, topology, fold=mode == "single-gpu")
     if not pairs:
         raise InputError("--schedules", None, "no valid (scenario, schedule) pair to validate")
     from .executor import prepare
     jobs = []
-    for sc, s, graph, _, _ in pairs:
+    for sc, s, graph, _, _, _ in pairs:
         try:
             prepare(graph)
         except InputError as e:   # a lowering the executor cannot replay: say so, keep going
@@ -151,11 +208,14 @@ def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None =
     stamp = stamp or now.strftime("%Y-%m-%d")
     device_label = next(iter(results.values())).device
     rows, notes, details = [], list(pair_notes), set()
-    for sc, s, _, predicted, topo_name in pairs:
+    for sc, s, _, predicted, topo_name, pred_parts in pairs:
         r = results.get(f"{sc.key()}|{s.name}")
         if r is None:
             continue
         measured = r.median
+        got = measured_parts(r.parts, measured)
+        gaps = {f"gap_{k}_s": got[k] - pred_parts[k] for k in GAP_PARTS if k in got and k in pred_parts}
+        dominant = max(gaps, key=lambda k: abs(gaps[k]))[4:-2] if gaps else ""
         details.update(r.not_honoured)
         notes += [f"{sc.label()} / {s.name}: {n}" for n in r.notes if "staged through" not in n]
         rows.append({"scenario": sc.label(), "schedule": s.name, "predicted_s": predicted,
@@ -165,7 +225,7 @@ def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None =
                      "kind": sc.kind, "gpus": sc.gpus, "m": sc.m, "n": sc.n, "k": sc.k, "dtype": sc.dtype,
                      "mode": mode, "world_size": world_size, "gpu_profile": gpu_profile,
                      "topology": topo_name, "repeats": repeats, "measured_min_s": min(r.times),
-                     "measured_max_s": max(r.times)})
+                     "measured_max_s": max(r.times), "gap_mechanism": dominant, **gaps})
     df = pd.DataFrame(rows)
     context = {"title": f"{device_label} ({device}, {mode}, {world_size} ranks) vs profile {gpu_profile}",
                "date": now.strftime("%Y-%m-%d %H:%M UTC"), "command": command, "device": device_label,
