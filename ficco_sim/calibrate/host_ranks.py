@@ -37,6 +37,8 @@ PLAN: dict[str, dict[str, Any]] = {
     "tiny": dict(whole=[64, 128, 256], base=(256, 256, 256), nbytes=[4, 1 << 12, 1 << 16, 1 << 20, 1 << 22],
                  copy=1 << 22, overlap=(256, 1 << 20), repeats=5),
     "small": dict(whole=[64, 128, 256, 384, 512, 768], base=(768, 768, 768),
+                  grid=[(m, n, k) for m in (256, 1024, 4096) for n in (64, 256, 1024) for k in (128, 512, 2048)
+                        if m * n * k <= 1 << 30],
                   nbytes=[4, 1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24],
                   copy=1 << 25, overlap=(768, 1 << 22), repeats=7),
 }
@@ -65,7 +67,9 @@ def _bench_rank(rank: int, world: int, port: int, plan: dict[str, Any], out: str
                 times.append(time.perf_counter() - t0)
         rows.append(dict(row, times=times))
 
-    for group, m, n, k in gemm_points(dict(whole=plan["whole"], base=plan["base"])):
+    shapes = gemm_points(dict(whole=plan["whole"], base=plan["base"]))
+    shapes += [("grid", m, n, k) for m, n, k in plan.get("grid", ())]
+    for group, m, n, k in shapes:
         a, b, c = torch.randn(m, k), torch.randn(k, n), torch.empty(m, n)
         timed(lambda: torch.mm(a, b, out=c), kind="gemm", group=group, m=m, n=n, k=k)
     src, dst = torch.zeros(plan["copy"] // 4), torch.empty(plan["copy"] // 4)

@@ -85,7 +85,7 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--topology", help="ring:N | fc:N | switch:N | name | YAML (default switch:<world size>)")
     p.add_argument("--scenarios", nargs="+", metavar="SPEC",
                    help="kind:m=..,n=..,k=..[,gpus=..][,dtype=..] (default: the three dependent kinds at "
-                   "communication-heavy ~20 ms shapes on CPU (see validate.workflow.DEFAULT_SIZES), "
+                   "communication-heavy ~15 ms shapes on CPU (see validate.workflow.DEFAULT_SIZES), "
                    "8192^3 on GPUs)")
     p.add_argument("--schedules", nargs="+", metavar="NAME",
                    help="schedule names, space- or comma-separated, or 'all' (default: the basic set of "
@@ -102,6 +102,8 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
                    help="after the timed runs, replay each schedule once more under torch.profiler and write "
                    "one Kineto trace per rank to DIR/<scenario>_<schedule>.rank<r>.json.gz (ranges named "
                    "after the task ids; read them with `ficco-sim trace import|replay`)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="--device cpu: calibrate this host again first, even if <out>/<machine>/cpu.yaml exists")
     p.add_argument("--out", "-o", default="validation", metavar="DIR", help="output folder (default validation/)")
     p.add_argument("--import", dest="import_csv", metavar="CSV",
                    help="do not replay: compare measured runs from CSV (kind,m,n,k,gpus,schedule,measured_s) "
@@ -123,7 +125,8 @@ def cmd_validate(args) -> int:
         mode = "single-gpu" if args.single_gpu else "single-process" if args.single_process else "distributed"
         df, paths = validate(args.device, args.world_size, args.gpu, args.scenarios, _csv_list(args.schedules),
                              args.repeats, args.warmup, args.out, mode=mode, topology=args.topology,
-                             allow_fallback=args.allow_fallback, command=command, profile_dir=args.profile)
+                             allow_fallback=args.allow_fallback, command=command, profile_dir=args.profile,
+                             recalibrate=args.recalibrate)
     from .compare import summarize
     _, overall = summarize(df)
     print(df[["scenario", "schedule", "predicted_s", "measured_s", "err", "correct"]].to_string(index=False))

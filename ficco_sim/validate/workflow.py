@@ -20,7 +20,7 @@ from . import report
 from .executor import Job, ReplayOptions, replay
 
 # The committed case sets. On a CPU: communication-heavy shapes (a rank's transfers take about
-# as long as its GEMM, so the transfer model is what is checked) of ~20 ms a run, because a
+# as long as its GEMM, so the transfer model is what is checked) of ~15 ms a run, because a
 # 2-core host's scheduling hiccups (1-3 ms, measured: the ranks' runs are bimodal at 512^3,
 # ~3 ms a run) would otherwise be most of what is measured.
 DEFAULT_SIZES = {"cpu": {"ag-gemm": (4096, 128, 1024), "a2a-gemm": (4096, 128, 1024), "gemm-rs": (2048, 1024, 256)},
@@ -170,8 +170,9 @@ def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None =
              scenarios: list | None = None, schedules: list[str] | None = None, repeats: int = 5, warmup: int = 1,
              out_dir: str | Path = "validation", *, mode: str | None = None, topology: str | None = None,
              allow_fallback: bool = False, command: str = "", stamp: str | None = None,
-             profile_dir: str | Path | None = None) -> tuple[pd.DataFrame, dict]:
-    """Simulate every (scenario, schedule) with ``gpu_profile``, replay the same task graphs
+             profile_dir: str | Path | None = None, recalibrate: bool = False) -> tuple[pd.DataFrame, dict]:
+    """Simulate every (scenario, schedule) with ``gpu_profile`` (on a CPU by default this host's
+    own profile, :func:`host_profile`; ``recalibrate``: measure it again), replay the same task graphs
     on ``device`` (warm-up, ``repeats`` timed runs, median), check every result against
     the unscheduled reference, and write ``<out_dir>/<machine>/<date>.{csv,md,png}``.
     ``profile_dir``: also write one profiled replay per pair and rank there (Kineto
@@ -181,7 +182,8 @@ def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None =
                          allow_fallback=allow_fallback, profile_dir=str(profile_dir) if profile_dir else None)
     opts.check()
     if gpu_profile is None:
-        gpu_profile = str(host_profile(out_dir, world_size)) if device == "cpu" else default_profile(device)
+        gpu_profile = (str(host_profile(out_dir, world_size, recalibrate=recalibrate)) if device == "cpu"
+                       else default_profile(device))
     dtype = "float32" if device == "cpu" else "float16"
     scens = ([parse_scenario(s, world_size, dtype) for s in scenarios] if scenarios
              else default_scenarios(device, world_size))
