@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ficco_sim import collective_time, load_gpu
+from ficco_sim.errors import InputError
 from ficco_sim.hardware import GpuProfile, Protocol
 from ficco_sim.simulate import per_rank_bytes
 
@@ -60,8 +61,14 @@ def with_params(gpu: GpuProfile, launch_us: float, ll_us: float, ll128_us: float
 
 
 def predict(rows: pd.DataFrame, gpus: dict[str, GpuProfile], sim: str = "analytical") -> np.ndarray:
-    return np.array([collective_time(gpus[r.gpu_profile], r.topology, r.kind, int(r.nbytes), sim=sim)
-                     for r in rows.itertuples()])
+    """Predicted seconds per row; NaN where the simulator refuses the size (fewer bytes than
+    one element per piece)."""
+    def one(r) -> float:
+        try:
+            return collective_time(gpus[r.gpu_profile], r.topology, r.kind, int(r.nbytes), sim=sim)
+        except InputError:
+            return float("nan")
+    return np.array([one(r) for r in rows.itertuples()])
 
 
 GRID = {"launch_us": np.arange(0.0, 24.1, 2.0), "ll_us": np.arange(0.0, 6.1, 0.5),
@@ -125,6 +132,10 @@ def main() -> None:
         return
     gpus = {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
     rows["predicted_s"] = predict(rows, gpus, sim="des")
+    refused = rows["predicted_s"].isna()
+    if refused.any():
+        print(f"{int(refused.sum())} rows left out: fewer bytes than one element per piece (the simulator refuses them)")
+        rows = rows[~refused].copy()
     rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
     rows["command"] = [f"ficco-sim predict collective --gpu {r.gpu_profile} --topology {r.topology} --kind {r.kind} "
                        f"--bytes {int(r.nbytes)}" for r in rows.itertuples()]

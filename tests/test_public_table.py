@@ -1,0 +1,37 @@
+"""The published error table: one row per fact from the committed sources, fitted rows out of
+the medians, every row with a source URL and the command that predicts it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("public_table", ROOT / "benchmarks" / "public_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_published_fact_is_one_row_with_its_source_and_command():
+    pt = _module()
+    rows = pt.nccl_rows() + pt.dil_rows() + pt.overlap_rows() + pt.flux_rows()
+    table = pd.DataFrame(rows, columns=pt.COLUMNS)
+    nccl = pd.read_csv(ROOT / "validation" / "public" / "nccl_tests.csv", comment="#")
+    assert (table["source"] == "nccl-tests").sum() == len(nccl)
+    assert table["source_url"].str.startswith("http").all() and (table["command"].str.len() > 0).all()
+    assert set(table["source"]) >= {"ConCCL", "Cui & Pericas", "arXiv 2507.03114", "flux#90", "DIL (Vidur GEMMs)"}
+    fitted = table[table["used_for_fit"]]
+    assert len(fitted) and set(fitted["source"]) == {"nccl-tests"}
+    summ = pt.summary(table).set_index("source")
+    held = table[~table["used_for_fit"]]
+    assert summ.loc["all (relative)", "facts"] == held["error"].notna().sum()   # fitted rows never count
+    # a relative error is (predicted - published) / published; DIL near 0 is compared in absolute terms
+    r = table[table["source"] == "flux#90"].iloc[0]
+    assert r["error"] == (r["predicted"] - r["published"]) / r["published"]
+    assert table.loc[table["source"] == "DIL (Vidur GEMMs)", "error"].isna().all()
