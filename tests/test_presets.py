@@ -79,3 +79,44 @@ def test_recommend_answers_in_presets_and_names_the_loss():
     if loser["speedup"] < 1:
         name, sec = losses(loser["metrics"])[0]
         assert name in loser["losses"] and sec > 0
+
+
+def test_explore_puts_the_presets_side_by_side_on_each_layer(tmp_path):
+    from ficco_sim.explore.preset_table import preset_models, preset_rows, preset_wide
+    from ficco_sim.explore.study import run_study
+    dep = Scenario("gemm-rs", 8, 4096, 4096, 2048)
+    ind = Scenario("ag-par-gemm", 8, 4096, 4096, 2048)
+    for s in (dep, ind):
+        s.meta.update(model="m", layer=s.kind, phase="fwd", tokens=4096)
+    pts, _ = run_study([dep, ind], [("h100", "switch:8")], space="presets", progress=False)
+    long = preset_rows(pts, [dep, ind])
+    assert len(long) == 2 * len(PRESETS)                           # every preset on every layer
+    des = pts[pts["engine"] == "des"].set_index(["scenario_id", "schedule"])["makespan"]
+    for r in long.itertuples():
+        if r.schedule:       # the DES ran every preset's schedule; the cell is its speedup over none
+            assert r.engine == "des"
+            assert r.speedup == pytest.approx(des[(r.scenario_id, "none")] / des[(r.scenario_id, r.schedule)])
+        else:
+            assert r.reason                                          # why it does not apply
+    got = long.set_index(["scenario_id", "preset"])
+    assert got.loc[(dep.key(), "flux"), "schedule"] == "fused-st"
+    assert got.loc[(ind.key(), "flux"), "schedule"] == "" and got.loc[(dep.key(), "conccl"), "schedule"] == ""
+    assert list(preset_wide(long).columns[3:]) == [p for p in PRESETS]
+    tot = preset_models(long).set_index("preset")
+    # a layer a preset does not apply to runs without overlap in the model's total
+    t_none = long.groupby("scenario_id")["t_none"].first()
+    flux = got.loc[(dep.key(), "flux"), "makespan"] + t_none[ind.key()]
+    assert tot.loc["flux", "t_preset"] == pytest.approx(flux) and tot.loc["flux", "applies"] == 1
+    assert tot.loc["nccl", "speedup"] == pytest.approx(1.0)
+
+
+def test_explore_space_presets_writes_the_tables(tmp_path, capsys):
+    from ficco_sim.cli import main
+    sc = tmp_path / "s.yaml"
+    sc.write_text("scenarios:\n  - {kind: gemm-rs, gpus: 8, m: 4096, n: 4096, k: 2048}\n")
+    assert main(["explore", "--scenarios", str(sc), "--gpu", "h100", "--topology", "switch:8", "--space", "presets",
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert "Presets side by side" in capsys.readouterr().out
+    import pandas as pd
+    got = pd.read_csv(tmp_path / "o" / "presets.csv")
+    assert set(got["preset"]) == set(PRESETS) and got["speedup"].notna().any()

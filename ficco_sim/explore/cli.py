@@ -37,6 +37,7 @@ examples:
   ficco-sim explore
   ficco-sim explore --gpu mi300x --topology fc:8 --topology switch:8 --scenarios builtin --engine analytical --space full
   ficco-sim explore --scenarios my_layers.yaml --jobs 8 --out study/ --plots
+  ficco-sim explore --space presets --out presets/       (the libraries side by side on each layer)
   ficco-sim explore --fit-heuristics
 """
 
@@ -65,8 +66,11 @@ def add_explore_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "confirms the --top fastest per scenario and answers), des (discrete-event on every "
                         "point, the reference; slow on the full space) or analytical (closed form only: every "
                         "scenario of one structure in one vector evaluation, for wide sweeps)")
-    p.add_argument("--space", default="full", choices=["basic", "full"],
-                   help="full (default: grouping, channels, priority, smem, shard dimension) or basic schedules")
+    p.add_argument("--space", default="full", choices=["basic", "full", "presets"],
+                   help="full (default: grouping, channels, priority, smem, shard dimension), basic schedules, "
+                   "or presets: what NCCL, async-TP, TransformerEngine, Flux, ConCCL, FiCCO and Cui & Pericas "
+                   "run on each layer, side by side (every one confirmed by the DES; presets.csv, "
+                   "presets_models.csv)")
     p.add_argument("--top", type=int, default=5, metavar="K",
                    help="--engine confirm: schedules per scenario the DES confirms (default 5)")
     p.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
@@ -141,11 +145,12 @@ def run_explore(args: argparse.Namespace) -> int:
             con.print(f"[yellow]topology[/]: {note}")
         _print_summary(con, summary, points)
         _print_models(con, summary, args)
+        extra = _print_presets(con, points, scenarios) if args.space == "presets" else []
         if args.show_invalid and points.attrs.get("invalid"):
             _print_invalid(con, points.attrs.get("invalid", []))
         if out is not None:
             files = write_tables(points, summary, out,
-                                 invalid=points.attrs.get("invalid") if args.show_invalid else None)
+                                 invalid=points.attrs.get("invalid") if args.show_invalid else None, extra=extra)
             if args.plots:
                 from .plots import write_plots
                 files += write_plots(points, summary, out)
@@ -167,7 +172,10 @@ def _print_models(con, summary, args) -> None:
             t.add_row(f"{r.gpu} {r.topology}", str(r.model), str(r.tokens), str(r.gpus), str(r.pairs),
                       f"{r.t_none * 1e3:.3f}", f"{r.t_best * 1e3:.3f}", f"{r.speedup:.2f}x")
         con.print(t)
-    if args.space != "full":
+    if args.space == "presets":
+        con.print(f"[yellow]These are the best of the libraries' presets[/] ({args.engine} engine, every preset "
+                  "run by the DES with --engine confirm); `--space full` searches every schedule.")
+    elif args.space != "full":
         con.print(f"[yellow]These are the best of the {args.space} schedules[/] ({args.engine} engine); "
                   "`--space full` also tries grouping, channels, priority, shaping and dimension (finer "
                   "schedules can win where basic ones lose), `--engine analytical` makes that sweep fast.")
@@ -177,6 +185,35 @@ def _print_models(con, summary, args) -> None:
                   "every number above.")
     else:
         con.print(f"Best of the full schedule space ({args.engine} engine).")
+
+
+def _print_presets(con, points, scenarios) -> list:
+    """The presets side by side per layer and per model; returns the tables to write."""
+    from rich.table import Table
+    from .preset_table import preset_models, preset_rows, preset_wide
+    long = preset_rows(points, scenarios)
+    wide = preset_wide(long)
+    if wide.empty:
+        return []
+    names = [c for c in wide.columns if c not in ("gpu", "topology", "scenario")]
+    t = Table(title="Presets side by side: speedup over no overlap per layer (-: does not apply, see presets.csv)")
+    for col in ["gpu / topology", "scenario"] + names:
+        t.add_column(col, justify="left" if col in ("gpu / topology", "scenario") else "right")
+    for _, r in wide.iterrows():
+        t.add_row(f"{r.gpu} {r.topology}", r.scenario, *[f"{r[n]:.2f}x" if r[n] == r[n] else "-" for n in names])
+    con.print(t)
+    models = preset_models(long)
+    if len(models):
+        m = models.pivot_table(index=["gpu", "topology", "model", "tokens"], columns="preset", values="speedup",
+                               sort=False).reset_index()
+        t = Table(title="Presets per model (layers summed; a layer a preset does not apply to runs without overlap)")
+        for col in ["gpu / topology", "model", "tokens"] + [n for n in names if n in m.columns]:
+            t.add_column(col, justify="left" if col in ("gpu / topology", "model") else "right")
+        for _, r in m.iterrows():
+            t.add_row(f"{r.gpu} {r.topology}", str(r.model), str(r.tokens),
+                      *[f"{r[n]:.2f}x" for n in names if n in m.columns])
+        con.print(t)
+    return [("presets", long), ("presets_models", models)]
 
 
 def _print_summary(con, summary, points) -> None:

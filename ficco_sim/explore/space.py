@@ -29,7 +29,7 @@ from ..topology import Topology, load_topology
 from ..workload import Scenario
 
 ORDER = "local-first"
-LEVELS = ("basic", "candidates", "full")
+LEVELS = ("basic", "candidates", "full", "presets")
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,10 @@ def enumerate_space(scenario: Scenario, gpu: GpuProfile | str, topology: Topolog
     topo = load_topology(topology, gpu)
     if level not in LEVELS:
         raise InputError("--space", None, f"unknown level {level!r}; known: {', '.join(LEVELS)}")
+    if level == "presets":      # what the libraries run here (schedules.presets), each as it maps
+        from ..schedules.presets import applicable
+        got = [Schedule("none")] + [s for s in applicable(scenario, gpu, topo).values() if isinstance(s, Schedule)]
+        return [Point(s, invalid_reason(scenario, s, gpu, topo)) for s in {s.name: s for s in got}.values()]
     if level == "basic":
         cands = [replace(s, dim=scenario.shard_dim) if s.pattern else s for s in basic_schedules(scenario)]
     elif level == "candidates":

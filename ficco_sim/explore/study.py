@@ -124,6 +124,8 @@ def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *
     jobs, invalid = build_jobs(scenarios, pairs, engine=first, space=space, notes=notes)
     rows = run_sweep(jobs, workers=workers, ray=ray, out=out, progress=progress)
     if engine == "confirm":
+        if space == "presets":    # a handful per scenario, compared side by side: the DES runs them all
+            top = max(top, max((len(j.schedules) for j in jobs), default=top))
         rows += run_sweep(confirm_jobs(rows, scenarios, top), workers=workers, ray=ray, out=out, progress=progress)
     points = ordered(pd.DataFrame(rows))
     points.attrs["invalid"] = invalid
@@ -184,11 +186,12 @@ def ordered(points: pd.DataFrame) -> pd.DataFrame:
     return points.reindex(columns=head + sorted(c for c in cols if c not in LEADING))
 
 
-def write_tables(points: pd.DataFrame, summary: pd.DataFrame, out: Path, *, invalid: list[dict] | None = None
-                 ) -> list[Path]:
-    """CSV (and Parquet when pyarrow is there) of points and summary, written atomically."""
+def write_tables(points: pd.DataFrame, summary: pd.DataFrame, out: Path, *, invalid: list[dict] | None = None,
+                 extra: Sequence[tuple[str, pd.DataFrame]] = ()) -> list[Path]:
+    """CSV (and Parquet when pyarrow is there) of points and summary (and ``extra`` named
+    tables), written atomically."""
     files = []
-    tables = [("points", points), ("summary", summary), ("models", model_totals(summary))]
+    tables = [("points", points), ("summary", summary), ("models", model_totals(summary)), *extra]
     for name, df in tables + ([("invalid", pd.DataFrame(invalid))] if invalid else []):
         p = out / f"{name}.csv"
         with atomic_path(p) as tmp:
