@@ -170,3 +170,20 @@ def test_a_collective_table_alone_is_refused_before_any_fit(tmp_path):
     with pytest.raises(InputError, match="--report"):
         calibrate_from_files([VIDUR / "collective_times.csv"], "a100", out=tmp_path / "a.yaml")
     assert time.process_time() - t0 < 5 and not (tmp_path / "a.yaml").exists()
+
+
+def test_host_fit_recovers_the_replays_numbers_from_exact_rows():
+    from ficco_sim.calibrate.host_ranks import fit_host
+    lat, bw, c, cores, ranks = 150e-6, 3e9, 0.8e-9, 2, 2
+    sizes = [4, 1 << 12, 1 << 16, 1 << 20, 1 << 22, 1 << 24]
+    rows = [dict(kind="p2p", bytes=b, time_s=lat + b / bw, ranks=ranks) for b in sizes]
+    # every rank exchanges at once: ranks x bytes moved by the host's cores
+    rows += [dict(kind="exchange", bytes=b, time_s=lat + ranks * b * c / cores, ranks=ranks) for b in sizes]
+    rows += [dict(kind="op", time_s=1e-3, count=200, ranks=ranks), dict(kind="copy", bytes=1 << 25, time_s=5e-3),
+             dict(kind="skew", time_s=30e-6)]
+    f = fit_host(rows, cores)
+    assert f["latency"] == pytest.approx(lat, rel=1e-6) and f["stream_bandwidth"] == pytest.approx(bw, rel=1e-6)
+    assert f["core_s_per_byte"] == pytest.approx(c, rel=1e-6) and f["binding"]
+    assert f["op_s"] == pytest.approx(5e-6) and f["copy_bytes_per_s"] == pytest.approx(2 * (1 << 25) / 5e-3)
+    flat = [dict(r, time_s=1e-4) if r["kind"] == "p2p" else r for r in rows]      # no slope to see
+    assert np.isfinite(fit_host(flat, cores)["stream_bandwidth"])

@@ -190,7 +190,10 @@ def fit_host(rows: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     core_s = max(0.0, slope) * cores / ranks
     op = kind("op")[0]
     cp = kind("copy")[0]
-    return dict(skew=kind("skew")[0]["time_s"], latency=lat, stream_bandwidth=1.0 / inv_bw if inv_bw > 0 else float("inf"),
+    # no believable slope (a host too noisy to tell): the largest message's rate, latency included
+    raw = float(x.max() / y[x.argmax()])
+    bw = 1.0 / inv_bw if inv_bw > 0 and 1.0 / inv_bw < 10 * raw else raw
+    return dict(skew=kind("skew")[0]["time_s"], latency=lat, stream_bandwidth=bw,
                 p2p_err=err, core_s_per_byte=core_s, exchange_rows=int(big.sum()),
                 binding=bool(slope > inv_bw * 1.1), op_s=op["time_s"] / op["count"],
                 copy_bytes_per_s=2.0 * cp["bytes"] / cp["time_s"], ranks=ranks)

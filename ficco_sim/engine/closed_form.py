@@ -51,7 +51,6 @@ True
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -68,6 +67,7 @@ from ..topology import Topology, load_topology
 from ..workload import Scenario
 from .closed_form_overlap import (CommKernels, Groups, MemKernels, apply_comm_hold, apply_memory_hold, comm_release,
                                   groups, levels_of, link_coefs, memory_hold, slowdowns)
+from .dag_levels import longest_path_levels, padded_levels
 from .closed_form_tiles import residency, signal_share, sources, store_coef, with_signals
 from .closed_form_tables import comm_kernels, link_tables, memory_kernels, merged_comm, merged_links, merged_mem
 
@@ -233,8 +233,8 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
             inputs[end[t.id]] = (begin[t.id],)
     n = len(rows)
     kinds, gpus, consts, coefs, nbytes, shape_ix, dsts = (list(c) for c in zip(*rows)) if rows else ([],) * 7
-    level = _levels(inputs)
-    levels = _padded_levels(inputs, level)
+    level = longest_path_levels(inputs)
+    levels = padded_levels(inputs, level)
     kernels = graph.kernels
     gemms = [t for t in kernels if t.kind == "gemm" and t.gemm is not None]
     comms = [t for t in kernels if t.kind == "comm"]
@@ -256,57 +256,6 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
                             ix(begin, gemms)),
         comm_kernels=comm_kernels(graph, comms, gemms, gpu, level[ix(begin, comms)], level[ix(begin, gemms)]),
         source=sources(source, n))
-
-
-def _padded_levels(inputs: list[tuple[int, ...]], level: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per level (1, 2, ...): its node ids and their inputs padded with ``n`` (the zero
-    source), built with whole-array operations."""
-    n = len(inputs)
-    if not n:
-        return []
-    lens = np.fromiter(map(len, inputs), dtype=np.int64, count=n)
-    flat = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64, count=int(lens.sum()))
-    owner = np.repeat(np.arange(n), lens)
-    pos = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
-    order = np.argsort(level, kind="stable")                 # nodes by level, ids ascending within
-    top = int(level.max())
-    bounds = np.searchsorted(level[order], np.arange(1, top + 2))
-    row = np.empty(n, dtype=np.int64)
-    row[order] = np.arange(n) - bounds[level[order] - 1]     # a node's row within its level
-    by_level = np.argsort(level[owner], kind="stable")
-    fb = np.searchsorted(level[owner][by_level], np.arange(1, top + 2))
-    out = []
-    for lv in range(1, top + 1):
-        ids = order[bounds[lv - 1]:bounds[lv]]
-        pad = np.full((len(ids), max(1, int(lens[ids].max(initial=0)))), n, dtype=np.int64)
-        e = by_level[fb[lv - 1]:fb[lv]]
-        pad[row[owner[e]], pos[e]] = flat[e]
-        out.append((ids, pad))
-    return out
-
-
-def _levels(inputs: list[tuple[int, ...]]) -> np.ndarray:
-    """Longest-path depth of every node (inputs first), by Kahn's algorithm (plain lists:
-    numpy scalar indexing would dominate template building)."""
-    n = len(inputs)
-    outs: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for i, ins in enumerate(inputs):
-        for j in ins:
-            outs[j].append(i)
-        indeg[i] = len(ins)
-    level = [1] * n
-    stack = [i for i in range(n) if indeg[i] == 0]
-    while stack:
-        i = stack.pop()
-        li = level[i] + 1
-        for j in outs[i]:
-            if level[j] < li:
-                level[j] = li
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                stack.append(j)
-    return np.array(level, dtype=np.int64)
 
 
 def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
@@ -371,16 +320,18 @@ def _factors(tpl: Template, scenarios: Sequence[Scenario] | None) -> dict[str, n
 
 
 def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | None = None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict, np.ndarray]:
     """(P, nodes + 1) contention-free durations of non-transfer nodes, (P, nodes + 1) bytes
-    of transfer nodes, (P, GEMMs) GEMM HBM bytes, and where each GEMM's blocks sit
-    (:func:`_residency`); one row per scenario (one row at the template's own sizes when
-    none are given)."""
+    of transfer nodes, (P, GEMMs) GEMM HBM bytes, where each GEMM's blocks sit
+    (:func:`_residency`), and the durations again without fused epilogue stores (the
+    isolated kernels the metrics compare with); one row per scenario (one row at the
+    template's own sizes when none are given)."""
     f = _factors(tpl, scenarios)
     P = len(f["m"])
     kind = tpl.kind
     dur = np.zeros((P, tpl.num_nodes + 1))
     dur[:, :-1] = np.where((kind == CONST) | (kind == FIXED), tpl.const, 0.0)
+    iso = dur            # the durations without fused epilogue stores (a copy only when there are some)
     gemm_hbm = np.zeros((P, len(tpl.gemm_nodes)))
     resident: dict = {}
     if tpl.shapes:
@@ -397,8 +348,9 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
         g = np.flatnonzero(kind == GEMM)
         dur[:, g] = times[:, tpl.gemm_shape[g]]
         stored = g[tpl.coef[g] > 0]
-        if len(stored):   # fused epilogue stores: s per output element times m * n
+        if len(stored):   # fused epilogue stores: s per output element times m * n (not part of "iso")
             mn = np.stack([m * n for m, n, _ in sizes], axis=1)
+            iso = dur.copy()
             dur[:, stored] += tpl.coef[stored] * mn[:, tpl.gemm_shape[stored]]
         gemm_hbm = traffic[:, tpl.gemm_shape[tpl.gemm_nodes]]
         if (tpl.mem is not None and len(tpl.mem.nodes)) or len(tpl.comm_nodes):
@@ -414,7 +366,9 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
     mm = np.flatnonzero(kind == MEM)
     dur[:, mm] = tpl.const[mm] * comm[:, None]
     resident["comm"] = comm
-    return dur, nbytes, gemm_hbm, resident
+    if iso is not dur:
+        iso[:, mm] = dur[:, mm]
+    return dur, nbytes, gemm_hbm, resident, iso
 
 
 def transfer_terms(tpl: Template, gpu: GpuProfile, nbytes: np.ndarray, xfer: np.ndarray
@@ -463,9 +417,9 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
     scenario (default: the template's own sizes); the passes of the module docstring."""
     if tpl.quotient is not None:
         ev = evaluate(tpl.quotient, gpu, scenarios, contention=contention, weights=weights)
-        out = {k: ev[k][:, tpl.orbit] for k in ("vals", "add", "base", "nbytes")}
+        out = {k: ev[k][:, tpl.orbit] for k in ("vals", "add", "base", "iso", "nbytes")}
         return {**out, "makespan": ev["makespan"]}
-    base, nbytes, gemm_hbm, resident = durations(tpl, gpu, scenarios)
+    base, nbytes, gemm_hbm, resident, iso = durations(tpl, gpu, scenarios)
     xfer = np.flatnonzero((tpl.kind == XFER) | (tpl.kind == SMX))
     fixed, wire = transfer_terms(tpl, gpu, nbytes, xfer)
     share = resident.get("signal")
@@ -492,7 +446,8 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
         add = base.copy() if slow is None else base * slow
         add[:, xfer] = fixed + coef * wire * (1.0 if slow is None else slow[:, xfer])
         vals = run(tpl, with_signals(tpl, add, share), hold)
-    return {"vals": vals, "add": add, "base": base, "nbytes": nbytes, "makespan": vals[:, :-1].max(axis=1, initial=0.0)}
+    return {"vals": vals, "add": add, "base": base, "iso": iso, "nbytes": nbytes,
+            "makespan": vals[:, :-1].max(axis=1, initial=0.0)}
 
 
 def closed_form_timeline(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology | str, *,

@@ -115,7 +115,7 @@ def _merged(tpls: list[Template], scenario: Scenario, topo: Topology) -> tuple[T
 def _part(ev: dict, a: int, b: int) -> dict[str, np.ndarray]:
     """One template's share of a merged evaluation (nodes ``a:b``, sentinel column kept)."""
     cols = np.r_[a:b, ev["vals"].shape[1] - 1]
-    part = {k: ev[k][:, cols] for k in ("vals", "add", "base", "nbytes")}
+    part = {k: ev[k][:, cols] for k in ("vals", "add", "base", "iso", "nbytes")}
     part["makespan"] = ev["vals"][:, a:b].max(axis=1, initial=0.0)
     return part
 
@@ -230,6 +230,6 @@ def template_metrics(tpl: Template, ev: dict, alone: Template, ev_alone: dict, n
         makespan=ev["makespan"], t_comp=t_comp, t_comm=t_comm, t_none=t_none, num_gpus=num_gpus,
         gemm_gpu=tpl.gpu_of[tpl.gemm_nodes], gemm_ready=vals[:, tpl.gemm_begin] - L,
         gemm_start=vals[:, tpl.gemm_begin], gemm_end=vals[:, tpl.gemm_nodes],
-        gemm_iso=ev["base"][:, tpl.gemm_nodes] + L,
+        gemm_iso=ev["iso"][:, tpl.gemm_nodes] + L,
         xfer_span=vals[:, tpl.xfer_nodes] - vals[:, tpl.xfer_begin],
         xfer_span_alone=ev_alone["vals"][:, alone.xfer_nodes] - ev_alone["vals"][:, alone.xfer_begin])

@@ -165,6 +165,9 @@ def _candidates(scenario: Scenario, gpu: GpuProfile) -> list[Schedule]:
                     out.append(Schedule(engine="dma", **base))
                     out.append(Schedule(engine="dma", priority="high", **base))
                     out.append(Schedule(engine="dma", smem=shaping[0], **base))
+    # one GEMM whose tiles signal each peer's rows out (gemm-rs; refused with a reason elsewhere)
+    out += [Schedule("fused", engine="sm"), Schedule("fused", engine="sm", priority="high"),
+            Schedule("fused", engine="dma"), Schedule("fused", engine="st")]
     return out
 
 
