@@ -32,12 +32,13 @@ PUBLIC = ROOT / "validation" / "public"
 SOURCES = {      # file -> the command that regenerates it
     "nccl_tests.csv": ["benchmarks/collective_error.py"],
     "dil.csv": ["benchmarks/dil_error.py", "--csv", "validation/public/dil.csv"],
-    "independent_overlap.csv": ["benchmarks/independent_overlap.py", "--csv", "validation/public/independent_overlap.csv"],
+    "independent_overlap.csv": ["benchmarks/independent_overlap.py", "--csv",
+                                "validation/public/independent_overlap.csv"],
     "flux_issue90.csv": ["benchmarks/flux_issue90.py", "--csv", "validation/public/flux_issue90.csv"],
 }
 VIDUR = "https://github.com/microsoft/vidur (data/profiling/compute/*/gemm_times.csv, MIT)"
 CONCCL = "https://arxiv.org/abs/2412.14335"
-CUI = "https://arxiv.org/abs/2606.09200"     # Cui & Pericàs, resource-aware overlap (shared/reference/resource_aware.md)
+CUI = "https://arxiv.org/abs/2606.09200"     # Cui & Pericàs (shared/reference/resource_aware.md)
 SLOWDOWN = "https://arxiv.org/abs/2507.03114"
 FICCO = "https://arxiv.org/abs/2512.10236"
 COLUMNS = ["source", "fact", "published", "predicted", "error", "abs_error", "used_for_fit", "source_url", "command"]
@@ -82,7 +83,8 @@ def overlap_rows() -> list[dict]:
         g = c[c["schedule"] == sched]
         out.append(_row("ConCCL", f"8xMI300X GEMM ∥ all-gather/all-to-all, {what}: share of the ideal gain",
                         g["published_of_ideal"].iloc[0], g["of_ideal"].median(), CONCCL, cmd))
-    out.append(_row("ConCCL", "8xMI300X GEMM ∥ collective: best speedup (max)", 1.67, c["speedup"].max(), CONCCL, cmd))
+    out.append(_row("ConCCL", "8xMI300X GEMM ∥ collective: best speedup (max)", 1.67, c["speedup"].max(), CONCCL,
+                    cmd))
     cp = d[d["setting"] == "Cui & Pericas"]
     shaped = cp[(cp["priority"] == "high") | (cp["smem_kib"] > 0)]
     out.append(_row("Cui & Pericas", "GEMM ∥ all-reduce: gain of shaping + priority over naive (up to)", 0.25,
@@ -127,8 +129,8 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
             (table["source"] == src) & table["used_for_fit"]].shape[0]),
             "median |error|": f"{100 * rel.median():.1f}%" if len(rel) else f"{g['abs_error'].median():.3f} (abs)"})
     rel = held["error"].abs().dropna()
-    rows.append({"source": "all (relative)", "facts": len(rel), "used for fit (left out)": int(table["used_for_fit"].sum()),
-                 "median |error|": f"{100 * rel.median():.1f}%"})
+    rows.append({"source": "all (relative)", "facts": len(rel),
+                 "used for fit (left out)": int(table["used_for_fit"].sum()), "median |error|": f"{100 * rel.median():.1f}%"})
     return pd.DataFrame(rows)
 
 
@@ -164,7 +166,8 @@ def main() -> None:
     summ = summary(table)
     stamp = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ} on {socket.gethostname()}"
     from ficco_sim.files import write_text_atomic
-    head = f"# benchmarks/public_table.py; {stamp}; one row per published fact; error = (predicted - published) / published\n"
+    head = (f"# benchmarks/public_table.py; {stamp}; one row per published fact; "
+            "error = (predicted - published) / published\n")
     write_text_atomic(PUBLIC / "table.csv", head + table.to_csv(index=False, float_format="%.6g"), force=True)
     write_text_atomic(PUBLIC / "table.md", markdown(table, summ, stamp), force=True)
     print(summ.to_string(index=False))

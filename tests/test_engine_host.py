@@ -5,7 +5,8 @@ costs ``c`` core-seconds per byte, half at each end, so alone it moves at
 ``min(link, share / (c / 2))`` and an exchange shares each rank's cores between its send and
 its receive. Compute threads run first: transfers move only with the cores compute leaves
 at both ends, so with no spare core a message waits for its sender's (or receiver's)
-compute to end. Communication kernels hold no compute slot. Switching any of these off in the engine turns a test here red.
+compute to end. Communication kernels hold no compute slot. Switching any of these off in
+the engine turns a test here red.
 """
 
 from __future__ import annotations

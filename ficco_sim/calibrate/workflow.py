@@ -250,7 +250,8 @@ def _calibrate_cpu(raw: Path, out: Path, force: bool, report_dir: Any, sizes: st
     u = cal.updates
     values.update(efficiency=u["gemm.efficiency.float32"][0], k_overhead=u["gemm.k_overhead"][0],
                   gemm_source=u["gemm.k_overhead"][2])
-    for key, name, scale in (("link.latency_us", "latency", 1e6), ("link.port_bandwidth_gbps", "stream_bandwidth", 1e-9),
+    for key, name, scale in (("link.latency_us", "latency", 1e6),
+                             ("link.port_bandwidth_gbps", "stream_bandwidth", 1e-9),
                              ("host.transfer_core_ns_per_byte", "core_s_per_byte", 1e9)):
         u[key] = (round(host[name] * scale, 4), "fitted", host_source)
     u["launch_overhead_us"] = (round(host["op_s"] * 1e6, 3), "measured", f"one tiny op in the replay loop, {raw}")

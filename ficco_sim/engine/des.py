@@ -36,7 +36,7 @@ import simpy
 
 from ..contention import comm_slowdown, compute_slowdown
 from ..errors import InputError
-from ..gemm_model import plan_gemm, tile_bytes, tile_prefix_blocks
+from ..gemm_model import plan_gemm, tile_prefix_blocks
 from ..hardware import GpuProfile, Protocol, load_gpu
 from ..taskgraph import Kernel, TaskGraph, Transfer
 from ..timeline import TaskRecord, Timeline
@@ -44,6 +44,7 @@ from ..topology import Topology, load_topology
 from .gcpause import paused_gc
 from .dispatcher import SmPool, Waiting
 from .fluid import Activity, FluidPool
+from .tile_order import TileOrder
 
 SETTLE_PRIORITY = 2   # after every ordinary simpy event of the same instant (NORMAL = 1)
 NAN = float("nan")
@@ -91,18 +92,18 @@ class Simulation:
         self._protocols: dict[float, Protocol] = {}
         self._paths: dict[tuple[int, int], tuple[dict[str, float], float]] = {}
         self.link_counters: dict[str, None] = {}     # link resources ever crossed, in first-use order
-        self.tiled: dict[str, _TileOrder] = {}        # GEMMs whose block order matters (signals, stores)
+        self.tiled: dict[str, TileOrder] = {}        # GEMMs whose block order matters (signals, stores)
         self.signal_events: dict[str, list] = {}      # task -> its tile-signal events
         self._setup()
 
     # -- set-up ---------------------------------------------------------------------------
-    def _tile_order(self, k: Kernel) -> "_TileOrder":
+    def _tile_order(self, k: Kernel) -> "TileOrder":
         hit = self.tiled.get(k.id)
         if hit is None:
             sh = k.gemm
             plan = plan_gemm(self.gpu, sh.m, sh.n, sh.k, sh.dtype, extra_smem=sh.extra_smem,
                              accumulate=sh.accumulate, sms=sh.sms)
-            hit = self.tiled[k.id] = _TileOrder(plan.tile, sh, k.grid, k.stores)
+            hit = self.tiled[k.id] = TileOrder(plan.tile, sh, k.grid, k.stores)
         return hit
 
     def _signal(self, t, kid: str, share: float):
@@ -296,7 +297,8 @@ class Simulation:
         done = lambda k=k, c=counts, f=first: self._computed(k, c, f)  # noqa: E731
         if self.gpu.host is not None:
             usage["host_compute"] = float(n)      # a core per resident block (the rank's compute thread)
-            done = lambda k=k, c=counts, f=first, n=n: (self._host_threads(k.gpu, -n), self._computed(k, c, f))  # noqa: E731
+            done = lambda k=k, c=counts, f=first, n=n: (  # noqa: E731
+                self._host_threads(k.gpu, -n), self._computed(k, c, f))
         act = Activity(f"{k.id}@{self.seq}", k.block_time, usage, cap=1.0,
                        weight=1.0 / hbm_rate if hbm_rate > 0 else 1.0, gpu=gpu, kind="compute", on_done=done)
         self.seq += 1
@@ -465,46 +467,6 @@ class Simulation:
             raise InputError("simulation", str(where), f"deadlock: {len(stuck)} tasks never finished "
                              f"(first: {', '.join(stuck[:3])}); the dispatch policy or dependencies block progress")
         return Timeline(list(self.records.values()), self.counters, self.events)
-
-
-class _TileOrder:
-    """The blocks of a GEMM whose order matters: which are placed (in index order) and done
-    (the done prefix), the tile signals waiting on it, and its epilogue stores."""
-
-    def __init__(self, tile, shape, grid: int, stores=()):
-        self.tile, self.shape, self.grid = tile, shape, grid
-        self.block_bytes = tile_bytes(tile, shape.dtype)
-        # the epilogue stores as block ranges: (first block past the range, dst), in order
-        self.stores = [(min(grid, int(tile_prefix_blocks(tile, shape.m, shape.n, share))), dst)
-                       for share, dst in stores]
-        self.placed = 0
-        self.prefix = 0
-        self.done: dict[int, int] = {}       # first block -> count, of cohorts done past the prefix
-        self.waits: list[tuple[int, float, object]] = []   # (blocks needed, flag latency, event), by need
-
-    def place(self, n: int) -> int:
-        first, self.placed = self.placed, self.placed + n
-        return first
-
-    def retire(self, first: int, n: int) -> list[tuple[float, object]]:
-        """Blocks ``[first, first + n)`` are done: the signals whose prefix is now complete."""
-        self.done[first] = n
-        while self.prefix in self.done:
-            self.prefix += self.done.pop(self.prefix)
-        fired = [w for w in self.waits if w[0] <= self.prefix]
-        if fired:
-            self.waits = self.waits[len(fired):]
-        return [(latency, ev) for _, latency, ev in fired]
-
-    def stores_of(self, first: int, n: int) -> list[tuple[int, int]]:
-        """(dst, blocks) of the blocks ``[first, first + n)``, per store range they fall in."""
-        out, lo = [], 0
-        for hi, dst in self.stores:
-            got = min(hi, first + n) - max(lo, first)
-            if got > 0:
-                out.append((dst, got))
-            lo = hi
-        return out
 
 
 def simulate_graph(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology | str, *,

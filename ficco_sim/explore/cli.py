@@ -67,8 +67,8 @@ def add_explore_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "point, the reference; slow on the full space) or analytical (closed form only: every "
                         "scenario of one structure in one vector evaluation, for wide sweeps)")
     p.add_argument("--space", default="full", choices=["basic", "full", "presets"],
-                   help="full (default: grouping, channels, priority, smem, shard dimension, fused kernels), basic schedules, "
-                   "or presets: what NCCL, async-TP, TransformerEngine, Flux, ConCCL, FiCCO and Cui & Pericas "
+                   help="full (default: grouping, channels, priority, smem, shard dimension, fused kernels), "
+                   "basic schedules, or presets: what NCCL, async-TP, TransformerEngine, Flux, ConCCL, FiCCO and Cui & Pericas "
                    "run on each layer, side by side (every one confirmed by the DES; presets.csv, "
                    "presets_models.csv)")
     p.add_argument("--top", type=int, default=5, metavar="K",
