@@ -36,11 +36,9 @@ CPU_GAP = (
     "the measured span includes. The engine's host model: compute threads run first on the shared cores and "
     "transfers move with the cores left over, so on a host with no spare core overlap buys nothing. "
     "`gap` names which part of a rank's time (compute, issue, wait on messages, imbalance: the span beyond "
-    "the mean rank's own run) is furthest from its prediction, from the runner's own per-op clocks. On a "
-    "2-core host the runs are bimodal: most match the model within ~10%, others take 2-4 ms longer with one "
-    "rank's run stretched (the OS co-scheduling the ranks' compute and gloo threads), which shows as "
-    "imbalance or wait; pinning each rank to a core made it worse (gloo's threads then starve behind compute)."
-)
+    "the mean rank's own run) is furthest from its prediction, from the runner's own per-op clocks. "
+    "`measured_min_s` / `measured_max_s` in the CSV show how far one run is from another: on a small host, "
+    "the operating system's placement of the ranks' compute and gloo threads moves runs by milliseconds.")
 
 
 def _gap(r) -> str:

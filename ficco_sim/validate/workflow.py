@@ -20,9 +20,9 @@ from . import report
 from .executor import Job, ReplayOptions, replay
 
 # The committed case sets. On a CPU: communication-heavy shapes (a rank's transfers take about
-# as long as its GEMM, so the transfer model is what is checked) of ~15 ms a run, because a
-# 2-core host's scheduling hiccups (1-3 ms, measured: the ranks' runs are bimodal at 512^3,
-# ~3 ms a run) would otherwise be most of what is measured.
+# as long as its GEMM, so the transfer model is what is checked) of ~15 ms a run, because at
+# 512^3 (~3 ms a run) a 2-core host's run-to-run spread (the report's measured_min/max_s) is
+# about as large as the run itself.
 DEFAULT_SIZES = {"cpu": {"ag-gemm": (4096, 128, 1024), "a2a-gemm": (4096, 128, 1024), "gemm-rs": (2048, 1024, 256)},
                  "cuda": {}}
 FALLBACK_SIZES = {"cpu": (512, 512, 512), "cuda": (8192, 8192, 8192)}
