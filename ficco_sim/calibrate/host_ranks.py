@@ -183,11 +183,12 @@ def fit_host(rows: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     lat, inv_bw, err = _line(x, y)
     ex = kind("exchange")
     ranks = int(ex[0]["ranks"])
+    pairs = ranks - ranks % 2          # ranks that exchange (an odd one out idles)
     xe = np.array([r["bytes"] for r in ex], float)
     ye = np.array([r["time_s"] for r in ex], float)
     big = xe >= max(xe) / 64           # the bandwidth regime
     slope = float(np.sum((ye[big] - lat) * xe[big]) / np.sum(xe[big] ** 2))
-    core_s = max(0.0, slope) * cores / ranks
+    core_s = max(0.0, slope) * cores / pairs
     op = kind("op")[0]
     cp = kind("copy")[0]
     # no believable slope (a host too noisy to tell): the largest message's rate, latency included
