@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from .fit_links import fit_alpha_beta
 
 PLAN: dict[str, dict[str, Any]] = {
     "tiny": dict(whole=[64, 128, 256], base=(256, 256, 256), nbytes=[4, 1 << 12, 1 << 16, 1 << 20, 1 << 22],
@@ -151,23 +152,11 @@ def measure(world_size: int = 2, sizes: str = "small") -> list[dict[str, Any]]:
     return rows
 
 
-def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, np.ndarray]:
-    """Least squares ``y = a + b x`` on relative error (weights 1/y), ``a, b >= 0``; returns
-    (a, b, relative errors)."""
-    w = 1.0 / y
-    a, b = np.linalg.lstsq(np.c_[w, x * w], np.ones_like(y), rcond=None)[0]
-    if a < 0:
-        a, b = 0.0, float(np.sum(x * y * w * w) / np.sum((x * w) ** 2))
-    if b < 0:
-        a, b = float(np.median(y)), 0.0
-    return float(a), float(b), (a + b * x - y) / y
-
-
 def fit_host(rows: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     """The host numbers of the CPU device model, each with how it was obtained:
 
-    * ``latency`` (s) and ``stream_bandwidth`` (B/s): ``t = latency + bytes / bandwidth``
-      on the one-way ``p2p`` rows;
+    * ``latency`` (s) and ``stream_bandwidth`` (B/s): :func:`.fit_links.fit_alpha_beta` (the
+      project's one alpha-beta fit) of the one-way ``p2p`` rows;
     * ``core_s_per_byte``: the slope of the ``exchange`` rows, ``ranks x bytes`` moved by
       the host's ``cores`` at once, i.e. ``slope x cores / ranks``;
     * ``op_s``: one tiny operation of the replay loop;
@@ -180,7 +169,8 @@ def fit_host(rows: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     p2p = kind("p2p")
     x = np.array([r["bytes"] for r in p2p], float)
     y = np.array([r["time_s"] for r in p2p], float)
-    lat, inv_bw, err = _line(x, y)
+    lat, fitted = fit_alpha_beta(x, y)
+    err = (lat + x / fitted - y) / y
     ex = kind("exchange")
     ranks = int(ex[0]["ranks"])
     pairs = ranks - ranks % 2          # ranks that exchange (an odd one out idles)
@@ -193,8 +183,8 @@ def fit_host(rows: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     cp = kind("copy")[0]
     # no believable slope (a host too noisy to tell): the largest message's rate, latency included
     raw = float(x.max() / y[x.argmax()])
-    bw = 1.0 / inv_bw if inv_bw > 0 and 1.0 / inv_bw < 10 * raw else raw
+    bw = fitted if fitted < 10 * raw else raw
     return dict(skew=kind("skew")[0]["time_s"], latency=lat, stream_bandwidth=bw,
                 p2p_err=err, core_s_per_byte=core_s, exchange_rows=int(big.sum()),
-                binding=bool(slope > inv_bw * 1.1), op_s=op["time_s"] / op["count"],
+                binding=bool(slope > 1.1 / bw), op_s=op["time_s"] / op["count"],
                 copy_bytes_per_s=2.0 * cp["bytes"] / cp["time_s"], ranks=ranks)
