@@ -24,6 +24,7 @@ Any other graph comes from YAML (see ``topologies/``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import heapq
 import math
 from pathlib import Path
 from typing import Any
@@ -49,13 +50,23 @@ class Topology:
     num_gpus: int
     graph: nx.DiGraph
     _routes: dict = field(default_factory=dict, repr=False)
+    _sources: set = field(default_factory=set, repr=False)     # GPUs whose routes are all known
 
     def route(self, src: int, dst: int) -> list[str]:
         """Node path from GPU ``src`` to GPU ``dst`` (fewest hops, then least latency)."""
         key = (src, dst)
-        if key not in self._routes:
-            self._routes[key] = _shortest(self.graph, gpu_node(src), gpu_node(dst))
-        return self._routes[key]
+        hit = self._routes.get(key)
+        if hit is None:
+            a, b = gpu_node(src), gpu_node(dst)
+            if src != dst and src not in self._sources and not self.graph.has_edge(a, b):
+                self._sources.add(src)      # one search from src answers every unique route from it
+                for node, path in _unique_routes(self.graph, a).items():
+                    if node.startswith("gpu"):
+                        self._routes.setdefault((src, int(node[3:])), path)
+                hit = self._routes.get(key)
+            if hit is None:
+                hit = self._routes[key] = _shortest(self.graph, a, b)
+        return hit
 
     def path_links(self, src: int, dst: int) -> list[tuple[str, str]]:
         nodes = self.route(src, dst)
@@ -93,6 +104,37 @@ def _shortest(graph: nx.DiGraph, a: str, b: str) -> list[str]:
         raise InputError("topology", None, f"no path from {a} to {b}") from None
 
 
+def _unique_routes(graph: nx.DiGraph, a: str) -> dict[str, list[str]]:
+    """The path from ``a`` to every node it reaches by one fewest-hop, least-latency path
+    (the weight of :func:`_shortest`); a node with tied paths is left out (:func:`_shortest`
+    picks among them)."""
+    dist, count, pred = {a: 0.0}, {a: 1}, {}
+    heap, seq, done = [(0.0, 0, a)], 1, set()
+    succ = graph.succ
+    while heap:
+        d, _, u = heapq.heappop(heap)
+        if u in done:
+            continue
+        done.add(u)
+        for v, attr in succ[u].items():
+            nd = d + (1.0 + attr["latency"] * 1e-3)
+            old = dist.get(v)
+            if old is None or nd < old:
+                dist[v], count[v], pred[v] = nd, count[u], u
+                heapq.heappush(heap, (nd, seq, v))
+                seq += 1
+            elif nd == old:
+                count[v] += count[u]
+    out: dict[str, list[str]] = {}
+    for v in done:
+        if v != a and count[v] == 1:
+            path = [v]
+            while path[-1] != a:
+                path.append(pred[path[-1]])
+            out[v] = path[::-1]
+    return out
+
+
 def _checked(name: str, kind: str, n: int, graph: nx.DiGraph, where: str) -> Topology:
     gpus = [v for v in graph.nodes if str(v).startswith("gpu")]
     expected = {gpu_node(i) for i in range(n)}
@@ -103,6 +145,9 @@ def _checked(name: str, kind: str, n: int, graph: nx.DiGraph, where: str) -> Top
             raise InputError(where, f"links.{u}->{v}.bandwidth", f"must be positive, got {d.get('bandwidth')!r}")
         if d.get("latency", -1) < 0:
             raise InputError(where, f"links.{u}->{v}.latency", f"must not be negative, got {d.get('latency')!r}")
+    comp = {v: c for c, nodes in enumerate(nx.strongly_connected_components(graph)) for v in nodes}
+    if len({comp[gpu_node(i)] for i in range(n)}) == 1:     # every GPU reaches every other
+        return Topology(name, kind, n, graph)
     for i in range(n):
         for j in range(n):
             if i != j and not nx.has_path(graph, gpu_node(i), gpu_node(j)):

@@ -205,6 +205,17 @@ links:
     assert t.path_latency(0, 2) == pytest.approx(2 * US)
 
 
+@pytest.mark.parametrize("spec", ["ring:8", "ring:16", "ring:17", "switch:16"] + SHIPPED)
+def test_routes_from_one_search_per_source_are_the_pairwise_routes(spec):
+    """route() answers every unique fewest-hop route from a source with one search; tied
+    pairs (a ring's far side, the MI250X GCD mesh) fall back to the pairwise search, so
+    the routes, and every answer built on them, are those of routing pair by pair."""
+    from ficco_sim.topology import _shortest, gpu_node
+    t = load_topology(spec if ":" in spec else TOPOLOGY_DIR / f"{spec}.yaml", load_gpu("h100"))
+    n = t.num_gpus
+    assert all(t.route(i, j) == _shortest(t.graph, gpu_node(i), gpu_node(j)) for i in range(n) for j in range(n))
+
+
 def test_path_bandwidth_is_the_bottleneck_and_defaults_apply(tmp_path):
     path = _write(tmp_path, """
 gpus: 3

@@ -44,6 +44,7 @@ from ..topology import Topology, load_topology
 from .gcpause import paused_gc
 from .dispatcher import SmPool, Waiting
 from .fluid import Activity, FluidPool
+from .sm_transfers import SmTransfers
 from .tile_order import TileOrder
 
 SETTLE_PRIORITY = 2   # after every ordinary simpy event of the same instant (NORMAL = 1)
@@ -61,7 +62,7 @@ class Simulation:
         self.g, self.gpu, self.topo, self.record = graph, gpu, topology, record
         self.env = simpy.Environment()
         env = self.env
-        self.done = {t.id: env.event() for t in graph.tasks}
+        self.done: dict[str, simpy.Event] = {}     # kernels, copies, and SM transfers a stream task awaits
         self.started = {k.id: env.event() for k in graph.kernels}
         self.pools = [SmPool(gpu.num_sms, gpu.sm, policy) for _ in range(graph.num_gpus)]
         self.waiting: list[list[Waiting]] = [[] for _ in range(graph.num_gpus)]
@@ -86,7 +87,6 @@ class Simulation:
         self.blocks_done: dict[str, int] = {}
         self.resident: dict[str, int] = {}
         self.cohorts: dict[str, list[np.ndarray]] = {}
-        self.open_transfers: dict[str, set[str]] = {}
         self.finished_comm: set[str] = set()
         self.counters: dict[str, list[tuple[float, float]]] = {}
         self._protocols: dict[float, Protocol] = {}
@@ -119,31 +119,33 @@ class Simulation:
 
     def _setup(self) -> None:
         per_stream: dict[tuple[int, str], list] = {}
+        sm: list[Transfer] = []
+        env, done = self.env, self.done
         for t in self.g.tasks:
             if t.signals:
                 self.signal_events[t.id] = [self._signal(t, kid, share) for kid, share in t.signals]
-            if isinstance(t, Kernel) and t.stores:
-                self._tile_order(t)
-            key = self.g.stream_of(t)
-            stream = key[1] if key else "sm-transfers"
-            gpu = t.gpu
             if isinstance(t, Kernel):
-                self.records[t.id] = TaskRecord(t.id, gpu, stream, t.kind, t.role, t.label, NAN, NAN, NAN,
+                if t.stores:
+                    self._tile_order(t)
+                self.records[t.id] = TaskRecord(t.id, t.gpu, t.stream, t.kind, t.role, t.label, NAN, NAN, NAN,
                                                 grid=t.grid)
                 self.blocks_done[t.id] = 0
                 self.resident[t.id] = 0
                 self.cohorts[t.id] = []
-                if t.kind == "comm":
-                    self.open_transfers[t.id] = set()
-            else:
-                self.records[t.id] = TaskRecord(t.id, gpu, stream, "transfer", t.role, t.label, NAN, NAN, NAN,
+            elif t.engine == "dma":
+                self.records[t.id] = TaskRecord(t.id, t.gpu, t.stream, "transfer", t.role, t.label, NAN, NAN, NAN,
                                                 engine=t.engine, src=t.src, dst=t.dst, nbytes=t.nbytes)
-                for k in t.drivers:
-                    self.open_transfers[k].add(t.id)
-            if key:
-                per_stream.setdefault(key, []).append(t)
-            else:
-                self._arm_sm_transfer(t)
+            else:       # an SM transfer: its record is written at the end
+                sm.append(t)
+                continue
+            done[t.id] = env.event()
+            per_stream.setdefault((t.gpu, t.stream), []).append(t)
+        for tasks in per_stream.values():      # the SM transfers a stream task waits on get events too
+            for t in tasks:
+                for d in t.deps:
+                    if d not in done:
+                        done[d] = env.event()
+        self.sm = SmTransfers(self, sm)
         for key, tasks in per_stream.items():
             self.env.process(self._stream(self.g.stream(*key).priority, tasks))
 
@@ -177,33 +179,10 @@ class Simulation:
                     yield self.done[t.id]
                     self._count(f"gpu{t.gpu}.dma_busy", -1)
 
-    def _arm_sm_transfer(self, t: Transfer) -> None:
-        """An SM transfer starts once its dependencies are done and its drivers have started:
-        callbacks on those events count down (no simpy process per transfer)."""
-        waits = [self.done[d] for d in t.deps] + [self.started[k] for k in t.drivers] + self.signal_events.get(t.id, [])
-        left = [len(waits)]
-
-        def one(_event) -> None:
-            left[0] -= 1
-            if left[0] == 0:
-                self._sm_transfer_ready(t)
-
-        for ev in waits:
-            ev.callbacks.append(one)
-        if not waits:
-            self.env.timeout(0).callbacks.append(lambda _e: self._sm_transfer_ready(t))
-
-    def _sm_transfer_ready(self, t: Transfer) -> None:
-        self.records[t.id].ready = self.records[t.id].start = self.env.now   # latency is part of the transfer
-        latency = self._path(t.src, t.dst)[1] + self._protocol(t).latency
-        if latency:
-            self.env.timeout(latency).callbacks.append(lambda _e: self._start_transfer(t))
-        else:
-            self._start_transfer(t)
-
     # -- fluid activities ------------------------------------------------------------------
     def _start_transfer(self, t: Transfer) -> None:
-        """The bytes start moving (after the command cost and the path latency)."""
+        """A copy's bytes start moving (after the command cost and the path latency); SM
+        transfers start in batches (:class:`~ficco_sim.engine.sm_transfers.SmTransfers`)."""
         if t.nbytes <= 0:
             self._finish_transfer(t)
             return
@@ -214,15 +193,8 @@ class Simulation:
             half = self.gpu.host.core_s_per_byte / 2
             usage[f"host{t.src}"] = usage.get(f"host{t.src}", 0.0) + half
             usage[f"host{t.dst}"] = usage.get(f"host{t.dst}", 0.0) + half
-        cap = math.inf
-        if t.engine == "dma":
-            cap = self.gpu.dma.cap(t.src, t.dst)
-        else:
-            usage[f"send:{t.drivers[0]}"] = 1.0
-            usage[f"recv:{t.drivers[-1]}"] = 1.0
-        wire = t.nbytes if t.engine == "dma" else t.nbytes / self._protocol(t).efficiency
-        act = Activity(t.id, wire, usage, cap=cap, gpu=t.dst, kind="transfer", ends=(t.src, t.dst),
-                       on_done=lambda t=t: self._finish_transfer(t))
+        act = Activity(t.id, t.nbytes, usage, cap=self.gpu.dma.cap(t.src, t.dst), gpu=t.dst, kind="transfer",
+                       ends=(t.src, t.dst), on_done=lambda t=t: self._finish_transfer(t))
         self._add_activity(act)
 
     def _protocol(self, t: Transfer) -> Protocol:
@@ -244,10 +216,6 @@ class Simulation:
     def _finish_transfer(self, t: Transfer) -> None:
         self.records[t.id].end = self.env.now
         self.done[t.id].succeed()
-        for k in t.drivers:
-            self.open_transfers[k].discard(t.id)
-            if not self.open_transfers[k] and self.resident[k]:
-                self._finish_comm(k)
 
     def _add_activity(self, act: Activity) -> None:
         self._advance()
@@ -282,7 +250,7 @@ class Simulation:
             bw = self.resident[k.id] * self.gpu.comm_kernel.channel_bandwidth
             self.fluid.set_capacity(f"send:{k.id}", bw)
             self.fluid.set_capacity(f"recv:{k.id}", bw)
-            if not self.open_transfers[k.id]:
+            if not self.sm.open_of(k.id):
                 self._finish_comm(k.id)
             else:
                 self._request_settle()
@@ -432,8 +400,11 @@ class Simulation:
         if ver != self.version:
             return
         self._advance()
-        for a in self.fluid.finished():
+        acts, batch = self.fluid.finished()
+        for a in acts:
             a.on_done()
+        if len(batch):
+            self.sm.finish(batch)
         self._request_settle()
 
     # -- counters ----------------------------------------------------------------------------
@@ -461,12 +432,14 @@ class Simulation:
     # -- run -------------------------------------------------------------------------------
     def run(self) -> Timeline:
         self.env.run()
-        stuck = [tid for tid, ev in self.done.items() if not ev.triggered]
+        stuck = [tid for tid, ev in self.done.items() if not ev.triggered] + self.sm.stuck()
         if stuck:
             where = self.g.meta.get("schedule", "task graph")
             raise InputError("simulation", str(where), f"deadlock: {len(stuck)} tasks never finished "
                              f"(first: {', '.join(stuck[:3])}); the dispatch policy or dependencies block progress")
-        return Timeline(list(self.records.values()), self.counters, self.events)
+        sm = iter(self.sm.records())        # in task order, as the others
+        records = [self.records.get(t.id) or next(sm) for t in self.g.tasks]
+        return Timeline(records, self.counters, self.events)
 
 
 def simulate_graph(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology | str, *,

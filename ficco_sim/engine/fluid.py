@@ -80,7 +80,9 @@ class FluidPool:
         self.compute = np.zeros(size, dtype=bool)
         self.gpu = np.zeros(size, dtype=np.int64)
         self.ends = np.zeros((size, 2), dtype=np.int64)
+        self.owner = np.full(size, -1, dtype=np.int64)     # a batch's own index of the slot; -1: an Activity
         self._inc: list[np.ndarray] = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
+        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []    # batches' entries, in order
         self._pending: tuple[list, list, list] = ([], [], [])
         self.live = 0
 
@@ -115,6 +117,7 @@ class FluidPool:
         self.remaining[slot], self.rate[slot], self.cap[slot], self.weight[slot] = a.remaining, 0.0, a.cap, a.weight
         self.alive[slot], self.compute[slot], self.gpu[slot] = True, a.kind == "compute", a.gpu
         self.ends[slot] = (a.ends[0], a.ends[-1]) if a.ends else (a.gpu, a.gpu)
+        self.owner[slot] = -1
         rows, cols, vals = self._pending
         known = self.res
         for r, u in a.usage.items():
@@ -124,19 +127,44 @@ class FluidPool:
             vals.append(u)
         self.live += 1
 
+    def add_many(self, remaining: np.ndarray, gpu: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                 rel: np.ndarray, cols: np.ndarray, vals: np.ndarray, owner: np.ndarray) -> None:
+        """Add a batch of uncapped transfers (weight 1) at once: entry ``e`` of the incidence
+        is batch member ``rel[e]`` using ``vals[e]`` of resource ``cols[e]`` (members in
+        order); ``owner`` is each member's index as :meth:`finished` returns it."""
+        k = len(remaining)
+        slot = len(self.acts)
+        while slot + k > len(self.remaining):
+            self._grow()
+        self._flush()
+        sl = slice(slot, slot + k)
+        self.acts.extend([None] * k)
+        self.remaining[sl], self.rate[sl], self.cap[sl], self.weight[sl] = remaining, 0.0, np.inf, 1.0
+        self.alive[sl], self.compute[sl], self.gpu[sl] = True, False, gpu
+        self.ends[sl, 0], self.ends[sl, 1] = src, dst
+        self.owner[sl] = owner
+        self._chunks.append((rel + slot, cols, vals))
+        self.live += k
+
     def _grow(self) -> None:
-        for name in ("remaining", "rate", "cap", "weight", "alive", "compute", "gpu", "ends"):
+        for name in ("remaining", "rate", "cap", "weight", "alive", "compute", "gpu", "ends", "owner"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
 
-    def incidence(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(activity slot, resource, usage) of every live activity's resources."""
+    def _flush(self) -> None:
         rows, cols, vals = self._pending
         if rows:
-            self._inc = [np.concatenate([self._inc[0], np.array(rows, dtype=np.int64)]),
-                         np.concatenate([self._inc[1], np.array(cols, dtype=np.int64)]),
-                         np.concatenate([self._inc[2], np.array(vals, dtype=float)])]
+            self._chunks.append((np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64),
+                                 np.array(vals, dtype=float)))
             self._pending = ([], [], [])
+
+    def incidence(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(activity slot, resource, usage) of every live activity's resources."""
+        self._flush()
+        if self._chunks:
+            parts = [tuple(self._inc)] + self._chunks
+            self._inc = [np.concatenate([p[i] for p in parts]) for i in range(3)]
+            self._chunks = []
         a, r, u = self._inc
         if len(a) and not self.alive[a].all():
             keep = self.alive[a]
@@ -157,11 +185,13 @@ class FluidPool:
         moving = r > 0
         return float((self.remaining[s][moving] / r[moving]).min(initial=math.inf))
 
-    def finished(self) -> list[Activity]:
-        """Remove and return (in the order they were added) the activities that are done."""
+    def finished(self) -> tuple[list[Activity], np.ndarray]:
+        """Remove and return the activities that are done: those added one by one (in the
+        order they were added), and the owner indices of batch members (likewise)."""
         s = self.slots()
         done = s[self.remaining[s] <= self.rate[s] * 1e-10 + 1e-18]
-        out = [self.acts[i] for i in done]
+        own = self.owner[done]
+        out = [self.acts[i] for i in done[own < 0]], own[own >= 0]
         self.alive[done] = False
         for i in done:
             self.acts[i] = None
@@ -176,7 +206,7 @@ class FluidPool:
         remap[s] = np.arange(len(s))
         a, r, u = self.incidence()
         self._inc = [remap[a], r, u]
-        for name in ("remaining", "rate", "cap", "weight", "alive", "compute", "gpu", "ends"):
+        for name in ("remaining", "rate", "cap", "weight", "alive", "compute", "gpu", "ends", "owner"):
             arr = getattr(self, name)
             kept = arr[s]
             fresh = np.zeros_like(arr)

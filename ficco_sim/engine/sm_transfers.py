@@ -1,0 +1,230 @@
+"""The SM transfers of one simulation, handled as arrays.
+
+An SM transfer rides on its driver kernels: it may start once its dependencies are done,
+its drivers have a resident block and its tile signals have fired; after the path and
+protocol latency its bytes join the fluid pool; when they have crossed, its dependents
+count down and its drivers may retire. A collective at hundreds of GPUs has tens of
+thousands of such transfers, and symmetric ranks make many of them ready, start and
+finish at the same instant, so this module does each of those steps for a whole batch
+at once: dependency counts, dependents and drivers are index arrays (CSR), the fluid
+incidence of every transfer is built once at set-up, and a batch ready at one instant
+waits for its latency on one simpy timeout per distinct latency.
+
+The answers are those of handling the transfers one by one (the order in which a batch
+enters the fluid pool is the order its transfers became ready).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..timeline import TaskRecord
+
+NAN = float("nan")
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def csr(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(pointer, indices) of a list of index lists."""
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=ptr[1:])
+    flat = [i for r in rows for i in r]
+    return ptr, np.asarray(flat, dtype=np.int64)
+
+
+def _by_row(rows: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (pointer, values) of ``values`` grouped by ``rows`` in ``0..n-1``, each row's in their order."""
+    order = np.argsort(rows, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
+    return ptr, values[order]
+
+
+def gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The indices of ``rows`` of a CSR array, concatenated in row order."""
+    lo, hi = ptr[rows], ptr[rows + 1]
+    cnt = hi - lo
+    total = int(cnt.sum())
+    if not total:
+        return _EMPTY
+    start = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
+    return idx[start + np.arange(total)]
+
+
+def last_occurrences(a: np.ndarray) -> np.ndarray:
+    """``a`` without repeats, each value kept where it last occurs."""
+    if len(a) < 2:
+        return a
+    rev = a[::-1]
+    _, first = np.unique(rev, return_index=True)
+    return rev[np.sort(first)][::-1]
+
+
+class SmTransfers:
+    """Every SM transfer of a :class:`~ficco_sim.engine.des.Simulation`, as arrays."""
+
+    def __init__(self, sim, transfers: list) -> None:
+        self.sim = sim
+        self.tasks = transfers
+        n = len(transfers)
+        index = {t.id: j for j, t in enumerate(transfers)}
+        self.need = np.array([len(t.deps) + len(t.drivers) + len(t.signals) for t in transfers],
+                             dtype=np.int64)                # waits left: dependencies, drivers, signals
+        self.ready = np.full(n, NAN)
+        self.end = np.full(n, NAN)
+        self.nbytes = np.array([t.nbytes for t in transfers], dtype=float)
+        # dependents: of SM transfers as CSR by transfer; of kernels and copies by their id
+        deps = [(d, j) for j, t in enumerate(transfers) for d in t.deps]
+        on_sm = np.array([index.get(d, -1) for d, _ in deps], dtype=np.int64)
+        dependent = np.array([j for _, j in deps], dtype=np.int64)
+        self.dep_ptr, self.dep_idx = _by_row(on_sm[on_sm >= 0], dependent[on_sm >= 0], n)
+        others: dict[str, list[int]] = {}
+        for (d, j), i in zip(deps, on_sm.tolist()):
+            if i < 0:
+                others.setdefault(d, []).append(j)
+        # drivers: each distinct driver of a transfer holds it open until its bytes have crossed
+        driven = [(k, j) for j, t in enumerate(transfers) for k in t.drivers]
+        kidx = {k: i for i, k in enumerate(dict.fromkeys(k for k, _ in driven))}
+        self.kernels = list(kidx)
+        self.kidx = kidx
+        dk = np.array([kidx[k] for k, _ in driven], dtype=np.int64)
+        dj = np.array([j for _, j in driven], dtype=np.int64)
+        nk = max(len(kidx), 1)
+        distinct = np.unique(dj * nk + dk)           # (transfer, driver) pairs without repeats
+        self.drv_ptr, self.drv_idx = _by_row(distinct // nk, distinct % nk, n)
+        self.open = np.bincount(self.drv_idx, minlength=len(self.kernels)).astype(np.int64)
+        self._incidence(transfers, dk, dj)
+        # the simpy events they wait on: one callback per event, for all its dependents
+        env = sim.env
+        for tid, js in others.items():
+            sim.done[tid].callbacks.append(lambda _e, js=np.asarray(js, dtype=np.int64): self.release(js))
+        start_ptr, start_idx = _by_row(dk, dj, len(self.kernels))
+        for i, kid in enumerate(self.kernels):
+            js = start_idx[start_ptr[i]:start_ptr[i + 1]]
+            sim.started[kid].callbacks.append(lambda _e, js=js: self.release(js))
+        for tid, events in sim.signal_events.items():
+            j = index.get(tid)
+            if j is not None:
+                for ev in events:
+                    ev.callbacks.append(lambda _e, js=np.array([j], dtype=np.int64): self.release(js))
+        self.watched = np.zeros(n, dtype=bool)          # some stream task waits on its done event
+        self.watched[[j for tid, j in index.items() if tid in sim.done]] = True
+        free = np.flatnonzero(self.need == 0)
+        if len(free):
+            env.timeout(0).callbacks.append(lambda _e: self._ready(free))
+
+    def _incidence(self, transfers: list, dk: np.ndarray, dj: np.ndarray) -> None:
+        """Each transfer's fluid work, cap and resources (path links, HBM at both ends, the
+        host's cores on a host device, its first and last drivers' channels), built once."""
+        sim, fluid, gpu = self.sim, self.sim.fluid, self.sim.gpu
+        n = len(transfers)
+        ngpu = sim.g.num_gpus
+        self.src = np.array([t.src for t in transfers], dtype=np.int64)
+        self.dst = np.array([t.dst for t in transfers], dtype=np.int64)
+        keys, self.pair = np.unique(self.src * ngpu + self.dst, return_inverse=True)
+        pair_cols, pair_latency, self.pair_links = [], [], []
+        for key in keys.tolist():
+            links, latency = sim._path(key // ngpu, key % ngpu)
+            self.pair_links.append(list(links))
+            pair_cols.append([fluid.resource(r) for r in links])
+            pair_latency.append(latency)
+        self.pair_ptr, self.pair_cols = csr(pair_cols)
+        sizes, which = np.unique(self.nbytes, return_inverse=True)
+        protocols = [sim._protocol(transfers[j]) for j in np.unique(which, return_index=True)[1]]
+        self.latency = np.asarray(pair_latency)[self.pair] + np.array([p.latency for p in protocols])[which]
+        self.wire = self.nbytes / np.array([p.efficiency for p in protocols])[which]
+        hbm = np.array([fluid.resource(f"hbm{i}") for i in range(ngpu)], dtype=np.int64)
+        send = np.array([fluid.resource(f"send:{k}") for k in self.kernels], dtype=np.int64)
+        recv = np.array([fluid.resource(f"recv:{k}") for k in self.kernels], dtype=np.int64)
+        # each transfer's first and last driver (``driven`` runs by transfer, drivers in order)
+        first = dk[np.searchsorted(dj, np.arange(n), side="left")] if n else dk
+        last = dk[np.searchsorted(dj, np.arange(n), side="right") - 1] if n else dk
+        width = 6 if gpu.host is not None else 4
+        cols = np.zeros((n, width), dtype=np.int64)
+        vals = np.ones((n, width))
+        cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3] = hbm[self.src], hbm[self.dst], send[first], recv[last]
+        vals[:, 1] = np.where([t.reduce for t in transfers], 3.0, 1.0)
+        if gpu.host is not None:      # library threads at both ends copy the bytes
+            host = np.array([fluid.resource(f"host{i}") for i in range(ngpu)], dtype=np.int64)
+            cols[:, 4], cols[:, 5] = host[self.src], host[self.dst]
+            vals[:, 4:] = gpu.host.core_s_per_byte / 2
+        self.cols, self.vals = cols, vals
+
+    # -- the steps of a batch --------------------------------------------------------------
+    def open_of(self, kid: str) -> int:
+        """Transfers driven by kernel ``kid`` still moving or to come."""
+        i = self.kidx.get(kid)
+        return 0 if i is None else int(self.open[i])
+
+    def release(self, js: np.ndarray) -> None:
+        """One wait of each of ``js`` (with repeats) is over; those with none left are ready."""
+        if not len(js):
+            return
+        np.subtract.at(self.need, js, 1)
+        go = js[self.need[js] == 0]
+        if len(go):
+            self._ready(last_occurrences(go))
+
+    def _ready(self, js: np.ndarray) -> None:
+        """``js`` may begin now: after their latency (one timeout per distinct latency) they start."""
+        env = self.sim.env
+        self.ready[js] = env.now
+        lat = self.latency[js]
+        for value in np.unique(lat):
+            group = js[lat == value]
+            if value:
+                env.timeout(float(value)).callbacks.append(lambda _e, g=group: self._start(g))
+            else:
+                self._start(group)
+
+    def _start(self, js: np.ndarray) -> None:
+        """The bytes of ``js`` start moving."""
+        sim = self.sim
+        moving = self.nbytes[js] > 0
+        go = js[moving]
+        if len(go):
+            sim._advance()
+            fluid = sim.fluid
+            width = self.cols.shape[1]
+            pairs = self.pair[go]
+            links = gather(self.pair_ptr, self.pair_cols, pairs)
+            per = self.pair_ptr[pairs + 1] - self.pair_ptr[pairs]
+            k = len(go)
+            rel = np.concatenate([np.repeat(np.arange(k), per), np.repeat(np.arange(k), width)])
+            cols = np.concatenate([links, self.cols[go].ravel()])
+            vals = np.concatenate([np.ones(len(links)), self.vals[go].ravel()])
+            fluid.add_many(self.wire[go], self.dst[go], self.src[go], self.dst[go], rel, cols, vals, go)
+            if sim.record:
+                for p in dict.fromkeys(pairs.tolist()):
+                    sim.link_counters.update((r, None) for r in self.pair_links[p])
+            sim._request_settle()
+        if not moving.all():
+            self.finish(js[~moving])
+
+    def finish(self, js: np.ndarray) -> None:
+        """The bytes of ``js`` have crossed: waiters are told, drivers may retire, dependents count down."""
+        sim = self.sim
+        self.end[js] = sim.env.now
+        for j in js[self.watched[js]]:
+            sim.done[self.tasks[j].id].succeed()
+        drv = gather(self.drv_ptr, self.drv_idx, js)
+        if len(drv):
+            np.subtract.at(self.open, drv, 1)
+            for i in dict.fromkeys(drv[self.open[drv] == 0].tolist()):
+                kid = self.kernels[i]
+                if sim.resident[kid]:
+                    sim._finish_comm(kid)
+        after = gather(self.dep_ptr, self.dep_idx, js)
+        if len(after):      # told as a done event would tell them: later in this instant
+            ev = sim.env.event()
+            ev.callbacks.append(lambda _e: self.release(after))
+            ev.succeed()
+
+    def stuck(self) -> list[str]:
+        return [self.tasks[j].id for j in np.flatnonzero(np.isnan(self.end))]
+
+    def records(self) -> list[TaskRecord]:
+        """One record per transfer, in order: ready = start (the latency is part of a transfer), end."""
+        return [TaskRecord(t.id, t.gpu, "sm-transfers", "transfer", t.role, t.label, ready, ready, end,
+                           engine=t.engine, src=t.src, dst=t.dst, nbytes=t.nbytes)
+                for t, ready, end in zip(self.tasks, self.ready.tolist(), self.end.tolist())]
