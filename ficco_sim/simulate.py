@@ -15,6 +15,7 @@ from typing import Iterable
 
 from .engine.closed_form import closed_form_timeline, kernel_isolated_time
 from .engine.des import simulate_graph
+from .engine.gcpause import paused_gc
 from .errors import InputError
 from .gemm_model import gemm_time as _gemm_time
 from .hardware import DTYPE_BYTES, GpuProfile, load_gpu
@@ -136,6 +137,14 @@ def collective_graph(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *,
     if nbytes // e // pieces == 0:
         raise InputError("--bytes", None, f"{nbytes} B is less than one {dtype} element per piece: {kind} "
                          f"over {n} GPUs needs at least {pieces * e} B per rank")
+    with paused_gc():      # one small frozen task per transfer: no collector passes over them
+        return _collective_tasks(gpu, topo, kind, nbytes, engine, algo, dtype)
+
+
+def _collective_tasks(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, engine: str, algo: str,
+                      dtype: str) -> TaskGraph:
+    n = topo.num_gpus
+    e = DTYPE_BYTES[dtype]
     b = GraphBuilder(gpu, n)
     b.rings = coll.ring_orders(topo)
     cols = 1

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskRecord:
     id: str
     gpu: int

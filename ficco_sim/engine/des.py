@@ -121,7 +121,8 @@ class Simulation:
         per_stream: dict[tuple[int, str], list] = {}
         sm: list[Transfer] = []
         env, done = self.env, self.done
-        for t in self.g.tasks:
+        self.placed_at: list[int] = []      # task positions of the kernels and copies (the rest: SM transfers)
+        for pos, t in enumerate(self.g.tasks):
             if t.signals:
                 self.signal_events[t.id] = [self._signal(t, kid, share) for kid, share in t.signals]
             if isinstance(t, Kernel):
@@ -139,6 +140,7 @@ class Simulation:
                 sm.append(t)
                 continue
             done[t.id] = env.event()
+            self.placed_at.append(pos)
             per_stream.setdefault((t.gpu, t.stream), []).append(t)
         for tasks in per_stream.values():      # the SM transfers a stream task waits on get events too
             for t in tasks:
@@ -437,8 +439,12 @@ class Simulation:
             where = self.g.meta.get("schedule", "task graph")
             raise InputError("simulation", str(where), f"deadlock: {len(stuck)} tasks never finished "
                              f"(first: {', '.join(stuck[:3])}); the dispatch policy or dependencies block progress")
-        sm = iter(self.sm.records())        # in task order, as the others
-        records = [self.records.get(t.id) or next(sm) for t in self.g.tasks]
+        sm, records, j = self.sm.records(), [], 0          # in task order
+        for k, (pos, rec) in enumerate(zip(self.placed_at, self.records.values())):
+            records.extend(sm[j:pos - k])
+            records.append(rec)
+            j = pos - k
+        records.extend(sm[j:])
         return Timeline(records, self.counters, self.events)
 
 

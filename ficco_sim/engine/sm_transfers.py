@@ -16,6 +16,9 @@ enters the fluid pool is the order its transfers became ready).
 
 from __future__ import annotations
 
+from itertools import chain, repeat
+from operator import attrgetter
+
 import numpy as np
 
 from ..timeline import TaskRecord
@@ -55,6 +58,9 @@ def last_occurrences(a: np.ndarray) -> np.ndarray:
     """``a`` without repeats, each value kept where it last occurs."""
     if len(a) < 2:
         return a
+    s = np.sort(a)
+    if not (s[1:] == s[:-1]).any():
+        return a
     rev = a[::-1]
     _, first = np.unique(rev, return_index=True)
     return rev[np.sort(first)][::-1]
@@ -67,30 +73,39 @@ class SmTransfers:
         self.sim = sim
         self.tasks = transfers
         n = len(transfers)
-        index = {t.id: j for j, t in enumerate(transfers)}
-        self.need = np.array([len(t.deps) + len(t.drivers) + len(t.signals) for t in transfers],
-                             dtype=np.int64)                # waits left: dependencies, drivers, signals
-        self.ready = np.full(n, NAN)
+        # one pass over the task objects, then columns
+        ids, src, dst, nbytes, reduce, deps_of, drivers_of, signals = zip(*map(attrgetter(
+            "id", "src", "dst", "nbytes", "reduce", "deps", "drivers", "signals"), transfers)) if n else [()] * 8
+        index = dict(zip(ids, range(n)))
+        ndeps = np.fromiter(map(len, deps_of), np.int64, n)
+        ndrivers = np.fromiter(map(len, drivers_of), np.int64, n)
+        self.need = ndeps + ndrivers + np.fromiter(map(len, signals), np.int64, n)
+        self.ready = np.full(n, NAN)      # (need: the waits left: dependencies, drivers, tile signals)
         self.end = np.full(n, NAN)
-        self.nbytes = np.array([t.nbytes for t in transfers], dtype=float)
+        self.nbytes = np.array(nbytes, dtype=float)
+        self.src = np.array(src, dtype=np.int64)
+        self.dst = np.array(dst, dtype=np.int64)
+        self.reduce = np.array(reduce, dtype=bool)
         # dependents: of SM transfers as CSR by transfer; of kernels and copies by their id
-        deps = [(d, j) for j, t in enumerate(transfers) for d in t.deps]
-        on_sm = np.array([index.get(d, -1) for d, _ in deps], dtype=np.int64)
-        dependent = np.array([j for _, j in deps], dtype=np.int64)
+        flat = list(chain.from_iterable(deps_of))
+        on_sm = np.fromiter(map(index.get, flat, repeat(-1)), np.int64, len(flat))
+        dependent = np.repeat(np.arange(n, dtype=np.int64), ndeps)
         self.dep_ptr, self.dep_idx = _by_row(on_sm[on_sm >= 0], dependent[on_sm >= 0], n)
         others: dict[str, list[int]] = {}
-        for (d, j), i in zip(deps, on_sm.tolist()):
-            if i < 0:
-                others.setdefault(d, []).append(j)
+        for i in np.flatnonzero(on_sm < 0).tolist():
+            others.setdefault(flat[i], []).append(int(dependent[i]))
         # drivers: each distinct driver of a transfer holds it open until its bytes have crossed
-        driven = [(k, j) for j, t in enumerate(transfers) for k in t.drivers]
-        kidx = {k: i for i, k in enumerate(dict.fromkeys(k for k, _ in driven))}
+        flat = list(chain.from_iterable(drivers_of))
+        kidx = {k: i for i, k in enumerate(dict.fromkeys(flat))}
         self.kernels = list(kidx)
         self.kidx = kidx
-        dk = np.array([kidx[k] for k, _ in driven], dtype=np.int64)
-        dj = np.array([j for _, j in driven], dtype=np.int64)
+        dk = np.fromiter(map(kidx.__getitem__, flat), np.int64, len(flat))
+        dj = np.repeat(np.arange(n, dtype=np.int64), ndrivers)
         nk = max(len(kidx), 1)
-        distinct = np.unique(dj * nk + dk)           # (transfer, driver) pairs without repeats
+        pairs = np.sort(dj * nk + dk)
+        keep = np.ones(len(pairs), dtype=bool)
+        keep[1:] = pairs[1:] != pairs[:-1]
+        distinct = pairs[keep]                       # (transfer, driver) pairs without repeats
         self.drv_ptr, self.drv_idx = _by_row(distinct // nk, distinct % nk, n)
         self.open = np.bincount(self.drv_idx, minlength=len(self.kernels)).astype(np.int64)
         self._incidence(transfers, dk, dj)
@@ -108,7 +123,7 @@ class SmTransfers:
                 for ev in events:
                     ev.callbacks.append(lambda _e, js=np.array([j], dtype=np.int64): self.release(js))
         self.watched = np.zeros(n, dtype=bool)          # some stream task waits on its done event
-        self.watched[[j for tid, j in index.items() if tid in sim.done]] = True
+        self.watched[[index[tid] for tid in sim.done if tid in index]] = True
         free = np.flatnonzero(self.need == 0)
         if len(free):
             env.timeout(0).callbacks.append(lambda _e: self._ready(free))
@@ -119,8 +134,6 @@ class SmTransfers:
         sim, fluid, gpu = self.sim, self.sim.fluid, self.sim.gpu
         n = len(transfers)
         ngpu = sim.g.num_gpus
-        self.src = np.array([t.src for t in transfers], dtype=np.int64)
-        self.dst = np.array([t.dst for t in transfers], dtype=np.int64)
         keys, self.pair = np.unique(self.src * ngpu + self.dst, return_inverse=True)
         pair_cols, pair_latency, self.pair_links = [], [], []
         for key in keys.tolist():
@@ -143,7 +156,7 @@ class SmTransfers:
         cols = np.zeros((n, width), dtype=np.int64)
         vals = np.ones((n, width))
         cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3] = hbm[self.src], hbm[self.dst], send[first], recv[last]
-        vals[:, 1] = np.where([t.reduce for t in transfers], 3.0, 1.0)
+        vals[:, 1] = np.where(self.reduce, 3.0, 1.0)
         if gpu.host is not None:      # library threads at both ends copy the bytes
             host = np.array([fluid.resource(f"host{i}") for i in range(ngpu)], dtype=np.int64)
             cols[:, 4], cols[:, 5] = host[self.src], host[self.dst]
@@ -170,8 +183,8 @@ class SmTransfers:
         env = self.sim.env
         self.ready[js] = env.now
         lat = self.latency[js]
-        for value in np.unique(lat):
-            group = js[lat == value]
+        same = lat.min() == lat.max()          # (a symmetric batch: one latency)
+        for value, group in ([(lat[0], js)] if same else [(v, js[lat == v]) for v in np.unique(lat)]):
             if value:
                 env.timeout(float(value)).callbacks.append(lambda _e, g=group: self._start(g))
             else:
@@ -225,6 +238,6 @@ class SmTransfers:
 
     def records(self) -> list[TaskRecord]:
         """One record per transfer, in order: ready = start (the latency is part of a transfer), end."""
-        return [TaskRecord(t.id, t.gpu, "sm-transfers", "transfer", t.role, t.label, ready, ready, end,
-                           engine=t.engine, src=t.src, dst=t.dst, nbytes=t.nbytes)
+        return [TaskRecord(t.id, t.gpu, "sm-transfers", "transfer", t.role, t.label, ready, ready, end, t.engine,
+                           t.src, t.dst, t.nbytes)
                 for t, ready, end in zip(self.tasks, self.ready.tolist(), self.end.tolist())]

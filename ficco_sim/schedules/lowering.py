@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..engine.gcpause import paused_gc
 from ..errors import InputError
 from ..gemm_model import blocks_per_sm
 from ..hardware import GpuProfile, load_gpu
@@ -101,8 +102,9 @@ def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, t
     algo = collectives.pick_algorithm(algorithm, scenario.spec.collective, topology.kind, schedule.engine)
     b.rings = collectives.ring_orders(topology)
     b.meta.update(scenario=scenario.label(), schedule=schedule.name, gpu=gpu.name, topology=topology.name)
-    LOWERINGS[scenario.kind](b, scenario, schedule, topology, algo)
-    return b.build()
+    with paused_gc():      # thousands of small frozen tasks: no collector passes over them
+        LOWERINGS[scenario.kind](b, scenario, schedule, topology, algo)
+        return b.build()
 
 
 # ----------------------------------------------------------------------------------------
