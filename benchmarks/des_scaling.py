@@ -22,6 +22,7 @@ from rich.table import Table
 
 from ficco_sim import Scenario
 from ficco_sim.engine.des import Simulation
+from ficco_sim.engine.gcpause import paused_gc
 from ficco_sim.hardware import load_gpu
 from ficco_sim.schedules import lower
 from ficco_sim.simulate import _run, collective_graph
@@ -32,10 +33,11 @@ KINDS = ("ring", "fc", "switch")
 
 
 def case(gpu, topo, graph) -> dict:
-    t0 = time.process_time()
-    sim = Simulation(graph, gpu, topo, record=False)
-    tl = sim.run()
-    cpu = time.process_time() - t0
+    with paused_gc():       # as simulate_graph runs it
+        t0 = time.process_time()
+        sim = Simulation(graph, gpu, topo, record=False)
+        tl = sim.run()
+        cpu = time.process_time() - t0
     tracemalloc.start()
     Simulation(graph, gpu, topo, record=False).run()
     peak = tracemalloc.get_traced_memory()[1]

@@ -51,6 +51,7 @@ class Topology:
     graph: nx.DiGraph
     _routes: dict = field(default_factory=dict, repr=False)
     _sources: set = field(default_factory=set, repr=False)     # GPUs whose routes are all known
+    _tied: set = field(default_factory=set, repr=False)        # pairs with two fewest-hop paths alike
 
     def route(self, src: int, dst: int) -> list[str]:
         """Node path from GPU ``src`` to GPU ``dst`` (fewest hops, then least latency)."""
@@ -58,15 +59,25 @@ class Topology:
         hit = self._routes.get(key)
         if hit is None:
             a, b = gpu_node(src), gpu_node(dst)
-            if src != dst and src not in self._sources and not self.graph.has_edge(a, b):
+            if src == dst or self.graph.has_edge(a, b):       # the only fewest-hop path
+                hit = self._routes[key] = _shortest(self.graph, a, b)
+                return hit
+            if src not in self._sources:
                 self._sources.add(src)      # one search from src answers every unique route from it
                 for node, path in _unique_routes(self.graph, a).items():
                     if node.startswith("gpu"):
                         self._routes.setdefault((src, int(node[3:])), path)
                 hit = self._routes.get(key)
-            if hit is None:
+            if hit is None:       # tied paths (the single search leaves them out): pick as pairwise
                 hit = self._routes[key] = _shortest(self.graph, a, b)
+                self._tied.add(key)
         return hit
+
+    def route_unique(self, src: int, dst: int) -> bool:
+        """Whether :meth:`route` is the only fewest-hop, least-latency path (not a tie broken
+        one way): then any symmetry of the graph maps it onto the route of the mapped pair."""
+        self.route(src, dst)
+        return (src, dst) not in self._tied
 
     def path_links(self, src: int, dst: int) -> list[tuple[str, str]]:
         nodes = self.route(src, dst)

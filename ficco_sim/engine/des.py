@@ -16,7 +16,10 @@ Whatever moves (waves of compute blocks, transfers) is a fluid
 channels of resident communication kernels by max-min fairness; on top of that, the
 profile's calibrated interference coefficients slow compute by the HBM traffic of
 communication and vice versa. Rates are recomputed once per instant at which anything
-changed ("settle"), so symmetric GPUs finishing together cost one recomputation.
+changed ("settle"), so symmetric GPUs finishing together cost one recomputation. SM
+transfers move through these steps in batches (:mod:`~ficco_sim.engine.sm_transfers`),
+and a graph whose GPUs all do the same thing, turned, runs one GPU
+(:mod:`~ficco_sim.engine.fold`).
 
 >>> from ficco_sim.schedules import lower
 >>> from ficco_sim.workload import Scenario
@@ -44,6 +47,7 @@ from ..topology import Topology, load_topology
 from .gcpause import paused_gc
 from .dispatcher import SmPool, Waiting
 from .fluid import Activity, FluidPool
+from .fold import Folded, fold
 from .sm_transfers import SmTransfers
 from .tile_order import TileOrder
 
@@ -55,11 +59,13 @@ class Simulation:
     """One run of one task graph. Use :func:`simulate_graph`."""
 
     def __init__(self, graph: TaskGraph, gpu: GpuProfile, topology: Topology, *, policy: str = "backfill",
-                 record: bool = True):
+                 record: bool = True, folded: Folded | None = None):
         if topology.num_gpus < graph.num_gpus:
             raise InputError("topology", None, f"{topology.name} has {topology.num_gpus} GPUs, "
                              f"the task graph needs {graph.num_gpus}")
         self.g, self.gpu, self.topo, self.record = graph, gpu, topology, record
+        self.folded = folded      # one rank of a symmetric graph (engine.fold): links by class, real peers
+        self.pairs = folded.pairs if folded else {}
         self.env = simpy.Environment()
         env = self.env
         self.done: dict[str, simpy.Event] = {}     # kernels, copies, and SM transfers a stream task awaits
@@ -71,7 +77,7 @@ class Simulation:
         for i in range(graph.num_gpus):
             self.fluid.set_capacity(f"hbm{i}", gpu.hbm_effective)
         for u, v, d in topology.graph.edges(data=True):
-            self.fluid.set_capacity(f"link:{u}->{v}", d["bandwidth"])
+            self.fluid.set_capacity(folded.link(u, v) if folded else f"link:{u}->{v}", d["bandwidth"])
         self.host_busy = [0] * graph.num_gpus     # compute threads running per rank (a host device only)
         if gpu.host is not None:      # ranks are processes on one host: each has its share of the cores
             for i in range(graph.num_gpus):
@@ -174,7 +180,7 @@ class Simulation:
                     yield req
                     rec.start = env.now   # the engine starts the command: its fixed cost is part of it
                     self._count(f"gpu{t.gpu}.dma_busy", +1)
-                    wait = self.gpu.dma.command_overhead + self._path(t.src, t.dst)[1]
+                    wait = self.gpu.dma.command_overhead + self._path(*self.pair(t))[1]
                     if wait:
                         yield env.timeout(wait)
                     self._start_transfer(t)
@@ -188,14 +194,14 @@ class Simulation:
         if t.nbytes <= 0:
             self._finish_transfer(t)
             return
-        usage = dict(self._path(t.src, t.dst)[0])
+        usage = dict(self._path(*self.pair(t))[0])
         usage[f"hbm{t.src}"] = usage.get(f"hbm{t.src}", 0.0) + 1.0
         usage[f"hbm{t.dst}"] = usage.get(f"hbm{t.dst}", 0.0) + (3.0 if t.reduce else 1.0)
         if self.gpu.host is not None:     # library threads at both ends copy the bytes
             half = self.gpu.host.core_s_per_byte / 2
             usage[f"host{t.src}"] = usage.get(f"host{t.src}", 0.0) + half
             usage[f"host{t.dst}"] = usage.get(f"host{t.dst}", 0.0) + half
-        act = Activity(t.id, t.nbytes, usage, cap=self.gpu.dma.cap(t.src, t.dst), gpu=t.dst, kind="transfer",
+        act = Activity(t.id, t.nbytes, usage, cap=self.gpu.dma.cap(*self.pair(t)), gpu=t.dst, kind="transfer",
                        ends=(t.src, t.dst), on_done=lambda t=t: self._finish_transfer(t))
         self._add_activity(act)
 
@@ -207,12 +213,19 @@ class Simulation:
             hit = self._protocols[t.nbytes] = spec.protocols[spec.protocol_index(t.nbytes)]
         return hit
 
+    def pair(self, t: Transfer) -> tuple[int, int]:
+        """The GPUs ``t`` really joins (a folded graph's transfers are all local)."""
+        return self.pairs.get(t.id) or (t.src, t.dst)
+
     def _path(self, src: int, dst: int) -> tuple[dict[str, float], float]:
-        """({link resource: 1.0} along the route, path latency) from ``src`` to ``dst``."""
+        """({link resource: times crossed} along the route, path latency) from ``src`` to ``dst``."""
         hit = self._paths.get((src, dst))
         if hit is None:
-            hit = self._paths[(src, dst)] = ({f"link:{u}->{v}": 1.0 for u, v in self.topo.path_links(src, dst)},
-                                             self.topo.path_latency(src, dst))
+            usage: dict[str, float] = {}
+            for u, v in self.topo.path_links(src, dst):
+                name = self.folded.link(u, v) if self.folded else f"link:{u}->{v}"
+                usage[name] = usage.get(name, 0.0) + 1.0
+            hit = self._paths[(src, dst)] = (usage, self.topo.path_latency(src, dst))
         return hit
 
     def _finish_transfer(self, t: Transfer) -> None:
@@ -306,9 +319,10 @@ class Simulation:
 
         for dst, nbytes in sends:
             usage = dict(self._path(k.gpu, dst)[0])
-            usage[f"hbm{dst}"] = usage.get(f"hbm{dst}", 0.0) + 1.0
-            self._add_activity(Activity(f"{k.id}@{self.seq}->{dst}", nbytes, usage, gpu=dst, kind="transfer",
-                                        ends=(k.gpu, dst), on_done=landed))
+            at = 0 if self.folded else dst       # (a folded rank receives its peer's stores)
+            usage[f"hbm{at}"] = usage.get(f"hbm{at}", 0.0) + 1.0
+            self._add_activity(Activity(f"{k.id}@{self.seq}->{dst}", nbytes, usage, gpu=at, kind="transfer",
+                                        ends=(k.gpu, at), on_done=landed))
             self.seq += 1
 
     def _cohort_done(self, k: Kernel, counts: np.ndarray, first: int = 0) -> None:
@@ -449,9 +463,17 @@ class Simulation:
 
 
 def simulate_graph(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology | str, *,
-                   policy: str = "backfill", record: bool = True) -> Timeline:
-    """Run the discrete-event simulation of ``graph`` on ``gpu`` GPUs joined by ``topology``."""
+                   policy: str = "backfill", record: bool = True, fold_ranks: bool = True) -> Timeline:
+    """Run the discrete-event simulation of ``graph`` on ``gpu`` GPUs joined by ``topology``.
+
+    A rotation-symmetric graph runs one rank and copies its times to the others
+    (:mod:`ficco_sim.engine.fold`; the same answers, N times less work);
+    ``fold_ranks=False`` runs every rank."""
     gpu = load_gpu(gpu)
     topology = load_topology(topology, gpu)
     with paused_gc():
-        return Simulation(graph, gpu, topology, policy=policy, record=record).run()
+        folded = fold(graph, topology) if fold_ranks and gpu.host is None else None
+        if folded is None:
+            return Simulation(graph, gpu, topology, policy=policy, record=record).run()
+        tl = Simulation(folded.graph, gpu, topology, policy=policy, record=record, folded=folded).run()
+        return folded.expand(tl, topology)

@@ -275,9 +275,9 @@ class FluidPool:
         return np.bincount(g[pick], weights=self.rate[a[pick]] * u[pick], minlength=max(size, 1))
 
     def link_loads(self) -> dict[str, float]:
-        """Rate summed over the activities crossing each link resource."""
-        a, r, _u = self.incidence()
+        """Bytes/s on each link resource: rate times crossings, summed over the activities."""
+        a, r, u = self.incidence()
         pick = self.is_link[r]
-        load = np.bincount(r[pick], weights=self.rate[a[pick]], minlength=len(self.res))
+        load = np.bincount(r[pick], weights=self.rate[a[pick]] * u[pick], minlength=len(self.res))
         names = list(self.res)
         return {names[i]: float(load[i]) for i in np.flatnonzero(self.is_link[:len(self.res)])}

@@ -43,15 +43,19 @@ def _by_row(rows: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, n
     return ptr, values[order]
 
 
-def gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The indices of ``rows`` of a CSR array, concatenated in row order."""
-    lo, hi = ptr[rows], ptr[rows + 1]
-    cnt = hi - lo
+def _rows(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Positions ``ptr[i] .. ptr[i + 1]`` of each ``i`` in ``rows``, concatenated in row order."""
+    lo = ptr[rows]
+    cnt = ptr[rows + 1] - lo
     total = int(cnt.sum())
     if not total:
         return _EMPTY
-    start = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
-    return idx[start + np.arange(total)]
+    return np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(total)
+
+
+def gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The indices of ``rows`` of a CSR array, concatenated in row order."""
+    return idx[_rows(ptr, rows)]
 
 
 def last_occurrences(a: np.ndarray) -> np.ndarray:
@@ -134,14 +138,21 @@ class SmTransfers:
         sim, fluid, gpu = self.sim, self.sim.fluid, self.sim.gpu
         n = len(transfers)
         ngpu = sim.g.num_gpus
-        keys, self.pair = np.unique(self.src * ngpu + self.dst, return_inverse=True)
-        pair_cols, pair_latency, self.pair_links = [], [], []
+        rsrc, rdst = self.src, self.dst
+        if sim.pairs:       # a folded rank: its transfers are local, their links those of the real peers
+            ngpu = sim.folded.ranks
+            real = np.array([sim.pairs[t.id] for t in transfers], dtype=np.int64).reshape(n, 2)
+            rsrc, rdst = real[:, 0], real[:, 1]
+        keys, self.pair = np.unique(rsrc * ngpu + rdst, return_inverse=True)
+        pair_cols, pair_vals, pair_latency, self.pair_links = [], [], [], []
         for key in keys.tolist():
             links, latency = sim._path(key // ngpu, key % ngpu)
             self.pair_links.append(list(links))
             pair_cols.append([fluid.resource(r) for r in links])
+            pair_vals.append(list(links.values()))
             pair_latency.append(latency)
         self.pair_ptr, self.pair_cols = csr(pair_cols)
+        self.pair_vals = np.array([v for row in pair_vals for v in row], dtype=float)
         sizes, which = np.unique(self.nbytes, return_inverse=True)
         protocols = [sim._protocol(transfers[j]) for j in np.unique(which, return_index=True)[1]]
         self.latency = np.asarray(pair_latency)[self.pair] + np.array([p.latency for p in protocols])[which]
@@ -200,12 +211,13 @@ class SmTransfers:
             fluid = sim.fluid
             width = self.cols.shape[1]
             pairs = self.pair[go]
-            links = gather(self.pair_ptr, self.pair_cols, pairs)
+            at = _rows(self.pair_ptr, pairs)
+            links = self.pair_cols[at]
             per = self.pair_ptr[pairs + 1] - self.pair_ptr[pairs]
             k = len(go)
             rel = np.concatenate([np.repeat(np.arange(k), per), np.repeat(np.arange(k), width)])
             cols = np.concatenate([links, self.cols[go].ravel()])
-            vals = np.concatenate([np.ones(len(links)), self.vals[go].ravel()])
+            vals = np.concatenate([self.pair_vals[at], self.vals[go].ravel()])
             fluid.add_many(self.wire[go], self.dst[go], self.src[go], self.dst[go], rel, cols, vals, go)
             if sim.record:
                 for p in dict.fromkeys(pairs.tolist()):

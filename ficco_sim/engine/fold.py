@@ -1,0 +1,179 @@
+"""Rank symmetry for the discrete-event engine: simulate one GPU when all behave alike.
+
+A task graph is *rotation symmetric* on a topology when turning every GPU id ``i`` into
+``i + 1 (mod N)`` maps the graph onto itself (each task onto a task with the same work,
+stream, and dependencies, drivers and peers at the same relative GPUs) and the topology
+too (links onto links of the same bandwidth and latency, and every route the graph uses
+onto the route of the turned pair). Then every GPU goes through the same states at the
+same instants, and one GPU's run gives everyone's times: a rank's transfer to its peer at
+offset ``d`` stands for the transfer into it from the peer at ``-d``; a link stands for
+its class under rotation (a transfer crossing two links of one class uses that class
+twice); HBM, copy engines and channels are the rank's own. Max-min fair sharing has one
+answer, so on a symmetric state it is symmetric, and the folded run's rates are the full
+run's.
+
+:func:`fold` checks all this and returns the one-rank graph (``None`` when anything is
+not symmetric: then the full graph runs); :meth:`Folded.expand` turns its timeline back
+into one record per task of the full graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..taskgraph import Kernel, TaskGraph
+from ..timeline import TaskRecord, Timeline
+from ..topology import Topology
+
+_GPU = "gpu"
+
+
+def _rank(node: str) -> int | None:
+    return int(node[3:]) if node.startswith(_GPU) else None
+
+
+@dataclass
+class Folded:
+    """GPU 0's share of a rotation-symmetric task graph (see module docstring)."""
+
+    graph: TaskGraph                          # GPU 0's tasks, every transfer local (src = dst = 0)
+    ranks: int                                # GPUs of the full graph
+    pairs: dict[str, tuple[int, int]] = field(repr=False)    # a transfer's real (src, dst)
+    full: TaskGraph = field(repr=False)
+    rep: list[str] = field(repr=False)        # the representative (a GPU 0 task) of each task of ``full``
+
+    def link(self, u: str, v: str) -> str:
+        """The resource name of link ``u -> v``'s class: its member leaving (or entering) GPU 0."""
+        n, a, b = self.ranks, _rank(u), _rank(v)
+        g = a if a is not None else b
+        if g is None:
+            return f"link:{u}->{v}"
+        u2 = u if a is None else f"{_GPU}{(a - g) % n}"
+        v2 = v if b is None else f"{_GPU}{(b - g) % n}"
+        return f"link:{u2}->{v2}"
+
+    def expand(self, tl: Timeline, topology: Topology) -> Timeline:
+        """The full graph's timeline: every task gets its representative's times; per-GPU
+        counters are repeated for every GPU, a link class's load for each of its links."""
+        by_id = tl.by_id()
+        out = []
+        for t, rid in zip(self.full.tasks, self.rep):
+            r = by_id[rid]
+            if isinstance(t, Kernel):
+                out.append(TaskRecord(t.id, t.gpu, t.stream, t.kind, t.role, t.label, r.ready, r.start, r.end,
+                                      grid=t.grid, peak_resident=r.peak_resident))
+            else:
+                out.append(TaskRecord(t.id, t.gpu, t.stream or "sm-transfers", "transfer", t.role, t.label,
+                                      r.ready, r.start, r.end, t.engine, t.src, t.dst, t.nbytes))
+        counters: dict[str, list[tuple[float, float]]] = {}
+        members: dict[str, list[str]] = {}
+        for u, v in topology.graph.edges:
+            members.setdefault(self.link(u, v), []).append(f"link:{u}->{v}")
+        for name, series in tl.counters.items():
+            if name.startswith("link:"):
+                for link in members.get(name, [name]):
+                    counters[link] = list(series)
+            elif name.startswith("gpu0."):
+                for i in range(self.ranks):
+                    counters[f"gpu{i}.{name[5:]}"] = list(series)
+            else:
+                counters[name] = series
+        return Timeline(out, counters, tl.events)
+
+
+def _turn(node: str, n: int) -> str:
+    i = _rank(node)
+    return node if i is None else f"{_GPU}{(i + 1) % n}"
+
+
+def _topology_turns(topology: Topology, n: int) -> bool:
+    """Whether GPU ``i -> i + 1`` (switches fixed) maps every link onto a link alike."""
+    g = topology.graph
+    for u, v, d in g.edges(data=True):
+        u2, v2 = _turn(u, n), _turn(v, n)
+        e = g.get_edge_data(u2, v2)
+        if e is None or e["bandwidth"] != d["bandwidth"] or e["latency"] != d["latency"]:
+            return False
+    return True
+
+
+def fold(graph: TaskGraph, topology: Topology) -> Folded | None:
+    """GPU 0's share of ``graph`` when it and ``topology`` are rotation symmetric, else None."""
+    got = folding(graph, topology)
+    return got if isinstance(got, Folded) else None
+
+
+def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
+    """:func:`fold`, or why the graph does not fold."""
+    n = graph.num_gpus
+    if n < 2 or topology.num_gpus != n:
+        return "one GPU, or a topology of another size"
+    if not _topology_turns(topology, n):
+        return "the topology does not turn onto itself"
+    prio: dict[str, int] = {}
+    for s in graph.streams:
+        if prio.setdefault(s.name, s.priority) != s.priority:
+            return f"stream {s.name} has different priorities on different GPUs"
+    at: dict[str, tuple[int, int]] = {}          # task -> (class, GPU)
+    kinds: dict[tuple, int] = {}                  # a task's description, GPUs relative -> its number
+    classes: dict[tuple[int, int], int] = {}      # (description, k-th alike on its GPU) -> class
+    occurrence: dict[tuple[int, int], int] = {}
+    queued: list[list[int]] = [[] for _ in range(n)]      # classes of stream tasks, in order
+    loose: list[list[int]] = [[] for _ in range(n)]       # classes of SM transfers
+
+    def rel(ids, g):
+        return tuple([(at[i][0], (at[i][1] - g) % n) for i in ids]) if ids else ()
+
+    for t in graph.tasks:
+        g = t.gpu
+        sig = ()
+        if t.signals:
+            if any(at[k][1] != g for k, _ in t.signals):      # a flag crossing GPUs: not folded here
+                return f"{t.id} waits on a tile signal from another GPU"
+            sig = tuple([(at[k][0], share) for k, share in t.signals])
+        if isinstance(t, Kernel):
+            key = ("K", t.stream, t.kind, t.grid, t.block, t.block_time, t.block_hbm_bytes, t.role, t.gemm, t.elems,
+                   t.sms, tuple([(share, (dst - g) % n) for share, dst in t.stores]), sig, rel(t.deps, g))
+            line = queued
+        else:
+            key = ("T", t.engine, t.stream, t.nbytes, (t.src - g) % n, (t.dst - g) % n, t.dma_engine, t.reduce,
+                   t.role, rel(t.drivers, g), sig, rel(t.deps, g))
+            line = queued if t.engine == "dma" else loose
+        kind = kinds.setdefault(key, len(kinds))
+        seen = (g, kind)        # the k-th task alike on its GPU (comm kernels queued one after another)
+        k = occurrence[seen] = occurrence.get(seen, -1) + 1
+        c = classes.setdefault((kind, k), len(classes))
+        at[t.id] = (c, g)
+        line[g].append(c)
+    for g in range(1, n):       # streams run in order; SM transfers in any
+        if queued[g] != queued[0] or sorted(loose[g]) != sorted(loose[0]):
+            return f"GPU {g}'s tasks are not GPU 0's turned"
+    cls = {tid: c for tid, (c, _) in at.items()}
+    rep_of = {c: t.id for t in graph.tasks if t.gpu == 0 for c in (cls[t.id],)}
+    # every route the graph uses turns with the GPUs
+    used: set[tuple[int, int]] = set()
+    for t in graph.tasks:
+        if t.gpu != 0:
+            continue
+        if isinstance(t, Kernel):
+            used.update((0, dst) for _, dst in t.stores if dst != 0)
+        elif t.src != t.dst:
+            used.add((t.src, t.dst))
+    for s, d in sorted(used):     # a unique route turns with the (checked) symmetry of the links
+        if not topology.route_unique(s, d):
+            return f"two routes from GPU {s} to {d} tie: the one taken need not turn with the GPUs"
+    tasks, pairs = [], {}
+    for t in graph.tasks:
+        if t.gpu != 0:
+            continue
+        deps = tuple(rep_of[cls[d]] for d in t.deps)
+        sigs = tuple((rep_of[cls[k]], share) for k, share in t.signals)
+        if isinstance(t, Kernel):
+            tasks.append(replace(t, deps=deps, signals=sigs))
+        else:
+            pairs[t.id] = (t.src, t.dst)
+            tasks.append(replace(t, src=0, dst=0, deps=deps, signals=sigs,
+                                 drivers=tuple(rep_of[cls[k]] for k in t.drivers)))
+    streams = [s for s in graph.streams if s.gpu == 0]
+    one = TaskGraph.build(1, streams, tasks, buffers=graph.buffers, meta=dict(graph.meta, folded_ranks=n))
+    return Folded(one, n, pairs, graph, [rep_of[cls[t.id]] for t in graph.tasks])

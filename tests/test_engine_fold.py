@@ -1,0 +1,86 @@
+"""Rank folding in the discrete-event engine (engine.fold): a rotation-symmetric graph runs
+one GPU and copies its times; every record and counter must equal the full run's, and
+graphs that are not symmetric (tied routes, peers queued in another order) must run whole."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ficco_sim import Scenario
+from ficco_sim.engine import des
+from ficco_sim.engine.des import simulate_graph
+from ficco_sim.engine.fold import Folded, folding
+from ficco_sim.hardware import load_gpu
+from ficco_sim.schedules import lower
+from ficco_sim.simulate import collective_graph
+from ficco_sim.topology import load_topology
+
+
+def _graph(case):
+    gpu_name, topo_name, what = case
+    gpu = load_gpu(gpu_name)
+    topo = load_topology(topo_name, gpu)
+    if isinstance(what, tuple):
+        kind, schedule = what
+        return gpu, topo, lower(Scenario(kind, topo.num_gpus, 4096, 2048, 1024), schedule, gpu, topo)
+    return gpu, topo, collective_graph(gpu, topo, what, 8 << 20)
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-12 * max(abs(a), abs(b), 1e-9)
+
+
+FOLDS = [
+    ("h100", "switch:8", ("ag-gemm", "ficco-a2a-sm")),
+    ("h100", "switch:8", ("ag-gemm", "ficco-a2a-dma")),
+    ("h100", "switch:8", ("gemm-rs", "shard-p2p-sm-hi")),
+    ("mi300x", "fc:8", ("a2a-gemm", "ficco-a2a-sm")),
+    ("mi300x", "fc:8", ("ar-par-gemm", "par-sm")),
+    ("h100", "ring:5", "all-to-all"),        # multi-hop routes: a link class crossed twice
+    ("h100", "ring:8", "all-reduce"),
+    ("h100", "switch:16", "reduce-scatter"),
+]
+
+
+@pytest.mark.parametrize("case", FOLDS, ids=lambda c: f"{c[1]}-{c[2]}")
+def test_a_folded_run_gives_every_task_and_counter_the_full_runs_times(case, monkeypatch):
+    gpu, topo, g = _graph(case)
+    assert isinstance(folding(g, topo), Folded)
+    full = simulate_graph(g, gpu, topo, fold_ranks=False)
+    ran = []
+
+    class Watched(des.Simulation):
+        def __init__(self, graph, *args, **kw):
+            ran.append(graph.num_gpus)
+            super().__init__(graph, *args, **kw)
+
+    monkeypatch.setattr(des, "Simulation", Watched)
+    one = simulate_graph(g, gpu, topo)
+    assert ran == [1]                  # it did run one rank
+    assert [r.id for r in one.records] == [r.id for r in full.records]
+    for a, b in zip(full.records, one.records):
+        assert (a.gpu, a.stream, a.kind, a.src, a.dst, a.nbytes) == (b.gpu, b.stream, b.kind, b.src, b.dst, b.nbytes)
+        assert all(_same(x, y) for x, y in ((a.ready, b.ready), (a.start, b.start), (a.end, b.end))), a.id
+        assert a.peak_resident == b.peak_resident, a.id
+    assert set(full.counters) == set(one.counters)
+    for name, series in full.counters.items():
+        other = one.counters[name]
+        assert len(series) == len(other), name
+        assert all(_same(t, u) and _same(v, w) for (t, v), (u, w) in zip(series, other)), name
+
+
+@pytest.mark.parametrize("case, why", [
+    (("h100", "ring:8", "all-to-all"), "tie"),                               # the far side: two ways round
+    (("h100", "switch:8", ("gemm-rs", "ficco-a2a-dma")), "not GPU 0's turned"),  # peers queued by absolute id
+    (("h100", "dgx-h100", "all-gather"), None),
+])
+def test_graphs_that_are_not_symmetric_run_whole(case, why):
+    gpu, topo, g = _graph(case)
+    got = folding(g, topo)
+    if why is None:          # (a shipped node graph: folds only if it really turns onto itself)
+        return
+    assert isinstance(got, str) and why in got
+    tl = simulate_graph(g, gpu, topo)
+    assert tl.makespan == simulate_graph(g, gpu, topo, fold_ranks=False).makespan
