@@ -7,8 +7,9 @@ scenario per topology; the closed form's time beside the DES's as a check.
     python benchmarks/des_scaling.py --gpus 8 64 256 512 --collectives all-gather
     python benchmarks/des_scaling.py --quick            # 8 and 64 GPUs, 1 MiB only
 
-Each case runs once in this process (cold caches); graph construction is timed apart
-from the simulation. ``--timeout`` skips a case whose previous size took longer.
+Each case runs once in this process (cold caches), as ``simulate_graph`` runs it (a
+rotation-symmetric graph folded onto one GPU: column "folded"); graph construction is
+timed apart from the simulation, and both together. ``--timeout`` skips a case whose previous size took longer.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ficco_sim import Scenario
-from ficco_sim.engine.des import Simulation
-from ficco_sim.engine.gcpause import paused_gc
+from ficco_sim.engine.des import simulate_graph
+from ficco_sim.engine.fold import Folded, folding
 from ficco_sim.hardware import load_gpu
 from ficco_sim.schedules import lower
 from ficco_sim.simulate import _run, collective_graph
@@ -33,16 +34,23 @@ KINDS = ("ring", "fc", "switch")
 
 
 def case(gpu, topo, graph) -> dict:
-    with paused_gc():       # as simulate_graph runs it
-        t0 = time.process_time()
-        sim = Simulation(graph, gpu, topo, record=False)
-        tl = sim.run()
-        cpu = time.process_time() - t0
+    """One run as ``simulate_graph`` does it (a symmetric graph folded onto one GPU), timed;
+    then again under tracemalloc for the peak."""
+    t0 = time.process_time()
+    tl = simulate_graph(graph, gpu, topo, record=False)
+    cpu = time.process_time() - t0
     tracemalloc.start()
-    Simulation(graph, gpu, topo, record=False).run()
+    simulate_graph(graph, gpu, topo, record=False)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return {"cpu": cpu, "events": sim.events, "peak": peak, "makespan": tl.makespan}
+    return {"cpu": cpu, "events": tl.events, "peak": peak, "makespan": tl.makespan,
+            "folded": "yes" if isinstance(folding(graph, topo), Folded) else "no"}
+
+
+def cells(graph, build: float, r: dict, cf: float) -> list[str]:
+    return [f"{len(graph.tasks):,}", f"{build:.2f}", f"{r['cpu']:.2f}", f"{build + r['cpu']:.2f}", r["folded"],
+            f"{r['events']:,}", f"{r['events'] / max(r['cpu'], 1e-9):,.0f}", f"{r['peak'] / 1e6:.0f}",
+            f"{r['makespan'] * 1e3:.4f}", f"{cf * 1e3:.4f}"]
 
 
 def main() -> None:
@@ -59,8 +67,8 @@ def main() -> None:
         args.gpus, args.mib = [8, 64], [1]
     gpu = load_gpu(args.gpu)
     table = Table(title=f"DES scaling on {gpu.name} (1 process; CPU s = simulation, graph built apart)")
-    for c in ("case", "GPUs", "size", "tasks", "graph CPU s", "DES CPU s", "events", "events/s", "peak MB",
-              "DES ms", "closed form ms"):
+    for c in ("case", "GPUs", "size", "tasks", "graph CPU s", "DES CPU s", "both CPU s", "folded", "events",
+              "events/s", "peak MB", "DES ms", "closed form ms"):
         table.add_column(c, justify="right")
     slow: set[tuple] = set()
     add = table.add_row
@@ -77,7 +85,7 @@ def main() -> None:
                     key = (kind, coll, mib)
                     if key in slow:
                         table.add_row(f"{kind} {coll}", str(n), f"{mib} MiB", "skipped (previous size over "
-                                      f"{args.timeout:.0f} s)", "", "", "", "", "", "", "")
+                                      f"{args.timeout:.0f} s)", *[""] * 9)
                         continue
                     topo = load_topology(f"{kind}:{n}", gpu)
                     t0 = time.process_time()
@@ -87,9 +95,7 @@ def main() -> None:
                     cf = _run(graph, gpu, topo, "analytical", "backfill").makespan
                     if r["cpu"] > args.timeout:
                         slow.add(key)
-                    table.add_row(f"{kind} {coll}", str(n), f"{mib} MiB", f"{len(graph.tasks):,}", f"{build:.2f}",
-                                  f"{r['cpu']:.2f}", f"{r['events']:,}", f"{r['events'] / max(r['cpu'], 1e-9):,.0f}",
-                                  f"{r['peak'] / 1e6:.0f}", f"{r['makespan'] * 1e3:.4f}", f"{cf * 1e3:.4f}")
+                    table.add_row(f"{kind} {coll}", str(n), f"{mib} MiB", *cells(graph, build, r, cf))
         for scen in ("ag-gemm", "a2a-gemm"):
             n = 8
             topo = load_topology(f"{kind}:{n}", gpu)
@@ -99,10 +105,7 @@ def main() -> None:
             build = time.process_time() - t0
             r = case(gpu, topo, graph)
             cf = _run(graph, gpu, topo, "analytical", "backfill").makespan
-            table.add_row(f"{kind} {scen} ficco-a2a-sm", str(n), "16384x8192x8192", f"{len(graph.tasks):,}",
-                          f"{build:.2f}", f"{r['cpu']:.2f}", f"{r['events']:,}",
-                          f"{r['events'] / max(r['cpu'], 1e-9):,.0f}", f"{r['peak'] / 1e6:.0f}",
-                          f"{r['makespan'] * 1e3:.4f}", f"{cf * 1e3:.4f}")
+            table.add_row(f"{kind} {scen} ficco-a2a-sm", str(n), "16384x8192x8192", *cells(graph, build, r, cf))
     Console(width=170).print(table)
 
 

@@ -402,10 +402,11 @@ class Simulation:
         s = f.slots()
         if not len(s):
             return
-        n = self.g.num_gpus      # every hbm<i> is registered at set-up: one entry per GPU
-        comm_hbm = f.hbm_rates(of_compute=False)[:n]
-        comp_hbm = f.hbm_rates(of_compute=True)[:n]
         comp = f.compute[s]
+        if comp.all() or not comp.any():     # one side alone: nothing slows it (the factors are 1)
+            return
+        n = self.g.num_gpus      # every hbm<i> is registered at set-up: one entry per GPU
+        comp_hbm, comm_hbm = (x[:n] for x in f.hbm_rates())
         slow = np.empty(len(s))
         slow[comp] = compute_slowdown(self.gpu, comm_hbm[f.gpu[s[comp]]])
         ends = f.ends[s[~comp]]

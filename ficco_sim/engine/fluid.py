@@ -84,6 +84,7 @@ class FluidPool:
         self._inc: list[np.ndarray] = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)]
         self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []    # batches' entries, in order
         self._pending: tuple[list, list, list] = ([], [], [])
+        self._slots: np.ndarray | None = None
         self.live = 0
 
     def __len__(self) -> int:
@@ -116,6 +117,7 @@ class FluidPool:
         self.acts.append(a)
         self.remaining[slot], self.rate[slot], self.cap[slot], self.weight[slot] = a.remaining, 0.0, a.cap, a.weight
         self.alive[slot], self.compute[slot], self.gpu[slot] = True, a.kind == "compute", a.gpu
+        self._slots = None
         self.ends[slot] = (a.ends[0], a.ends[-1]) if a.ends else (a.gpu, a.gpu)
         self.owner[slot] = -1
         rows, cols, vals = self._pending
@@ -141,6 +143,7 @@ class FluidPool:
         self.acts.extend([None] * k)
         self.remaining[sl], self.rate[sl], self.cap[sl], self.weight[sl] = remaining, 0.0, np.inf, 1.0
         self.alive[sl], self.compute[sl], self.gpu[sl] = True, False, gpu
+        self._slots = None
         self.ends[sl, 0], self.ends[sl, 1] = src, dst
         self.owner[sl] = owner
         self._chunks.append((rel + slot, cols, vals))
@@ -172,8 +175,10 @@ class FluidPool:
         return self._inc[0], self._inc[1], self._inc[2]
 
     def slots(self) -> np.ndarray:
-        n = len(self.acts)
-        return np.flatnonzero(self.alive[:n])
+        """The live slots (kept until an activity comes or goes)."""
+        if self._slots is None:
+            self._slots = np.flatnonzero(self.alive[:len(self.acts)])
+        return self._slots
 
     def advance(self, dt: float) -> None:
         n = len(self.acts)
@@ -193,6 +198,8 @@ class FluidPool:
         own = self.owner[done]
         out = [self.acts[i] for i in done[own < 0]], own[own >= 0]
         self.alive[done] = False
+        if len(done):
+            self._slots = None
         for i in done:
             self.acts[i] = None
         self.live -= len(done)
@@ -213,6 +220,7 @@ class FluidPool:
             fresh[:len(s)] = kept
             setattr(self, name, fresh)
         self.acts = [self.acts[i] for i in s]
+        self._slots = None
 
     # -- rates ------------------------------------------------------------------------------
     def rates(self) -> None:
@@ -266,13 +274,17 @@ class FluidPool:
                 a, r, u, wu = a[on], r[on], u[on], wu[on]
         self.rate[:n] = rate * self.alive[:n]
 
-    def hbm_rates(self, of_compute: bool) -> np.ndarray:
-        """Bytes/s on each GPU's HBM by live compute (or transfer) activities, at :attr:`rate`."""
+    def hbm_rates(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes/s on each GPU's HBM by live compute activities, and by live transfers, at :attr:`rate`."""
         a, r, u = self.incidence()
         g = self.res_gpu[r]
-        pick = (g >= 0) & (self.compute[a] == of_compute)
-        size = int(self.res_gpu.max(initial=-1)) + 1       # every GPU with an hbm resource
-        return np.bincount(g[pick], weights=self.rate[a[pick]] * u[pick], minlength=max(size, 1))
+        on = g >= 0
+        a, g = a[on], g[on]
+        load = self.rate[a] * u[on]
+        comp = self.compute[a]
+        size = max(int(self.res_gpu.max(initial=-1)) + 1, 1)       # every GPU with an hbm resource
+        return (np.bincount(g[comp], weights=load[comp], minlength=size),
+                np.bincount(g[~comp], weights=load[~comp], minlength=size))
 
     def link_loads(self) -> dict[str, float]:
         """Bytes/s on each link resource: rate times crossings, summed over the activities."""
