@@ -98,6 +98,8 @@ class Simulation:
         self._protocols: dict[float, Protocol] = {}
         self._paths: dict[tuple[int, int], tuple[dict[str, float], float]] = {}
         self.link_counters: dict[str, None] = {}     # link resources ever crossed, in first-use order
+        self._link_at = np.zeros(0, dtype=np.int64)   # their fluid resource indices
+        self._link_last = np.zeros(0)                # and the loads last recorded
         self.tiled: dict[str, TileOrder] = {}        # GEMMs whose block order matters (signals, stores)
         self.signal_events: dict[str, list] = {}      # task -> its tile-signal events
         self._setup()
@@ -436,15 +438,25 @@ class Simulation:
             series.append((self.env.now, v + delta))
 
     def _record_links(self) -> None:
-        loads = self.fluid.link_loads()
-        for res in self.link_counters:
-            series = self.counters.setdefault(res, [(0.0, 0.0)])
-            value = loads.get(res, 0.0)
-            if series[-1][1] != value:
-                if series[-1][0] == self.env.now:
-                    series[-1] = (self.env.now, value)
-                else:
-                    series.append((self.env.now, value))
+        """A point on each crossed link's load series where the load changed."""
+        if len(self._link_at) != len(self.link_counters):      # links crossed for the first time
+            names = list(self.link_counters)
+            self._link_at = np.array([self.fluid.res[r] for r in names], dtype=np.int64)
+            self._link_last = np.concatenate([self._link_last, np.zeros(len(names) - len(self._link_last))])
+            for r in names:
+                self.counters.setdefault(r, [(0.0, 0.0)])
+        loads = self.fluid.link_loads()[self._link_at]
+        changed = np.flatnonzero(loads != self._link_last)
+        if not len(changed):
+            return
+        self._link_last = loads
+        names, now = list(self.link_counters), self.env.now
+        for i in changed.tolist():
+            series, value = self.counters[names[i]], float(loads[i])
+            if series[-1][0] == now:
+                series[-1] = (now, value)
+            else:
+                series.append((now, value))
 
     # -- run -------------------------------------------------------------------------------
     def run(self) -> Timeline:

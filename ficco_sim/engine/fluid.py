@@ -286,10 +286,9 @@ class FluidPool:
         return (np.bincount(g[comp], weights=load[comp], minlength=size),
                 np.bincount(g[~comp], weights=load[~comp], minlength=size))
 
-    def link_loads(self) -> dict[str, float]:
-        """Bytes/s on each link resource: rate times crossings, summed over the activities."""
+    def link_loads(self) -> np.ndarray:
+        """Bytes/s on each resource that is a link (rate times crossings, summed over the
+        activities), indexed as :attr:`res`; 0 for other resources."""
         a, r, u = self.incidence()
         pick = self.is_link[r]
-        load = np.bincount(r[pick], weights=self.rate[a[pick]] * u[pick], minlength=len(self.res))
-        names = list(self.res)
-        return {names[i]: float(load[i]) for i in np.flatnonzero(self.is_link[:len(self.res)])}
+        return np.bincount(r[pick], weights=self.rate[a[pick]] * u[pick], minlength=len(self.res))
