@@ -126,6 +126,8 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
 
     for t in graph.tasks:
         g = t.gpu
+        if not 0 <= g < n:
+            return f"{t.id} is on GPU {g}, outside the graph's {n}"
         sig = ()
         if t.signals:
             if any(at[k][1] != g for k, _ in t.signals):      # a flag crossing GPUs: not folded here
