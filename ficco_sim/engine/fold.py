@@ -57,14 +57,14 @@ class Folded:
         counters are repeated for every GPU, a link class's load for each of its links."""
         by_id = tl.by_id()
         out = []
-        for t, rid in zip(self.full.tasks, self.rep):
-            r = by_id[rid]
+        add = out.append
+        for t, r in zip(self.full.tasks, map(by_id.__getitem__, self.rep)):
             if isinstance(t, Kernel):
-                out.append(TaskRecord(t.id, t.gpu, t.stream, t.kind, t.role, t.label, r.ready, r.start, r.end,
-                                      grid=t.grid, peak_resident=r.peak_resident))
+                add(TaskRecord(t.id, t.gpu, t.stream, t.kind, t.role, t.label, r.ready, r.start, r.end, "", -1, -1,
+                               0.0, t.grid, r.peak_resident))
             else:
-                out.append(TaskRecord(t.id, t.gpu, t.stream or "sm-transfers", "transfer", t.role, t.label,
-                                      r.ready, r.start, r.end, t.engine, t.src, t.dst, t.nbytes))
+                add(TaskRecord(t.id, t.gpu, t.stream or "sm-transfers", "transfer", t.role, t.label, r.ready,
+                               r.start, r.end, t.engine, t.src, t.dst, t.nbytes))
         counters: dict[str, list[tuple[float, float]]] = {}
         members: dict[str, list[str]] = {}
         for u, v in topology.graph.edges:
@@ -122,7 +122,7 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
     loose: list[list[int]] = [[] for _ in range(n)]       # classes of SM transfers
 
     def rel(ids, g):
-        return tuple([(at[i][0], (at[i][1] - g) % n) for i in ids]) if ids else ()
+        return tuple([(c, (h - g) % n) for c, h in map(at.__getitem__, ids)]) if ids else ()
 
     for t in graph.tasks:
         g = t.gpu
