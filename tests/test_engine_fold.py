@@ -84,3 +84,29 @@ def test_graphs_that_are_not_symmetric_run_whole(case, why):
     assert isinstance(got, str) and why in got
     tl = simulate_graph(g, gpu, topo)
     assert tl.makespan == simulate_graph(g, gpu, topo, fold_ranks=False).makespan
+
+
+def test_a_rank_whose_stand_ins_come_later_in_the_graph_still_folds():
+    """GPU 0's GEMM waits on the chunk GPU 1 sends it, listed before GPU 0's own send that
+    stands for it: the folded graph puts the stand-in first, and the times match."""
+    from ficco_sim.hardware import BlockShape
+    from ficco_sim.taskgraph import Kernel, Stream, TaskGraph, Transfer
+
+    gpu = load_gpu("h100")
+    topo = load_topology("switch:2", gpu)
+    comm, block = BlockShape(512, 32, 0), BlockShape(256, 64, 0)
+
+    def send(src, dst):
+        return Transfer(f"y{src}", src, dst, 8e6, "sm", src, None, (f"k{src}", f"k{dst}"))
+
+    def gemm(g, after):
+        return Kernel(f"g{g}", g, "compute", "gemm", 264, block, 20e-6, 0.0, (after,))
+
+    tasks = [Kernel("k0", 0, "comm", "comm", 4, comm, role="comm"), Kernel("k1", 1, "comm", "comm", 4, comm, role="comm"),
+             send(1, 0), gemm(0, "y1"), send(0, 1), gemm(1, "y0")]
+    g = TaskGraph.build(2, [Stream(i, s) for i in range(2) for s in ("comm", "compute")], tasks)
+    folded = folding(g, topo)
+    assert isinstance(folded, Folded)
+    assert [t.id for t in folded.graph.tasks] == ["k0", "y0", "g0"]
+    full, one = simulate_graph(g, gpu, topo, fold_ranks=False), simulate_graph(g, gpu, topo)
+    assert [(r.id, r.start, r.end) for r in one.records] == [(r.id, r.start, r.end) for r in full.records]

@@ -177,5 +177,34 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
             tasks.append(replace(t, src=0, dst=0, deps=deps, signals=sigs,
                                  drivers=tuple(rep_of[cls[k]] for k in t.drivers)))
     streams = [s for s in graph.streams if s.gpu == 0]
-    one = TaskGraph.build(1, streams, tasks, buffers=graph.buffers, meta=dict(graph.meta, folded_ranks=n))
+    try:
+        one = TaskGraph.build(1, streams, _referenced_first(tasks), buffers=graph.buffers,
+                              meta=dict(graph.meta, folded_ranks=n))
+    except ValueError as e:
+        return f"GPU 0's tasks do not form a graph of their own ({e})"
     return Folded(one, n, pairs, graph, [rep_of[cls[t.id]] for t in graph.tasks])
+
+
+def _referenced_first(tasks: list) -> list:
+    """``tasks`` in their order, except that a task comes after every task it names (a
+    rank's task may stand for a peer's that the full graph lists later); each stream's
+    tasks keep their order."""
+    ids = {t.id for t in tasks}
+    placed: set[str] = set()
+    out, waiting = [], list(tasks)
+    while waiting:
+        later, held = [], set()        # held: streams with a task waiting (the rest of it waits too)
+        for t in waiting:
+            stream = (t.gpu, t.stream) if isinstance(t, Kernel) or t.engine == "dma" else None
+            named = [*t.deps, *(k for k, _ in t.signals), *getattr(t, "drivers", ())]
+            if stream not in held and all(x in placed or x not in ids for x in named):
+                out.append(t)
+                placed.add(t.id)
+            else:
+                later.append(t)
+                if stream is not None:
+                    held.add(stream)
+        if len(later) == len(waiting):
+            return tasks        # a cycle: TaskGraph.build says so
+        waiting = later
+    return out

@@ -83,8 +83,9 @@ class SmTransfers:
         index = dict(zip(ids, range(n)))
         ndeps = np.fromiter(map(len, deps_of), np.int64, n)
         ndrivers = np.fromiter(map(len, drivers_of), np.int64, n)
+        # the waits each has left: dependencies, drivers' first blocks, tile signals
         self.need = ndeps + ndrivers + np.fromiter(map(len, signals), np.int64, n)
-        self.ready = np.full(n, NAN)      # (need: the waits left: dependencies, drivers, tile signals)
+        self.ready = np.full(n, NAN)
         self.end = np.full(n, NAN)
         self.nbytes = np.array(nbytes, dtype=float)
         self.src = np.array(src, dtype=np.int64)
