@@ -76,8 +76,6 @@ class Simulation:
         self.fluid = FluidPool()
         for i in range(graph.num_gpus):
             self.fluid.set_capacity(f"hbm{i}", gpu.hbm_effective)
-        for u, v, d in topology.graph.edges(data=True):
-            self.fluid.set_capacity(folded.link(u, v) if folded else f"link:{u}->{v}", d["bandwidth"])
         self.host_busy = [0] * graph.num_gpus     # compute threads running per rank (a host device only)
         if gpu.host is not None:      # ranks are processes on one host: each has its share of the cores
             for i in range(graph.num_gpus):
@@ -224,8 +222,11 @@ class Simulation:
         hit = self._paths.get((src, dst))
         if hit is None:
             usage: dict[str, float] = {}
+            edges = self.topo.graph.edges
             for u, v in self.topo.path_links(src, dst):
                 name = self.folded.link(u, v) if self.folded else f"link:{u}->{v}"
+                if name not in self.fluid.res:      # a link's capacity, when a route first crosses it
+                    self.fluid.set_capacity(name, edges[u, v]["bandwidth"])
                 usage[name] = usage.get(name, 0.0) + 1.0
             hit = self._paths[(src, dst)] = (usage, self.topo.path_latency(src, dst))
         return hit

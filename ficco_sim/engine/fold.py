@@ -108,8 +108,6 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
     n = graph.num_gpus
     if n < 2 or topology.num_gpus != n:
         return "one GPU, or a topology of another size"
-    if not _topology_turns(topology, n):
-        return "the topology does not turn onto itself"
     prio: dict[str, int] = {}
     for s in graph.streams:
         if prio.setdefault(s.name, s.priority) != s.priority:
@@ -150,6 +148,8 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
     for g in range(1, n):       # streams run in order; SM transfers in any
         if queued[g] != queued[0] or sorted(loose[g]) != sorted(loose[0]):
             return f"GPU {g}'s tasks are not GPU 0's turned"
+    if not _topology_turns(topology, n):
+        return "the topology does not turn onto itself"
     cls = {tid: c for tid, (c, _) in at.items()}
     rep_of = {c: t.id for t in graph.tasks if t.gpu == 0 for c in (cls[t.id],)}
     # every route the graph uses turns with the GPUs
