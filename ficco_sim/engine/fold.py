@@ -151,7 +151,7 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
     if not _topology_turns(topology, n):
         return "the topology does not turn onto itself"
     cls = {tid: c for tid, (c, _) in at.items()}
-    rep_of = {c: t.id for t in graph.tasks if t.gpu == 0 for c in (cls[t.id],)}
+    rep_of = {cls[t.id]: t.id for t in graph.tasks if t.gpu == 0}       # class -> GPU 0's task
     # every route the graph uses turns with the GPUs
     used: set[tuple[int, int]] = set()
     for t in graph.tasks:
