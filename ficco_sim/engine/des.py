@@ -96,6 +96,7 @@ class Simulation:
         self._protocols: dict[float, Protocol] = {}
         self._paths: dict[tuple[int, int], tuple[dict[str, float], float]] = {}
         self.link_counters: dict[str, None] = {}     # link resources ever crossed, in first-use order
+        self._link_names: list[str] = []             # (their names, as last listed)
         self._link_at = np.zeros(0, dtype=np.int64)   # their fluid resource indices
         self._link_last = np.zeros(0)                # and the loads last recorded
         self.tiled: dict[str, TileOrder] = {}        # GEMMs whose block order matters (signals, stores)
@@ -194,13 +195,7 @@ class Simulation:
         if t.nbytes <= 0:
             self._finish_transfer(t)
             return
-        usage = dict(self._path(*self.pair(t))[0])
-        usage[f"hbm{t.src}"] = usage.get(f"hbm{t.src}", 0.0) + 1.0
-        usage[f"hbm{t.dst}"] = usage.get(f"hbm{t.dst}", 0.0) + (3.0 if t.reduce else 1.0)
-        if self.gpu.host is not None:     # library threads at both ends copy the bytes
-            half = self.gpu.host.core_s_per_byte / 2
-            usage[f"host{t.src}"] = usage.get(f"host{t.src}", 0.0) + half
-            usage[f"host{t.dst}"] = usage.get(f"host{t.dst}", 0.0) + half
+        usage = self.transfer_usage(*self.pair(t), t.reduce)
         act = Activity(t.id, t.nbytes, usage, cap=self.gpu.dma.cap(*self.pair(t)), gpu=t.dst, kind="transfer",
                        ends=(t.src, t.dst), on_done=lambda t=t: self._finish_transfer(t))
         self._add_activity(act)
@@ -212,6 +207,25 @@ class Simulation:
             spec = self.gpu.comm_kernel
             hit = self._protocols[t.nbytes] = spec.protocols[spec.protocol_index(t.nbytes)]
         return hit
+
+    def transfer_usage(self, src: int, dst: int, reduce: bool) -> dict[str, float]:
+        """What a transfer from GPU ``src`` to ``dst`` uses per byte: the route's links, HBM
+        read at the source and written at the destination (a reduce also reads the
+        destination's own chunk and writes the sum: 3 bytes), and on a host device the
+        library threads' cores at both ends (half each). Copies and SM transfers alike."""
+        usage = dict(self._path(src, dst)[0])
+        a, b = self.rank(src), self.rank(dst)
+        usage[f"hbm{a}"] = usage.get(f"hbm{a}", 0.0) + 1.0
+        usage[f"hbm{b}"] = usage.get(f"hbm{b}", 0.0) + (3.0 if reduce else 1.0)
+        if self.gpu.host is not None:
+            half = self.gpu.host.core_s_per_byte / 2
+            usage[f"host{a}"] = usage.get(f"host{a}", 0.0) + half
+            usage[f"host{b}"] = usage.get(f"host{b}", 0.0) + half
+        return usage
+
+    def rank(self, g: int) -> int:
+        """The GPU whose resources stand for GPU ``g``'s (a folded run has only GPU 0's)."""
+        return 0 if self.folded else g
 
     def pair(self, t: Transfer) -> tuple[int, int]:
         """The GPUs ``t`` really joins (a folded graph's transfers are all local)."""
@@ -322,7 +336,7 @@ class Simulation:
 
         for dst, nbytes in sends:
             usage = dict(self._path(k.gpu, dst)[0])
-            at = 0 if self.folded else dst       # (a folded rank receives its peer's stores)
+            at = self.rank(dst)       # (a folded rank receives its peer's stores)
             usage[f"hbm{at}"] = usage.get(f"hbm{at}", 0.0) + 1.0
             self._add_activity(Activity(f"{k.id}@{self.seq}->{dst}", nbytes, usage, gpu=at, kind="transfer",
                                         ends=(k.gpu, at), on_done=landed))
@@ -440,8 +454,9 @@ class Simulation:
 
     def _record_links(self) -> None:
         """A point on each crossed link's load series where the load changed."""
-        if len(self._link_at) != len(self.link_counters):      # links crossed for the first time
-            names = list(self.link_counters)
+        names = self._link_names
+        if len(names) != len(self.link_counters):      # links crossed for the first time
+            names = self._link_names = list(self.link_counters)
             self._link_at = np.array([self.fluid.res[r] for r in names], dtype=np.int64)
             self._link_last = np.concatenate([self._link_last, np.zeros(len(names) - len(self._link_last))])
             for r in names:
@@ -451,7 +466,7 @@ class Simulation:
         if not len(changed):
             return
         self._link_last = loads
-        names, now = list(self.link_counters), self.env.now
+        now = self.env.now
         for i in changed.tolist():
             series, value = self.counters[names[i]], float(loads[i])
             if series[-1][0] == now:

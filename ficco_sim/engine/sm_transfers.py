@@ -134,9 +134,10 @@ class SmTransfers:
             env.timeout(0).callbacks.append(lambda _e: self._ready(free))
 
     def _incidence(self, transfers: list, dk: np.ndarray, dj: np.ndarray) -> None:
-        """Each transfer's fluid work, cap and resources (path links, HBM at both ends, the
-        host's cores on a host device, its first and last drivers' channels), built once."""
-        sim, fluid, gpu = self.sim, self.sim.fluid, self.sim.gpu
+        """Each transfer's fluid work and resources, built once: per distinct (real source,
+        real destination, reduce) what :meth:`Simulation.transfer_usage` says, plus its first
+        and last drivers' channels."""
+        sim, fluid = self.sim, self.sim.fluid
         n = len(transfers)
         ngpu = sim.g.num_gpus
         rsrc, rdst = self.src, self.dst
@@ -144,36 +145,27 @@ class SmTransfers:
             ngpu = sim.folded.ranks
             real = np.array([sim.pairs[t.id] for t in transfers], dtype=np.int64).reshape(n, 2)
             rsrc, rdst = real[:, 0], real[:, 1]
-        keys, self.pair = np.unique(rsrc * ngpu + rdst, return_inverse=True)
+        keys, self.pair = np.unique((rsrc * ngpu + rdst) * 2 + self.reduce, return_inverse=True)
         pair_cols, pair_vals, pair_latency, self.pair_links = [], [], [], []
         for key in keys.tolist():
-            links, latency = sim._path(key // ngpu, key % ngpu)
-            self.pair_links.append(list(links))
-            pair_cols.append([fluid.resource(r) for r in links])
-            pair_vals.append(list(links.values()))
-            pair_latency.append(latency)
+            src, dst = divmod(key // 2, ngpu)
+            usage = sim.transfer_usage(src, dst, bool(key % 2))
+            self.pair_links.append([r for r in usage if r.startswith("link:")])
+            pair_cols.append([fluid.resource(r) for r in usage])
+            pair_vals.append(list(usage.values()))
+            pair_latency.append(sim._path(src, dst)[1])
         self.pair_ptr, self.pair_cols = csr(pair_cols)
         self.pair_vals = np.array([v for row in pair_vals for v in row], dtype=float)
-        sizes, which = np.unique(self.nbytes, return_inverse=True)
+        _, which = np.unique(self.nbytes, return_inverse=True)
         protocols = [sim._protocol(transfers[j]) for j in np.unique(which, return_index=True)[1]]
         self.latency = np.asarray(pair_latency)[self.pair] + np.array([p.latency for p in protocols])[which]
         self.wire = self.nbytes / np.array([p.efficiency for p in protocols])[which]
-        hbm = np.array([fluid.resource(f"hbm{i}") for i in range(ngpu)], dtype=np.int64)
         send = np.array([fluid.resource(f"send:{k}") for k in self.kernels], dtype=np.int64)
         recv = np.array([fluid.resource(f"recv:{k}") for k in self.kernels], dtype=np.int64)
         # each transfer's first and last driver (``driven`` runs by transfer, drivers in order)
         first = dk[np.searchsorted(dj, np.arange(n), side="left")] if n else dk
         last = dk[np.searchsorted(dj, np.arange(n), side="right") - 1] if n else dk
-        width = 6 if gpu.host is not None else 4
-        cols = np.zeros((n, width), dtype=np.int64)
-        vals = np.ones((n, width))
-        cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3] = hbm[self.src], hbm[self.dst], send[first], recv[last]
-        vals[:, 1] = np.where(self.reduce, 3.0, 1.0)
-        if gpu.host is not None:      # library threads at both ends copy the bytes
-            host = np.array([fluid.resource(f"host{i}") for i in range(ngpu)], dtype=np.int64)
-            cols[:, 4], cols[:, 5] = host[self.src], host[self.dst]
-            vals[:, 4:] = gpu.host.core_s_per_byte / 2
-        self.cols, self.vals = cols, vals
+        self.channels = np.stack([send[first], recv[last]], axis=1) if n else np.zeros((0, 2), dtype=np.int64)
 
     # -- the steps of a batch --------------------------------------------------------------
     def open_of(self, kid: str) -> int:
@@ -210,15 +202,13 @@ class SmTransfers:
         if len(go):
             sim._advance()
             fluid = sim.fluid
-            width = self.cols.shape[1]
             pairs = self.pair[go]
             at = _rows(self.pair_ptr, pairs)
-            links = self.pair_cols[at]
             per = self.pair_ptr[pairs + 1] - self.pair_ptr[pairs]
             k = len(go)
-            rel = np.concatenate([np.repeat(np.arange(k), per), np.repeat(np.arange(k), width)])
-            cols = np.concatenate([links, self.cols[go].ravel()])
-            vals = np.concatenate([self.pair_vals[at], self.vals[go].ravel()])
+            rel = np.concatenate([np.repeat(np.arange(k), per), np.repeat(np.arange(k), 2)])
+            cols = np.concatenate([self.pair_cols[at], self.channels[go].ravel()])
+            vals = np.concatenate([self.pair_vals[at], np.ones(2 * k)])
             fluid.add_many(self.wire[go], self.dst[go], self.src[go], self.dst[go], rel, cols, vals, go)
             if sim.record:
                 for p in dict.fromkeys(pairs.tolist()):
