@@ -2,7 +2,8 @@
 
 Nodes are ``"gpu0" .. "gpu{N-1}"`` and ``"sw0" ...``; every directed edge carries
 ``bandwidth`` (B/s, per direction) and ``latency`` (s). Routing is a pure function of
-the graph (fewest hops, then lowest latency). Built-ins come as parametric names whose
+the graph (fewest hops, then lowest latency, then a tie rule that turns with the GPUs'
+numbering: :meth:`Topology.route`). Built-ins come as parametric names whose
 link parameters follow a GPU profile's link spec:
 
 * ``ring:N``: each GPU links to its two neighbours; per direction it gets half its
@@ -50,34 +51,33 @@ class Topology:
     num_gpus: int
     graph: nx.DiGraph
     _routes: dict = field(default_factory=dict, repr=False)
-    _sources: set = field(default_factory=set, repr=False)     # GPUs whose routes are all known
-    _tied: set = field(default_factory=set, repr=False)        # pairs with two fewest-hop paths alike
+    _preds: dict = field(default_factory=dict, repr=False)     # source GPU -> its fewest-hop predecessors
+    _adj: dict = field(default_factory=dict, repr=False)       # node -> [(successor, routing weight)]
 
     def route(self, src: int, dst: int) -> list[str]:
-        """Node path from GPU ``src`` to GPU ``dst`` (fewest hops, then least latency)."""
+        """Node path from GPU ``src`` to GPU ``dst``: fewest hops, then least latency, then
+        (paths still tied) the one whose nodes come first, node by node, ranking GPU ``j`` by
+        ``(j - src) mod N`` (forward from the source: clockwise on a ring, as ASTRA-sim's
+        ring routes) and switches after GPUs by name. That rule turns with every renumbering
+        ``i -> i + c`` of the GPUs that maps the links onto links alike and keeps the
+        switches, so a rotation-symmetric topology routes rotation-symmetrically."""
         key = (src, dst)
         hit = self._routes.get(key)
         if hit is None:
             a, b = gpu_node(src), gpu_node(dst)
             if src == dst or self.graph.has_edge(a, b):       # the only fewest-hop path
-                hit = self._routes[key] = _shortest(self.graph, a, b)
+                hit = self._routes[key] = [a] if src == dst else [a, b]
                 return hit
-            if src not in self._sources:
-                self._sources.add(src)      # one search from src answers every unique route from it
-                for node, path in _unique_routes(self.graph, a).items():
-                    if node.startswith("gpu"):
-                        self._routes.setdefault((src, int(node[3:])), path)
-                hit = self._routes.get(key)
-            if hit is None:       # tied paths (the single search leaves them out): pick as pairwise
-                hit = self._routes[key] = _shortest(self.graph, a, b)
-                self._tied.add(key)
+            preds = self._preds.get(src)
+            if preds is None:       # one search from src answers every route from it
+                if not self._adj:
+                    self._adj.update({u: [(v, _weight(d["latency"])) for v, d in nbrs.items()]
+                                      for u, nbrs in self.graph.succ.items()})
+                preds = self._preds[src] = _fewest_hop_preds(self._adj, a)
+            if b not in preds:
+                raise InputError("topology", None, f"no path from {a} to {b}")
+            hit = self._routes[key] = _pick(preds, self.graph.succ, a, b, src, self.num_gpus)
         return hit
-
-    def route_unique(self, src: int, dst: int) -> bool:
-        """Whether :meth:`route` is the only fewest-hop, least-latency path (not a tie broken
-        one way): then any symmetry of the graph maps it onto the route of the mapped pair."""
-        self.route(src, dst)
-        return (src, dst) not in self._tied
 
     def path_links(self, src: int, dst: int) -> list[tuple[str, str]]:
         nodes = self.route(src, dst)
@@ -103,46 +103,57 @@ class Topology:
                f"{'/'.join(f'{b / 1e9:g}' for b in bws)} GB/s per link"
 
 
-def _shortest(graph: nx.DiGraph, a: str, b: str) -> list[str]:
-    if a == b:
-        return [a]
-    if graph.has_edge(a, b):      # one hop: the only fewest-hop path, whatever the latencies
-        return [a, b]
-    try:
-        # Hops first, latency as tie-break: weight = 1 + tiny * latency.
-        return nx.shortest_path(graph, a, b, weight=lambda u, v, d: 1.0 + d["latency"] * 1e-3)
-    except nx.NetworkXNoPath:
-        raise InputError("topology", None, f"no path from {a} to {b}") from None
+_HOP = 1 << 64     # a hop outweighs any latency sum (femtoseconds): fewest hops, then least latency
 
 
-def _unique_routes(graph: nx.DiGraph, a: str) -> dict[str, list[str]]:
-    """The path from ``a`` to every node it reaches by one fewest-hop, least-latency path
-    (the weight of :func:`_shortest`); a node with tied paths is left out (:func:`_shortest`
-    picks among them)."""
-    dist, count, pred = {a: 0.0}, {a: 1}, {}
-    heap, seq, done = [(0.0, 0, a)], 1, set()
-    succ = graph.succ
+def _weight(latency: float) -> int:
+    """A link's routing weight: one hop plus its latency in whole femtoseconds (integer
+    sums are exact, so equal paths tie wherever they are summed)."""
+    return _HOP + round(latency * 1e15)
+
+
+def _fewest_hop_preds(adj: dict[str, list[tuple[str, int]]], a: str) -> dict[str, list[str]]:
+    """Every node reached from ``a`` -> its predecessors on fewest-hop, least-latency paths
+    (Dijkstra keeping all tied predecessors; ``a`` has none)."""
+    dist, preds = {a: 0}, {a: []}
+    heap, done = [(0, a)], set()
     while heap:
-        d, _, u = heapq.heappop(heap)
+        d, u = heapq.heappop(heap)
         if u in done:
             continue
         done.add(u)
-        for v, attr in succ[u].items():
-            nd = d + (1.0 + attr["latency"] * 1e-3)
+        for v, w in adj[u]:
+            nd = d + w
             old = dist.get(v)
             if old is None or nd < old:
-                dist[v], count[v], pred[v] = nd, count[u], u
-                heapq.heappush(heap, (nd, seq, v))
-                seq += 1
+                dist[v], preds[v] = nd, [u]
+                heapq.heappush(heap, (nd, v))
             elif nd == old:
-                count[v] += count[u]
-    out: dict[str, list[str]] = {}
-    for v in done:
-        if v != a and count[v] == 1:
-            path = [v]
-            while path[-1] != a:
-                path.append(pred[path[-1]])
-            out[v] = path[::-1]
+                preds[v].append(u)
+    return preds
+
+
+def _pick(preds: dict[str, list[str]], succ, a: str, b: str, src: int, n: int) -> list[str]:
+    """The route from ``a`` to ``b`` among the paths ``preds`` holds (see :meth:`Topology.route`)."""
+    path = [b]
+    while len(preds[path[-1]]) == 1:
+        path.append(preds[path[-1]][0])
+    if path[-1] == a:           # one path
+        return path[::-1]
+    on, todo = {b}, [b]         # nodes on some fewest-hop path to b; then the first of them, step by step
+    while todo:
+        for p in preds[todo.pop()]:
+            if p not in on:
+                on.add(p)
+                todo.append(p)
+
+    def rank(v: str) -> tuple:
+        return (0, (int(v[3:]) - src) % n, "") if v.startswith("gpu") else (1, 0, v)
+
+    out = [a]
+    while out[-1] != b:
+        u = out[-1]
+        out.append(min((v for v in succ[u] if v in on and u in preds[v]), key=rank))
     return out
 
 

@@ -205,15 +205,38 @@ links:
     assert t.path_latency(0, 2) == pytest.approx(2 * US)
 
 
-@pytest.mark.parametrize("spec", ["ring:8", "ring:16", "ring:17", "switch:16"] + SHIPPED)
-def test_routes_from_one_search_per_source_are_the_pairwise_routes(spec):
-    """route() answers every unique fewest-hop route from a source with one search; tied
-    pairs (a ring's far side, the MI250X GCD mesh) fall back to the pairwise search, so
-    the routes, and every answer built on them, are those of routing pair by pair."""
-    from ficco_sim.topology import _shortest, gpu_node
+def _all_routes_ranked(t, src: int, dst: int) -> list[list[str]]:
+    """Every fewest-hop, least-latency path, brute force, first by the documented tie rule."""
+    import networkx as nx
+    w = lambda u, v, d: (1 << 64) + round(d["latency"] * 1e15)  # noqa: E731
+    paths = list(nx.all_shortest_paths(t.graph, f"gpu{src}", f"gpu{dst}", weight=w))
+    key = lambda p: [(0, (int(v[3:]) - src) % t.num_gpus, "") if v.startswith("gpu") else (1, 0, v) for v in p]  # noqa: E731
+    return sorted(paths, key=key)
+
+
+@pytest.mark.parametrize("spec", ["ring:8", "ring:9", "ring:16", "switch:16", "fc:6"] + SHIPPED)
+def test_routes_are_fewest_hops_then_least_latency_then_first_counting_forward(spec):
+    """route() (one search per source) against brute force: every fewest-hop, least-latency
+    path enumerated, ties broken by the documented rule (GPUs ranked forward from the source)."""
     t = load_topology(spec if ":" in spec else TOPOLOGY_DIR / f"{spec}.yaml", load_gpu("h100"))
     n = t.num_gpus
-    assert all(t.route(i, j) == _shortest(t.graph, gpu_node(i), gpu_node(j)) for i in range(n) for j in range(n))
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                assert t.route(i, j) == _all_routes_ranked(t, i, j)[0], (i, j)
+
+
+@pytest.mark.parametrize("n", [4, 8, 9, 64])
+def test_ring_routes_take_the_short_way_and_ties_go_clockwise_for_every_source(n):
+    """ASTRA-sim's ring convention: the shorter way round, clockwise (i -> i + 1) when both
+    are as short; so routes turn with the GPUs and a ring's all-to-all is rotation symmetric."""
+    t = load_topology(f"ring:{n}", load_gpu("h100"))
+    for i in range(n):
+        for d in range(1, n):
+            step = 1 if d <= n - d else -1
+            assert t.route(i, (i + d) % n) == [f"gpu{(i + step * h) % n}" for h in range(min(d, n - d) + 1)]
+    ties = [r for i in range(n) if n % 2 == 0 for r in [_all_routes_ranked(t, i, (i + n // 2) % n)]]
+    assert all(len(r) == 2 for r in ties)      # the far side really is a tie
 
 
 def test_path_bandwidth_is_the_bottleneck_and_defaults_apply(tmp_path):

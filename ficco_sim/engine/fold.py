@@ -3,8 +3,8 @@
 A task graph is *rotation symmetric* on a topology when turning every GPU id ``i`` into
 ``i + 1 (mod N)`` maps the graph onto itself (each task onto a task with the same work,
 stream, and dependencies, drivers and peers at the same relative GPUs) and the topology
-too (links onto links of the same bandwidth and latency, and every route the graph uses
-onto the route of the turned pair). Then every GPU goes through the same states at the
+too (links onto links of the same bandwidth and latency; routes then turn with the GPUs,
+ties included: :meth:`~ficco_sim.topology.Topology.route`). Then every GPU goes through the same states at the
 same instants, and one GPU's run gives everyone's times: a rank's transfer to its peer at
 offset ``d`` stands for the transfer into it from the peer at ``-d``; a link stands for
 its class under rotation (a transfer crossing two links of one class uses that class
@@ -152,18 +152,6 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
         return "the topology does not turn onto itself"
     cls = {tid: c for tid, (c, _) in at.items()}
     rep_of = {cls[t.id]: t.id for t in graph.tasks if t.gpu == 0}       # class -> GPU 0's task
-    # every route the graph uses turns with the GPUs
-    used: set[tuple[int, int]] = set()
-    for t in graph.tasks:
-        if t.gpu != 0:
-            continue
-        if isinstance(t, Kernel):
-            used.update((0, dst) for _, dst in t.stores if dst != 0)
-        elif t.src != t.dst:
-            used.add((t.src, t.dst))
-    for s, d in sorted(used):     # a unique route turns with the (checked) symmetry of the links
-        if not topology.route_unique(s, d):
-            return f"two routes from GPU {s} to {d} tie: the one taken need not turn with the GPUs"
     tasks, pairs = [], {}
     for t in graph.tasks:
         if t.gpu != 0:
