@@ -105,7 +105,8 @@ def comm_only_graph(graph: TaskGraph) -> TaskGraph:
     through them dropped: communication as it would run alone (a fused GEMM's epilogue
     stores go with it)."""
     drop = {k.id for k in graph.kernels if k.kind == "gemm"}
-    tasks = [dataclasses.replace(t, deps=tuple(d for d in t.deps if d not in drop),
+    tasks = [t if drop.isdisjoint(t.deps) and not t.signals else
+             dataclasses.replace(t, deps=tuple(d for d in t.deps if d not in drop),
                                  signals=tuple(s for s in t.signals if s[0] not in drop))
              for t in graph.tasks if t.id not in drop]
     return TaskGraph.build(graph.num_gpus, graph.streams, tasks, buffers=graph.buffers, meta=graph.meta)

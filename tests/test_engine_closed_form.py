@@ -316,3 +316,28 @@ def test_closed_form_mechanisms_match_the_des(case):
     g = lower(sc, sched, gpu, t)
     des = simulate_graph(g, gpu, t, record=False).makespan
     assert closed_form_timeline(g, gpu, t).makespan == pytest.approx(des, rel=rel)
+
+def test_groups_joins_equal_their_dense_definition():
+    """The contention pass's member lists (built by sorting joins, merged templates being
+    thousands of GPUs wide) are the dense definition: per GPU of a GEMM, its comm kernels and
+    the transfers leaving or entering it; per (src, dst) pair of the target transfers, the
+    GEMMs on either end."""
+    rng = np.random.default_rng(7)
+
+    def dense(member):      # row r: the columns set in it, ascending, padded with the width
+        width = max([1] + [int(r.sum()) for r in member])
+        return np.array([sorted(np.flatnonzero(r)) + [member.shape[1]] * (width - int(r.sum())) for r in member],
+                        dtype=np.int64).reshape(len(member), width)
+
+    for _ in range(60):
+        G, M, C, X = (int(v) for v in rng.integers(1, 30, 4))
+        gg, cg, xs, xd = rng.integers(0, G, M), rng.integers(0, G, C), rng.integers(0, G, X), rng.integers(0, G, X)
+        tx = np.sort(rng.choice(X, int(rng.integers(1, X + 1)), replace=False))
+        got = closed_form_overlap.groups(gg, cg, rng.random(C), xs, xd, None, tx)
+        gpus = np.unique(gg)
+        assert np.array_equal(got.comm, dense(gpus[:, None] == cg[None, :]))
+        assert np.array_equal(got.near, dense((gpus[:, None] == xs[None, :]) | (gpus[:, None] == xd[None, :])))
+        pairs = sorted({(int(a), int(b)) for a, b in zip(xs[tx], xd[tx])})
+        assert got.pair_row.tolist() == [pairs.index((int(a), int(b))) for a, b in zip(xs[tx], xd[tx])]
+        p = np.array(pairs)
+        assert np.array_equal(got.pair_gemms, dense((p[:, :1] == gg[None, :]) | (p[:, 1:] == gg[None, :])))

@@ -54,9 +54,12 @@ def test_library_and_yaml(tmp_path):
 
 
 @pytest.mark.parametrize("sc,topo", [(SMALL, "fc:4"), (Scenario("gemm-rs", 4, 4096, 2048, 2048), "switch:4"),
-                                     (Scenario("a2a-gemm", 4, 4096, 2048, 2048), "fc:4")])
+                                     (Scenario("a2a-gemm", 4, 4096, 2048, 2048), "fc:4"),
+                                     (Scenario("ag-gemm", 4, 4096, 2048, 2048), "ring:4"),   # multi-hop routes:
+                                     (Scenario("gemm-rs", 6, 6144, 2048, 2048), "ring:6")])  # no symmetry classes
 def test_sweep_rows_equal_single_simulations(sc, topo):
-    """Every metric of a sweep row equals the single-point closed-form simulation's, to 1e-9."""
+    """Every metric of a sweep row equals the single-point closed-form simulation's, to 1e-9
+    (sweeps merge templates and evaluate one task per symmetry class: :mod:`ficco_sim.engine.symmetry`)."""
     scheds = valid_schedules(sc, "h100", topo)
     sweep = estimate_many([sc, Scenario(sc.kind, sc.gpus, sc.m * 2, sc.n, sc.k)], scheds, "h100", topo)
     single = simulate_many(sc, scheds, "h100", topo, engine="analytical")

@@ -106,7 +106,7 @@ class Template:
     launch: float
     comm_scale: tuple[str, str] = ("m", "k")
     comm_launch: float = 0.0                    # the launch delay of communication kernels
-    groups: Groups | None = None
+    groups: Groups | None | str = "lazy"   # who shares SMs and links, for the contention pass
     tasks: dict = field(default_factory=dict)   # task id -> (begin node, end node)
     gemm_targets: np.ndarray | None = None      # GEMMs (transfers) whose slowdown the contention pass
     xfer_targets: np.ndarray | None = None      # computes; None: all (a quotient: one per class)
@@ -120,6 +120,15 @@ class Template:
     quotient: "Template | None" = None          # evaluated instead when set (:mod:`.symmetry`)
     orbit: np.ndarray | None = None             # node (and sentinel) -> quotient node
     source: np.ndarray | None = None            # SIG node -> its producer GEMM's end node (else -1)
+
+    def contention_groups(self) -> Groups | None:
+        """:attr:`groups`, built on first use (a sweep evaluates merged templates, never the
+        templates they merge; a merged one with a symmetry quotient evaluates the quotient)."""
+        if isinstance(self.groups, str):
+            g = self.gpu_of
+            self.groups = groups(g[self.gemm_nodes], g[self.comm_nodes], self.comm_grid, g[self.xfer_nodes],
+                                 self.dst_of[self.xfer_nodes])
+        return self.groups
 
 
 def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology
@@ -250,7 +259,6 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         comm_nodes=comm_nodes, comm_begin=ix(begin, comms), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
         xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
         comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
-        groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
         tasks={t.id: (begin[t.id], end[t.id]) for t in graph.tasks}, **link_tables(xfers, costs, topo),
         mem=memory_kernels([k for k in kernels if k.kind == "memory"], begin, end, gpu, gpu_of, gemm_nodes, level,
                             ix(begin, gemms)),
@@ -298,7 +306,6 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
         xfer_begin=at("xfer_begin"), launch=tpls[0].launch, comm_launch=tpls[0].comm_launch,
         comm_scale=tpls[0].comm_scale,
-        groups=groups(gpu_of[gemm_nodes], gpu_of[comm_nodes], comm_grid, gpu_of[xfer_nodes], dst_of[xfer_nodes]),
         **merged_links(tpls), mem=merged_mem(tpls, offs), comm_kernels=merged_comm(tpls),
         source=None if all(t.source is None for t in tpls) else np.concatenate(
             [np.full(t.num_nodes, -1, dtype=np.int64) if t.source is None else np.where(t.source >= 0, t.source + o, -1)
@@ -430,7 +437,7 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
     passes = SHARING_PASSES if sharing else int(contention)
     for p in range(passes):
         slow = hold = None
-        if contention and tpl.groups is not None and p == passes - 1:
+        if contention and tpl.contention_groups() is not None and p == passes - 1:
             slow = slowdowns(tpl, gpu, vals, nbytes, gemm_hbm, weights)
             hold = {}
             if tpl.mem is not None and len(tpl.mem.nodes):

@@ -86,19 +86,62 @@ class CommKernels:
 def groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x_src: np.ndarray,
            x_dst: np.ndarray, gemm_targets: np.ndarray | None = None, xfer_targets: np.ndarray | None = None
            ) -> Groups | None:
-    """Rows for the target GEMMs and transfers (default: all); member lists over all."""
+    """Rows for the target GEMMs and transfers (default: all); member lists over all (joins
+    by GPU through sorting: merged templates hold thousands of GPUs and transfers)."""
     if not len(gemm_gpu):
         return None
     tg = slice(None) if gemm_targets is None else gemm_targets
     tx = slice(None) if xfer_targets is None else xfer_targets
     gpus = np.unique(gemm_gpu[tg])
-    comm = members(gpus[:, None] == comm_gpu[None, :])
-    near = members((gpus[:, None] == x_src[None, :]) | (gpus[:, None] == x_dst[None, :]))
-    pairs, prow = np.unique(np.stack([x_src[tx], x_dst[tx]], 1).reshape(-1, 2), axis=0, return_inverse=True)
-    pair_gemms = members((pairs[:, :1] == gemm_gpu[None, :]) | (pairs[:, 1:] == gemm_gpu[None, :]))
+    comm = padded_lists(*join_keys(gpus, comm_gpu), len(gpus), len(comm_gpu))
+    near = padded_lists(*_join_either(gpus, x_src, x_dst), len(gpus), len(x_src))
+    span = int(max(x_src.max(initial=0), x_dst.max(initial=0))) + 1
+    keys, prow = np.unique(x_src[tx] * span + x_dst[tx], return_inverse=True)   # pairs, in (src, dst) order
+    pairs = np.stack([keys // span, keys % span], 1)
+    pair_gemms = padded_lists(*_join_either(gemm_gpu, pairs[:, 0], pairs[:, 1], by_col=False), len(pairs), len(gemm_gpu))
     return Groups(row=np.searchsorted(gpus, gemm_gpu[tg]), comm=comm,
                   comm_grid=np.append(comm_grid, 0.0)[comm], near=near, pair_gemms=pair_gemms,
                   pair_row=prow.reshape(-1))
+
+
+def join_keys(row_keys: np.ndarray, col_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols) of every pair with ``row_keys[row] == col_keys[col]``."""
+    order = np.argsort(col_keys, kind="stable")
+    ranked = col_keys[order]
+    lo = np.searchsorted(ranked, row_keys, "left")
+    counts = np.searchsorted(ranked, row_keys, "right") - lo
+    rows = np.repeat(np.arange(len(row_keys)), counts)
+    pos = np.arange(int(counts.sum())) + np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    return rows, order[pos]
+
+
+def _join_either(keys: np.ndarray, a: np.ndarray, b: np.ndarray, *, by_col: bool = True
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs matching ``keys`` against ``a`` or ``b`` (columns when ``by_col``, else rows)."""
+    if by_col:
+        (r1, c1), (r2, c2) = join_keys(keys, a), join_keys(keys, b)
+    else:
+        (c1, r1), (c2, r2) = join_keys(keys, a), join_keys(keys, b)
+    return np.concatenate([r1, r2]), np.concatenate([c1, c2])
+
+
+def padded_lists(rows: np.ndarray, cols: np.ndarray, R: int, B: int, *, ordered: bool = False) -> np.ndarray:
+    """Each row's distinct columns among the pairs (rows, cols), ascending, as an (R, width)
+    matrix padded with ``B`` (a sentinel column); ``ordered``: the pairs are already distinct
+    and sorted by row, then column (as ``np.nonzero`` gives them).
+
+    >>> padded_lists(np.array([1, 0, 0, 0]), np.array([1, 2, 0, 2]), 2, 3).tolist()
+    [[0, 2], [1, 3]]
+    """
+    if not ordered:
+        key = np.unique(rows.astype(np.int64) * (B + 1) + cols)     # by row, then column
+        rows, cols = key // (B + 1), key % (B + 1)
+    counts = np.bincount(rows, minlength=R)
+    width = max(1, int(counts.max())) if len(rows) else 1
+    out = np.full((R, width), B, dtype=np.int64)
+    first = np.cumsum(counts) - counts
+    out[rows, np.arange(len(rows)) - first[rows]] = cols
+    return out
 
 
 def members(member: np.ndarray) -> np.ndarray:
@@ -107,13 +150,7 @@ def members(member: np.ndarray) -> np.ndarray:
     >>> members(np.array([[True, False, True], [False, True, False]])).tolist()
     [[0, 2], [1, 3]]
     """
-    counts = member.sum(1)
-    width = max(1, int(counts.max())) if member.size else 1
-    out = np.full((member.shape[0], width), member.shape[1], dtype=np.int64)
-    rows, cols = np.nonzero(member)                       # row-major: by row, then column
-    first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    out[rows, np.arange(len(rows)) - first[rows]] = cols
-    return out
+    return padded_lists(*np.nonzero(member), *member.shape, ordered=True)
 
 
 def disjoint(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -148,7 +185,7 @@ def slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, nbytes: np.nda
               weights: Weights) -> np.ndarray:
     """(P, nodes + 1) slowdown factors from the overlaps of a contention-free pass ``vals``."""
     slow = np.ones_like(vals)
-    grp = tpl.groups
+    grp = tpl.contention_groups()
     inf = np.inf
     tg = slice(None) if tpl.gemm_targets is None else tpl.gemm_targets
     tx = slice(None) if tpl.xfer_targets is None else tpl.xfer_targets

@@ -16,7 +16,7 @@ from ..gemm_model import block_needs, blocks_per_sm
 from ..hardware import GpuProfile
 from ..taskgraph import Kernel, TaskGraph
 from ..topology import Topology
-from .closed_form_overlap import CommKernels, MemKernels, members
+from .closed_form_overlap import CommKernels, MemKernels, join_keys, members, padded_lists
 
 if TYPE_CHECKING:
     from .closed_form import Template
@@ -32,14 +32,13 @@ def comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel], gpu
     order = {t.id: i for i, t in enumerate(graph.tasks)}
     comm_order = np.array([order[k.id] for k in comms], dtype=np.int64)
     gemm_order = np.array([order[k.id] for k in gemms], dtype=np.int64)
-    same = np.array([k.gpu for k in comms])[:, None] == np.array([k.gpu for k in gemms])[None, :]
-    first = (gemm_level[None, :] < comm_level[:, None]) | \
-        ((gemm_level[None, :] == comm_level[:, None]) & (gemm_order[None, :] < comm_order[:, None]))
+    r, c = join_keys(np.array([k.gpu for k in comms], dtype=np.int64), np.array([k.gpu for k in gemms], dtype=np.int64))
+    first = (gemm_level[c] < comm_level[r]) | ((gemm_level[c] == comm_level[r]) & (gemm_order[c] < comm_order[r]))
     return CommKernels(
         need=np.array([block_needs(gpu.sm, k.block) for k in comms], dtype=np.int64).reshape(-1, 4),
         occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in comms], dtype=np.int64),
         priority=np.array([prio[(k.gpu, k.stream)] for k in comms], dtype=np.int64),
-        gemms=members(same.reshape(len(comms), len(gemms)) & first.reshape(len(comms), len(gemms))),
+        gemms=padded_lists(r[first], c[first], len(comms), len(gemms)),
         gemm_priority=np.array([prio[(k.gpu, k.stream)] for k in gemms], dtype=np.int64),
         order=comm_order, gemm_order=gemm_order)
 
@@ -49,14 +48,15 @@ def memory_kernels(mems: list[Kernel], begin: dict, end: dict, gpu: GpuProfile, 
     """The GEMMs that may share SMs with a memory kernel are those of its GPU whose begin
     node lies at a shallower level than the kernel's end (known when its end is computed)."""
     nodes = np.array([end[k.id] for k in mems], dtype=np.int64)
-    same = (gpu_of[nodes][:, None] == gpu_of[gemm_nodes][None, :]) & (level[gemm_begin][None, :] < level[nodes][:, None])
+    r, c = join_keys(gpu_of[nodes], gpu_of[gemm_nodes])
+    earlier = level[gemm_begin][c] < level[nodes][r]
     return MemKernels(
         nodes=nodes, begin=np.array([begin[k.id] for k in mems], dtype=np.int64),
         grid=np.array([k.grid for k in mems], dtype=float), block_time=np.array([k.block_time for k in mems]),
         block_hbm=np.array([k.block_hbm_bytes for k in mems]),
         need=np.array([block_needs(gpu.sm, k.block) for k in mems], dtype=np.int64).reshape(-1, 4),
         occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in mems], dtype=np.int64),
-        gemms=members(same.reshape(len(mems), len(gemm_nodes))),
+        gemms=padded_lists(r[earlier], c[earlier], len(mems), len(gemm_nodes)),
         elems=np.array([np.nan if k.elems is None else k.elems for k in mems], dtype=float),
         **_distinct_blocks([k.block for k in mems]))
 

@@ -59,6 +59,7 @@ def _remember(key, value, nodes: int):
 
 
 def clear_cache() -> None:
+    _LAST[:] = [None, None]
     _CACHE.clear()
     _SIZES.clear()
     _REFS.clear()
@@ -91,12 +92,22 @@ def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo
     hit = _get(key)
     if hit is None:
         with paused_gc():
-            graph = lower(scenario, schedule, gpu, topo)
+            graph = _lowered(key[:-1], scenario, schedule, gpu, topo)
             if comm_only:
                 graph = comm_only_graph(graph)
             tpl = compile_graph(graph, gpu, topo, scenario)
         hit = _remember(key, (gpu, topo, tpl), tpl.num_nodes)
     return hit[2]
+
+
+_LAST: list = [None, None]      # the last lowered graph and its key: a schedule's template and its
+                                # communication-only template are compiled one after the other
+
+
+def _lowered(key: tuple, scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo: Topology):
+    if _LAST[0] != key:
+        _LAST[:] = [key, lower(scenario, schedule, gpu, topo)]
+    return _LAST[1]
 
 
 def _merged(tpls: list[Template], scenario: Scenario, topo: Topology) -> tuple[Template, np.ndarray]:

@@ -13,6 +13,7 @@ completion means "this GPU has its result".
 from __future__ import annotations
 
 import functools
+from itertools import accumulate
 import math
 import random
 from typing import Sequence
@@ -289,8 +290,14 @@ def all_to_all(b: GraphBuilder, prefix: str, counts: Sequence[Sequence[int]], co
     n = b.num_gpus
     deps = deps or [[] for _ in range(n)]
     esize = cols * b.elem(dtype)
-    src_off = [[sum(counts[p][:q]) for q in range(n)] for p in range(n)]
-    dst_off = [[sum(counts[r][q] for r in range(p) if r != q) for q in range(n)] for p in range(n)]
+    src_off = [[0, *accumulate(counts[p][:-1])] for p in range(n)]
+    dst_off = [[0] * n for _ in range(n)]     # rows from ranks before p (not q itself) into q
+    for q in range(n):
+        run = 0
+        for p in range(n):
+            dst_off[p][q] = run
+            if p != q:
+                run += counts[p][q]
     kern = None
     if engine == "sm":
         kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="all-to-all").id for g in range(n)]
