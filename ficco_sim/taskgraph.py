@@ -52,6 +52,7 @@ engine reads it either. ``role`` (``"compute"`` or ``"comm"``) is for metrics.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Union
 
@@ -124,6 +125,34 @@ class Transfer:
     step: int | None = None
     signals: tuple[tuple[str, float], ...] = ()    # (GEMM kernel, rows share) tile signals it waits on
 
+
+def _quick_init(cls: type) -> type:
+    """Give a frozen dataclass an ``__init__`` with the same signature that fills the
+    instance dict in one step. The generated one sets every field through
+    ``object.__setattr__`` (2.3 us for a transfer; a 256-GPU all-reduce lowers 130,000 of
+    them); equality, hashing, ``replace`` and immutability after construction are unchanged."""
+    params, body, ns = [], [], {"MISSING": dataclasses.MISSING}
+    names = [f.name for f in dataclasses.fields(cls)]
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            ns[f"d_{f.name}"] = f.default
+            params.append(f"{f.name}=d_{f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            ns[f"f_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=MISSING")
+            body.append(f"    if {f.name} is MISSING:\n        {f.name} = f_{f.name}()\n")
+        else:
+            params.append(f.name)
+    src = (f"def __init__(self, {', '.join(params)}):\n" + "".join(body) +
+           f"    self.__dict__.update({{{', '.join(f'{n!r}: {n}' for n in names)}}})\n")
+    exec(src, ns)   # noqa: S102  (source built above from the class's own field names)
+    ns["__init__"].__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = ns["__init__"]   # type: ignore[misc]
+    return cls
+
+
+_quick_init(Kernel)
+_quick_init(Transfer)
 
 Task = Union[Kernel, Transfer]
 

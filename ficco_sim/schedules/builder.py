@@ -5,6 +5,7 @@ every kernel gets its footprint and cost from one place.
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -156,5 +157,8 @@ def _reduce_grid_of(gpu: GpuProfile, block: BlockShape, elems: int) -> int:
     return hit
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def row_slice(buffer: str, start: int, rows: int) -> Slice:
+    """Rows ``[start, start + rows)`` of ``buffer`` (slices are immutable: a lowering's
+    thousands of equal ones are one object)."""
     return Slice(buffer, start, start + rows)

@@ -182,14 +182,15 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
             for order, pos, off, k, tag, _ in _rings(b, rows):
                 part = lambda owner: row_slice(buffer, owner * rows + off, k)  # noqa: E731
                 prev: dict[int, str] = {}
+                size = k * cols * b.elem(dtype)
                 for t in range(1, n):
                     cur = {}
+                    label = f"AG ring step {t}"
                     for g in range(n):
                         dst, owner = order[(pos[g] + 1) % n], order[(pos[g] - t + 1) % n]
                         d = [prev[g]] if t > 1 else (list(deps[g]) if kernels is not None else [])
-                        cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}{tag}", g, dst, k * cols * b.elem(dtype),
-                                                 (kern[g], kern[dst]), step=(prefix, t), deps=d,
-                                                 label=f"AG ring step {t}",
+                        cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}{tag}", g, dst, size,
+                                                 (kern[g], kern[dst]), step=(prefix, t), deps=d, label=label,
                                                  io={"src": part(owner), "dst": part(owner)}).id
                     prev = cur
         else:
@@ -239,14 +240,16 @@ def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: st
         for order, pos, off, k, tag, _ in _rings(b, rows):
             part = lambda chunk: row_slice(buffer, chunk * rows + off, k)  # noqa: E731
             prev: dict[int, str] = {}
+            size = k * cols * b.elem(dtype)
             for t in range(1, n):
                 cur = {}
+                label = f"RS ring step {t}"
                 for g in range(n):   # the chunk GPU g holds t - 1 partial sums of, ending at its owner
                     dst, chunk = order[(pos[g] + 1) % n], order[(pos[g] - t) % n]
                     d = [prev[g]] if t > 1 else []
-                    cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}{tag}", g, dst, k * cols * b.elem(dtype),
+                    cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}{tag}", g, dst, size,
                                              (kern[g], kern[dst]), step=(prefix, t), deps=d, reduce=True,
-                                             label=f"RS ring step {t}", io={"src": part(chunk), "dst": part(chunk)}).id
+                                             label=label, io={"src": part(chunk), "dst": part(chunk)}).id
                 prev = cur
             for g in range(n):
                 last[g].append(prev[g])
