@@ -144,15 +144,6 @@ def padded_lists(rows: np.ndarray, cols: np.ndarray, R: int, B: int, *, ordered:
     return out
 
 
-def members(member: np.ndarray) -> np.ndarray:
-    """Row r's member columns of a boolean (R, B) matrix, padded with B (a sentinel column).
-
-    >>> members(np.array([[True, False, True], [False, True, False]])).tolist()
-    [[0, 2], [1, 3]]
-    """
-    return padded_lists(*np.nonzero(member), *member.shape, ordered=True)
-
-
 def disjoint(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Spans (..., B) rewritten as disjoint spans with the same union (sorted, empty ones
     allowed): span i keeps only what lies past the ends of the spans before it.

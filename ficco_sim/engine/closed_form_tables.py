@@ -16,7 +16,7 @@ from ..gemm_model import block_needs, blocks_per_sm
 from ..hardware import GpuProfile
 from ..taskgraph import Kernel, TaskGraph
 from ..topology import Topology
-from .closed_form_overlap import CommKernels, MemKernels, join_keys, members, padded_lists
+from .closed_form_overlap import CommKernels, MemKernels, join_keys, padded_lists
 
 if TYPE_CHECKING:
     from .closed_form import Template
@@ -69,12 +69,12 @@ def link_tables(xfers, costs: dict, topo: Topology) -> dict[str, np.ndarray]:
     xfer_links = np.full((len(xfers), max([1] + [len(p) for p in paths])), L, dtype=np.int64)
     for i, p in enumerate(paths):
         xfer_links[i, :len(p)] = p
-    on = np.zeros((L + 1, len(xfers)), dtype=bool)
-    on[xfer_links, np.arange(len(xfers))[:, None]] = True
-    on[L] = False
+    rows = np.fromiter((lk for p in paths for lk in p), dtype=np.int64, count=sum(map(len, paths)))
+    cols = np.repeat(np.arange(len(xfers)), [len(p) for p in paths])
     edges = topo.graph.edges
     return {"link_bw": np.array([edges[lk]["bandwidth"] for lk in ids] + [np.inf]), "xfer_links": xfer_links,
-            "xfer_cap": np.array([costs[t.id][2] for t in xfers], dtype=float), "link_members": members(on)}
+            "xfer_cap": np.array([costs[t.id][2] for t in xfers], dtype=float),
+            "link_members": padded_lists(rows, cols, L + 1, len(xfers))}   # the sentinel link L: no members
 
 
 def merged_comm(tpls: Sequence["Template"]) -> CommKernels:
