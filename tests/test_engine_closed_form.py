@@ -264,6 +264,35 @@ def test_merged_evaluation_equals_separate_ones():
         np.testing.assert_allclose(ev["vals"][:, a:b], alone["vals"][:, :-1], rtol=1e-12)
 
 
+def test_a_symmetry_quotient_gives_every_node_the_full_evaluations_time():
+    """Sweeps evaluate one node per symmetry class (engine.symmetry) and copy the answer:
+    node by node it must be the full evaluation, and it must really collapse the GPUs."""
+    from ficco_sim.engine.symmetry import quotient
+    gpu = load_gpu("h100")
+    t = load_topology("switch:4", gpu)
+    sc = Scenario("ag-gemm", 4, 4096, 2048, 2048)
+    sizes = [sc, Scenario("ag-gemm", 4, 8192, 1024, 4096)]
+    tpls = [compile_graph(lower(sc, s, gpu, t), gpu, t, sc) for s in SCHEDS]
+    merged, _ = merge(tpls)
+    full = evaluate(merged, gpu, sizes)
+    stride = 1 + max(int(max(x.gpu_of.max(), x.dst_of.max())) for x in tpls)     # GPUs of one template
+    merged.quotient, merged.orbit = quotient(merged, stride, 4)
+    assert merged.quotient is not None and merged.quotient.num_nodes * 3 < merged.num_nodes
+    got = evaluate(merged, gpu, sizes)
+    np.testing.assert_allclose(got["vals"], full["vals"], rtol=1e-12)
+    # GPU 0 routes its tokens unlike the others: its nodes must keep classes of their own
+    from ficco_sim.workload import skewed_routing
+    rows = [list(r) for r in skewed_routing(4, 4096, 1.0)]
+    rows[0][1], rows[0][3] = rows[0][3], rows[0][1]
+    odd = Scenario("a2a-gemm", 4, 4096, 2048, 2048, routing=tuple(map(tuple, rows)))
+    tpls = [compile_graph(lower(odd, s, gpu, t), gpu, t, odd) for s in ("none", "ficco-a2a-sm", "ficco-a2a-dma")]
+    merged, _ = merge(tpls)
+    full = evaluate(merged, gpu, [odd])
+    merged.quotient, merged.orbit = quotient(merged, stride, 4)
+    if merged.quotient is not None:
+        np.testing.assert_allclose(evaluate(merged, gpu, [odd])["vals"], full["vals"], rtol=1e-12)
+
+
 def test_contention_is_charged_where_compute_and_communication_overlap():
     """Switching the contention pass off must change an overlapped SM schedule, not ``none``."""
     gpu = load_gpu("h100")

@@ -7,6 +7,7 @@ tests check it node by node).
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 
 from ..topology import Topology
