@@ -42,6 +42,11 @@ def gpu_node(i: int) -> str:
     return f"gpu{i}"
 
 
+def gpu_index(node: str) -> int | None:
+    """The GPU a node name stands for (``"gpu3"`` -> 3), None for a switch."""
+    return int(node[3:]) if node.startswith("gpu") else None
+
+
 @dataclass(frozen=True, eq=False)
 class Topology:
     """A directed graph of GPUs and switches. Build with the functions below or :func:`load_topology`."""
@@ -148,7 +153,8 @@ def _pick(preds: dict[str, list[str]], succ, a: str, b: str, src: int, n: int) -
                 todo.append(p)
 
     def rank(v: str) -> tuple:
-        return (0, (int(v[3:]) - src) % n, "") if v.startswith("gpu") else (1, 0, v)
+        i = gpu_index(v)
+        return (1, 0, v) if i is None else (0, (i - src) % n, "")
 
     out = [a]
     while out[-1] != b:

@@ -23,13 +23,8 @@ from dataclasses import dataclass, field, replace
 
 from ..taskgraph import Kernel, TaskGraph
 from ..timeline import TaskRecord, Timeline
-from ..topology import Topology
+from ..topology import Topology, gpu_index, gpu_node
 
-_GPU = "gpu"
-
-
-def _rank(node: str) -> int | None:
-    return int(node[3:]) if node.startswith(_GPU) else None
 
 
 @dataclass
@@ -44,12 +39,12 @@ class Folded:
 
     def link(self, u: str, v: str) -> str:
         """The resource name of link ``u -> v``'s class: its member leaving (or entering) GPU 0."""
-        n, a, b = self.ranks, _rank(u), _rank(v)
+        n, a, b = self.ranks, gpu_index(u), gpu_index(v)
         g = a if a is not None else b
         if g is None:
             return f"link:{u}->{v}"
-        u2 = u if a is None else f"{_GPU}{(a - g) % n}"
-        v2 = v if b is None else f"{_GPU}{(b - g) % n}"
+        u2 = u if a is None else gpu_node((a - g) % n)
+        v2 = v if b is None else gpu_node((b - g) % n)
         return f"link:{u2}->{v2}"
 
     def expand(self, tl: Timeline, topology: Topology) -> Timeline:
@@ -82,8 +77,8 @@ class Folded:
 
 
 def _turn(node: str, n: int) -> str:
-    i = _rank(node)
-    return node if i is None else f"{_GPU}{(i + 1) % n}"
+    i = gpu_index(node)
+    return node if i is None else gpu_node((i + 1) % n)
 
 
 def _topology_turns(topology: Topology, n: int) -> bool:

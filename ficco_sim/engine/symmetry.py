@@ -48,11 +48,12 @@ def quotient(tpl: Template, stride: int, gpus: int) -> tuple[Template | None, np
     sorted_gpu, sorted_cls = gpu[order], cls[order]
     cuts = np.flatnonzero(np.diff(sorted_gpu)) + 1
     firsts = np.concatenate([[0], cuts])
-    runs = dict(zip(sorted_gpu[firsts].tolist(), np.split(sorted_cls, cuts)))
+    blocks: dict[int, dict[int, np.ndarray]] = {}          # block -> its GPU -> that GPU's classes
+    for g, run in zip(sorted_gpu[firsts].tolist(), np.split(sorted_cls, cuts)):
+        blocks.setdefault(g // stride, {})[g % stride] = run
     q = int(cls.max(initial=-1)) + 1
-    for b in sorted({g // stride for g in runs}):
-        per = {g % stride: c for g, c in runs.items() if g // stride == b}
-        empty = np.zeros(0, dtype=np.int64)
+    empty = np.zeros(0, dtype=np.int64)
+    for b, per in sorted(blocks.items()):
         counts = [per.get(u, empty) for u in range(gpus)]
         if len(per) > gpus or any(not np.array_equal(c, counts[0]) for c in counts[1:]):
             mine = np.flatnonzero(gpu // stride == b)     # not symmetric: every node its own class
