@@ -4,7 +4,10 @@ fair sharing of bandwidth, written once for every engine.
 * Compute next to communication loses the SMs the communication kernels hold (in the DES
   they are simply not available; the closed form charges ``held / (SMs - held)``, at
   most 9x) and is slowed by communication's HBM traffic: ``1 + c_comp * rate / peak``
-  with ``c_comp`` the profile's ``contention.compute_per_hbm_util``.
+  with ``c_comp`` the profile's ``contention.compute_per_hbm_util``; and, while a
+  communication kernel is resident on its GPU at all, by the profile's
+  ``contention.compute_beside_comm_kernel`` (its blocks spin and poll on the SMs they
+  share; fitted on real profiler traces by :mod:`ficco_sim.traces.interference`).
 * Communication next to compute is slowed by compute's HBM traffic at either end:
   ``1 + c_comm * rate / peak``.
 
@@ -46,13 +49,18 @@ def sm_loss(gpu: GpuProfile, held_sms):
 
 
 def compute_slowdown(gpu: GpuProfile, comm_hbm_rate, *, held_sms=0.0, sm_cover=1.0, hbm_cover=1.0,
-                     weights: Weights = PROFILE):
+                     resident_cover=0.0, weights: Weights = PROFILE):
     """Factor (>= 1) on a compute kernel's time: SMs held by communication over ``sm_cover``
-    of its run, communication HBM traffic over ``hbm_cover`` of it."""
+    of its run, communication HBM traffic over ``hbm_cover`` of it, a communication kernel
+    resident on its GPU over ``resident_cover`` of it. The DES holds SMs itself (``held_sms``
+    0) and passes cover 1 or 0 at each instant."""
     out = 1.0 + weights.hbm * hbm_cover * gpu.contention.compute_per_hbm_util * comm_hbm_rate / gpu.hbm_bandwidth
     if isinstance(held_sms, np.ndarray) or held_sms:
         loss = sm_loss(gpu, held_sms)
         out = out + weights.sm * sm_cover * loss / (1.0 - loss)
+    beside = gpu.contention.compute_beside_comm_kernel
+    if beside:
+        out = out + weights.sm * beside * resident_cover
     return out
 
 

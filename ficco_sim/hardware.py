@@ -205,12 +205,16 @@ class Contention:
     """Calibrated interference beyond fair bandwidth sharing.
 
     A compute kernel runs ``1 + compute_per_hbm_util * u`` times slower, where ``u`` is
-    the fraction of HBM peak used by other (communication) activity on the GPU; a
-    transfer is slowed by ``1 + comm_per_hbm_util * u`` with ``u`` the compute's share.
+    the fraction of HBM peak used by other (communication) activity on the GPU, and
+    ``compute_beside_comm_kernel`` more while a communication kernel's blocks are resident
+    on its GPU (they spin on flags and poll memory on the SMs they share, whether or not
+    bytes move); a transfer is slowed by ``1 + comm_per_hbm_util * u`` with ``u`` the
+    compute's share.
     """
 
     compute_per_hbm_util: float
     comm_per_hbm_util: float
+    compute_beside_comm_kernel: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -494,6 +498,8 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
         contention=Contention(
             compute_per_hbm_util=r.number("contention.compute_per_hbm_util", positive=False),
             comm_per_hbm_util=r.number("contention.comm_per_hbm_util", positive=False),
+            compute_beside_comm_kernel=r.number("contention.compute_beside_comm_kernel", positive=False, at_most=10)
+            if r.has("contention.compute_beside_comm_kernel") else 0.0,
         ),
         host=HostSpec(cores=r.number("host.cores", integer=True),
                       core_s_per_byte=r.number("host.transfer_core_ns_per_byte", scale=1e-9, positive=False),

@@ -26,11 +26,16 @@ Two ways in:
                      a GEMM beside an exchange (kept as a check). Raw rows: <out>_bench.csv.
   from files         --from FILE... --gpu a100 [--base PROFILE]
                      vidur gemm_times.csv / collective_times.csv (see shared/measurements)
-                     or a benchmark CSV written by an earlier --device run.
+                     or a benchmark CSV written by an earlier --device run,
+                     or PyTorch-profiler traces (*.json[.gz], one rank's file each, recorded over
+                     several profiler steps): the same kernel's time alone and beside NCCL/RCCL
+                     kernels, matched by its place in the step.
 
 What gets fitted and written into the profile (--out): gemm.efficiency[dtype],
 gemm.k_overhead and launch overhead of the GEMM cost model (least squares on log time; whole
-models held out and reported separately); dma.* and contention from benchmark files. Every
+models held out and reported separately); dma.* and contention from benchmark files;
+contention.compute_beside_comm_kernel from traces (what the SMs a collective holds and its
+HBM traffic leave unexplained; --report DIR writes every kernel pair). Every
 fitted number is written with kind: fitted and a source naming its data and held-out error.
 What is fitted and only reported (--report DIR: tables and plots, not written into the
 profile): link latency + bandwidth (alpha-beta) from a collective table's send/recv and 2-GPU
@@ -39,6 +44,7 @@ and SM share on nccl-tests runs: benchmarks/collective_error.py --fit.)
 
 examples:
   ficco-sim calibrate --from ../shared/measurements/vidur/gemm_times.csv --gpu a100 --out a100_fit.yaml --report fit/
+  ficco-sim calibrate --from traces/real/hta_a100_nccl217_rank0.json.gz --gpu a100 --out a100_fit.yaml
   ficco-sim calibrate --device cpu --out cpu.yaml --quick
 """
 

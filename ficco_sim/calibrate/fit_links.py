@@ -189,6 +189,13 @@ def fit_copies(bench: pd.DataFrame, path: str = "dma") -> tuple[float, float, pd
     return a, b, rows.assign(predicted_s=pred, rel_error=rel_errors(pred, rows["time_s"].to_numpy()), split="train")
 
 
+def origin_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Least-squares slope of ``y = c * x`` through the origin, clipped at 0 (a contention
+    coefficient: a slowdown never speeds up); 0 when every ``x`` is 0."""
+    den = float(np.sum(x * x))
+    return max(0.0, float(np.sum(x * y)) / den) if den > 0 else 0.0
+
+
 def fit_contention(bench: pd.DataFrame, hbm_bandwidth: float) -> tuple[float, pd.DataFrame] | None:
     """``compute_per_hbm_util`` from ``contention`` rows: GEMM slowdown ``t / t_alone - 1``
     against the copy's share of HBM ``u = copy bytes moved / s (read + write) / hbm_bandwidth``;
@@ -198,5 +205,5 @@ def fit_contention(bench: pd.DataFrame, hbm_bandwidth: float) -> tuple[float, pd
         return None
     slow = rows["time_s"].to_numpy(dtype=float) / rows["alone_s"].to_numpy(dtype=float) - 1.0
     u = np.clip(rows["copy_gbps"].to_numpy(dtype=float) * 2e9 / hbm_bandwidth, 1e-6, 1.0)
-    coef = float(max(0.0, np.sum(u * slow) / np.sum(u * u)))
+    coef = origin_slope(u, slow)
     return coef, rows.assign(hbm_util=u, slowdown=slow, predicted_slowdown=coef * u)

@@ -76,7 +76,9 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
                          report_dir: str | Path | None = None, use_engine: bool = True) -> Calibration:
     """Fit a profile's GEMM model (and, with a collective file, link alpha-beta) to measured files.
 
-    ``paths``: vidur ``gemm_times.csv`` / ``collective_times.csv`` or ficco-sim benchmark CSVs.
+    ``paths``: vidur ``gemm_times.csv`` / ``collective_times.csv``, ficco-sim benchmark CSVs, or
+    PyTorch-profiler traces (``*.json[.gz]``, one rank each, several profiler steps): the
+    compute slowdown beside collectives (:mod:`ficco_sim.traces.interference`).
     ``gpu``: which rows to use (``a40``, ``a100``, ``h100``; ``local`` for benchmark files).
     ``base_profile``: the profile whose other numbers the model uses (default: the built-in
     named ``gpu``). ``holdout``: groups (vidur: models) kept out of the fit and reported
@@ -87,9 +89,12 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
         raise InputError("--from", None, "give at least one measurement file")
     base = load_gpu(base_profile if base_profile is not None else gpu)
     cal = Calibration(gpu=gpu)
-    tables = [(str(p), ms.read_csv(p, str(p))) for p in paths]
+    traces = [str(p) for p in paths if is_trace(p)]
+    if traces:
+        _traces(cal, base, traces, report_dir)
+    tables = [(str(p), ms.read_csv(p, str(p))) for p in paths if not is_trace(p)]
     fmts = [ms.file_format(df) for _, df in tables]
-    if out is not None and not report_dir and not {"vidur_gemm", "bench"} & set(fmts):
+    if out is not None and not report_dir and not traces and not {"vidur_gemm", "bench"} & set(fmts):
         # say it before fitting: collective tables fit links, which are reported, not written
         raise InputError("--from", None, "collective tables fit link alpha-beta, which is reported (--report DIR: "
                          "tables and plots), not written into a profile; give a GEMM or benchmark file for --out")
@@ -119,6 +124,26 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     elif out is not None and not report_dir:
         raise InputError("--out", None, "nothing was fitted that a profile holds (give a GEMM or benchmark file)")
     return cal
+
+
+def is_trace(path: str | Path) -> bool:
+    """A PyTorch-profiler (Kineto) trace, by its name: ``*.json`` or ``*.json.gz``."""
+    name = Path(path).name.lower()
+    return name.endswith(".json") or name.endswith(".json.gz")
+
+
+def _traces(cal: Calibration, base: GpuProfile, paths: Sequence[str], report_dir: Any) -> None:
+    """Kineto traces: the same kernels alone and beside collectives, across profiler steps
+    (:mod:`ficco_sim.traces.interference`) -> ``contention.compute_beside_comm_kernel``."""
+    from ..traces.interference import fit_compute, kernel_pairs
+    pairs = kernel_pairs(paths)
+    fit = fit_compute(base, pairs)
+    cal.contention = fit.coef
+    cal.updates["contention.compute_beside_comm_kernel"] = (round(fit.coef, 4), "fitted", fit.source(_today()))
+    if report_dir:
+        cal.written.append(write_text(Path(report_dir) / f"{cal.gpu}_trace_pairs.csv",
+                                      pairs.merge(fit.points[["sm_term", "hbm_term", "residual"]], how="left",
+                                                  left_index=True, right_index=True)))
 
 
 def write_text(path: Path, df: pd.DataFrame) -> Path:

@@ -206,7 +206,7 @@ def slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, nbytes: np.nda
         over = (a[:, row] < e) & (b[:, row] > s)
         rate = np.where(over, _pad(xrate, 0.0)[:, grp.near][:, row], 0.0).max(-1)
     slow[:, tpl.gemm_nodes[tg]] = compute_slowdown(gpu, rate, held_sms=np.asarray(held, dtype=float), sm_cover=f_sm,
-                                                   hbm_cover=f_hbm, weights=weights)
+                                                   hbm_cover=f_hbm, resident_cover=f_sm, weights=weights)
     if len(tpl.xfer_nodes):
         prow = grp.pair_row
         a = _pad(gs_all, inf)[:, grp.pair_gemms]                          # (P, pairs, Wg)

@@ -90,6 +90,7 @@ class Simulation:
         self.events = 0
         self.blocks_done: dict[str, int] = {}
         self.resident: dict[str, int] = {}
+        self.comm_blocks = np.zeros(max(self.g.num_gpus, 1))   # resident communication blocks per GPU
         self.cohorts: dict[str, list[np.ndarray]] = {}
         self.finished_comm: set[str] = set()
         self.counters: dict[str, list[tuple[float, float]]] = {}
@@ -278,6 +279,7 @@ class Simulation:
         rec.peak_resident = max(rec.peak_resident, self.resident[k.id])
         self._count(f"gpu{gpu}.blocks.{k.role}", n)
         if k.kind == "comm":
+            self.comm_blocks[gpu] += n
             self.cohorts[k.id].append(counts)
             bw = self.resident[k.id] * self.gpu.comm_kernel.channel_bandwidth
             self.fluid.set_capacity(f"send:{k.id}", bw)
@@ -369,6 +371,7 @@ class Simulation:
             for counts in self.cohorts[kid]:
                 self.pools[k.gpu].release(k.block, counts)
         self._count(f"gpu{k.gpu}.blocks.comm", -self.resident[kid])
+        self.comm_blocks[k.gpu] -= self.resident[kid]
         self.resident[kid] = 0
         self.fluid.set_capacity(f"send:{kid}", 0.0)
         self.fluid.set_capacity(f"recv:{kid}", 0.0)
@@ -420,12 +423,14 @@ class Simulation:
         if not len(s):
             return
         comp = f.compute[s]
-        if comp.all() or not comp.any():     # one side alone: nothing slows it (the factors are 1)
+        beside = self.gpu.contention.compute_beside_comm_kernel > 0 and bool(self.comm_blocks.any())
+        if not comp.any() or (comp.all() and not beside):   # one side alone: nothing slows it (factors 1)
             return
         n = self.g.num_gpus      # every hbm<i> is registered at set-up: one entry per GPU
         comp_hbm, comm_hbm = (x[:n] for x in f.hbm_rates())
         slow = np.empty(len(s))
-        slow[comp] = compute_slowdown(self.gpu, comm_hbm[f.gpu[s[comp]]])
+        on = f.gpu[s[comp]]
+        slow[comp] = compute_slowdown(self.gpu, comm_hbm[on], resident_cover=(self.comm_blocks[on] > 0) * 1.0)
         ends = f.ends[s[~comp]]
         slow[~comp] = comm_slowdown(self.gpu, np.maximum(comp_hbm[ends[:, 0]], comp_hbm[ends[:, 1]]))
         f.rate[s] /= slow

@@ -177,8 +177,9 @@ def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = No
     world = next((f.world for f in files if f.world), None)
     if world and len(files) > 1:
         num = max(num, world)
+    windows = {f.rank: {n: (a - t0, b - t0) for n, (a, b) in f.steps.items()} for f in files}
     return Trace(ops, num, [f.where for f in files], "kineto", files[0].device_name, files[0].on_gpu, prio, notes,
-                 topology=files[0].topology)
+                 topology=files[0].topology, steps=windows)
 
 
 def _device_of(e: dict) -> Any:

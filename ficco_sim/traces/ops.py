@@ -178,6 +178,7 @@ class Trace:
     stream_priority: dict = field(default_factory=dict)   # (rank, stream) -> priority
     notes: list[str] = field(default_factory=list)
     topology: str = ""                         # the topology a ficco-sim export was simulated on
+    steps: dict = field(default_factory=dict)  # rank -> {N: (start, end) s of ProfilerStep#N, trace clock}
 
     @property
     def span(self) -> tuple[float, float]:
