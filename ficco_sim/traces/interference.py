@@ -41,6 +41,7 @@ import pandas as pd
 from ..errors import InputError
 from ..gemm_model import block_needs, blocks_beside, blocks_per_sm
 from ..hardware import BlockShape, GpuProfile
+from ..timeline import union_length
 from .kineto import load_kineto
 from .ops import TraceOp
 
@@ -102,20 +103,9 @@ class _Side:
         total = ov.sum()
         if total <= 0:
             return 0.0, 0.0, 0.0
-        cover = _union_length(self.start[ov > 0], self.end[ov > 0], a, b)
+        on = ov > 0
+        cover = union_length(list(zip(np.clip(self.start[on], a, b), np.clip(self.end[on], a, b))))
         return cover / (b - a), float((ov * self.blocks).sum() / cover), float((ov * self.rate).sum() / cover)
-
-
-def _union_length(starts: np.ndarray, ends: np.ndarray, a: float, b: float) -> float:
-    order = np.argsort(starts)
-    length, cur_a, cur_b = 0.0, None, None
-    for s, e in zip(np.clip(starts[order], a, b), np.clip(ends[order], a, b)):
-        if cur_b is None or s > cur_b:
-            length += (cur_b - cur_a) if cur_b is not None else 0.0
-            cur_a, cur_b = s, e
-        else:
-            cur_b = max(cur_b, e)
-    return length + ((cur_b - cur_a) if cur_b is not None else 0.0)
 
 
 def _hbm_rate(op: TraceOp) -> float:
