@@ -15,98 +15,28 @@ rows they were fitted on are marked ``used_for_fit`` in ``validation/public/nccl
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import platform
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from ficco_sim import collective_time, load_gpu
-from ficco_sim.errors import InputError
-from ficco_sim.hardware import GpuProfile, Protocol
-from ficco_sim.simulate import per_rank_bytes
+from ficco_sim import load_gpu
+from ficco_sim.calibrate.fit_nccl import FIT_FROM, fit, predict, summary, tidy, with_params
+from ficco_sim.calibrate.nccl_tests import KIND
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "measurements" / "nccl-tests" / "nccl_tests.csv"
 SYSTEMS = {"H100-SXM-80GB": ("h100", "switch"), "A100-SXM4-40GB": ("a100", "switch"), "MI300X": ("mi300x", "fc")}
-KINDS = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter"}
 VENDOR = {"h100": "nccl", "a100": "nccl", "mi300x": "rccl"}
-LL, LL128 = 0.5, 120 / 128     # payload shares by design
 
 
 def load(path: Path = DATA) -> pd.DataFrame:
     """The measured rows this model can state (NCCL's default algorithm or a pinned Ring)."""
     d = pd.read_csv(path)
     d = d[d["data_quality"] == "measured_oop"]
-    d = d[~d["algo"].str.upper().str.startswith("NVLS")].copy()   # NVLS in-switch reduction: not modelled
-    d["gpu_profile"] = d["gpu"].map(lambda g: SYSTEMS[g][0])
-    d["topology"] = [f"{SYSTEMS[g][1]}:{n}" for g, n in zip(d["gpu"], d["gpus"])]
-    d["kind"] = d["collective"].map(KINDS)
-    d["nbytes"] = [per_rank_bytes(k, s, n) for k, s, n in zip(d["kind"], d["size_bytes"], d["gpus"])]
-    d["measured_s"] = d["time_us_oop"] * 1e-6
-    return d[d["nbytes"] >= 1].reset_index(drop=True)
-
-
-def with_params(gpu: GpuProfile, launch_us: float, ll_us: float, ll128_us: float, simple_us: float,
-                sm_share: float) -> GpuProfile:
-    """``gpu`` with the collective mechanisms set: call floor, protocol latencies, and
-    channel bandwidth such that the default channels reach ``sm_share`` of the raw link rate."""
-    ck = gpu.comm_kernel
-    cb = sm_share * gpu.link.ports * gpu.link.port_bandwidth / ck.channels
-    protos = (Protocol("LL", ll_us * 1e-6, LL), Protocol("LL128", ll128_us * 1e-6, LL128),
-              Protocol("Simple", simple_us * 1e-6, 1.0))
-    return dataclasses.replace(gpu, comm_kernel=dataclasses.replace(ck, launch=launch_us * 1e-6, protocols=protos,
-                                                                    channel_bandwidth=cb))
-
-
-def predict(rows: pd.DataFrame, gpus: dict[str, GpuProfile], sim: str = "analytical") -> np.ndarray:
-    """Predicted seconds per row; NaN where the simulator refuses the size (fewer bytes than
-    one element per piece)."""
-    def one(r) -> float:
-        try:
-            return collective_time(gpus[r.gpu_profile], r.topology, r.kind, int(r.nbytes), sim=sim)
-        except InputError:
-            return float("nan")
-    return np.array([one(r) for r in rows.itertuples()])
-
-
-GRID = {"launch_us": np.arange(0.0, 24.1, 2.0), "ll_us": np.arange(0.0, 6.1, 0.5),
-        "ll128_us": np.arange(0.0, 30.1, 2.5), "simple_us": np.arange(0.0, 60.1, 5.0),
-        "sm_share": np.arange(0.60, 0.951, 0.025)}
-START = {"launch_us": 8.0, "ll_us": 1.0, "ll128_us": 5.0, "simple_us": 15.0, "sm_share": 0.8}
-
-
-def loss(rows: pd.DataFrame, params: dict) -> float:
-    gpus = {g: with_params(load_gpu(g), **params) for g in rows["gpu_profile"].unique()}
-    return float(np.mean(np.abs(np.log(predict(rows, gpus) / rows["measured_s"].to_numpy()))))
-
-
-def fit(rows: pd.DataFrame, passes: int = 3) -> tuple[dict, float]:
-    """Coordinate descent over :data:`GRID` on the mean |log(predicted / measured)|."""
-    best = dict(START)
-    cur = loss(rows, best)
-    for _ in range(passes):
-        for name, values in GRID.items():
-            for v in values:
-                trial = dict(best, **{name: float(v)})
-                e = loss(rows, trial)
-                if e < cur - 1e-12:
-                    best, cur = trial, e
-    return best, cur
-
-
-FIT_FROM = 1 << 20    # the sizes overlap pieces have; smaller collectives are floors (see README)
-
-
-def band(nbytes: pd.Series) -> pd.Series:
-    return pd.cut(nbytes, [0, 1 << 20, 64 << 20, 1 << 62], right=False, labels=["< 1 MiB", "1-64 MiB", ">= 64 MiB"])
-
-
-def summary(table: pd.DataFrame) -> pd.DataFrame:
-    t = table.assign(abs_err=(table["predicted_s"] / table["measured_s"] - 1).abs(), band=band(table["size_bytes"]))
-    return (t.groupby(["gpu_profile", "gpus", "collective", "band"], observed=True)["abs_err"]
-            .agg(median="median", rows="size").reset_index())
+    d = d[~d["algo"].str.upper().str.startswith("NVLS")]   # NVLS in-switch reduction: not modelled
+    d = d[d["collective"].isin(list(KIND))]
+    return pd.concat([tidy(part, *SYSTEMS[g]) for g, part in d.groupby("gpu", sort=False)], ignore_index=True)
 
 
 def main() -> None:

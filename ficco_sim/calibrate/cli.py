@@ -27,6 +27,8 @@ Two ways in:
   from files         --from FILE... --gpu a100 [--base PROFILE]
                      vidur gemm_times.csv / collective_times.csv (see shared/measurements)
                      or a benchmark CSV written by an earlier --device run,
+                     or raw nccl-tests / rccl-tests output (the text *_perf prints, NCCL_DEBUG
+                     lines and all; --topology says what it ran on, switch by default),
                      or PyTorch-profiler traces (*.json[.gz], one rank's file each, recorded over
                      several profiler steps): the same kernel's time alone and beside NCCL/RCCL
                      kernels, matched by its place in the step.
@@ -34,16 +36,18 @@ Two ways in:
 What gets fitted and written into the profile (--out): gemm.efficiency[dtype],
 gemm.k_overhead and launch overhead of the GEMM cost model (least squares on log time; whole
 models held out and reported separately); dma.* and contention from benchmark files;
-contention.compute_beside_comm_kernel from traces (what the SMs a collective holds and its
+comm_kernel.launch_us, protocol latencies and channel bandwidth from nccl-tests output
+(coordinate descent on rows >= 1 MiB, every row's error reported); contention.compute_beside_comm_kernel
+from traces (what the SMs a collective holds and its
 HBM traffic leave unexplained; --report DIR writes every kernel pair). Every
 fitted number is written with kind: fitted and a source naming its data and held-out error.
 What is fitted and only reported (--report DIR: tables and plots, not written into the
 profile): link latency + bandwidth (alpha-beta) from a collective table's send/recv and 2-GPU
-all-reduce, with a 2 -> 4 GPU all-reduce prediction check. (Fitting NCCL's protocol latencies
-and SM share on nccl-tests runs: benchmarks/collective_error.py --fit.)
+all-reduce, with a 2 -> 4 GPU all-reduce prediction check.
 
 examples:
   ficco-sim calibrate --from ../shared/measurements/vidur/gemm_times.csv --gpu a100 --out a100_fit.yaml --report fit/
+  all_reduce_perf -b 8 -e 8G -f 2 -g 8 > ar.txt; ficco-sim calibrate --from ar.txt --gpu h100 --out h100_fit.yaml
   ficco-sim calibrate --from traces/real/hta_a100_nccl217_rank0.json.gz --gpu a100 --out a100_fit.yaml
   ficco-sim calibrate --device cpu --out cpu.yaml --quick
 """
@@ -65,6 +69,9 @@ def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="models (groups) to hold out of the fit; default: every third; none: --holdout")
     p.add_argument("--no-launch", action="store_true", help="keep the base profile's launch overhead (do not fit it)")
     p.add_argument("--quick", action="store_true", help="benchmarks at tiny sizes (seconds; a smoke test)")
+    p.add_argument("--topology", default="switch", choices=["switch", "fc", "ring"],
+                   help="--from nccl-tests output: the kind of topology it ran on; the GPU count comes from the "
+                        "output (default: switch, NVSwitch nodes)")
     p.add_argument("--world-size", type=int, default=2, metavar="N",
                    help="--device cpu: gloo ranks to measure with, as validate will run them (default 2)")
     p.set_defaults(func=run_calibrate)
@@ -82,7 +89,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
             raise InputError("--gpu", None, "--from needs --gpu to pick the rows (e.g. --gpu a100)")
         holdout = "auto" if args.holdout is None else args.holdout
         cal = calibrate_from_files(args.files, args.gpu, args.base, holdout=holdout, fit_launch=not args.no_launch,
-                                   out=args.out, force=args.force, report_dir=args.report)
+                                   out=args.out, force=args.force, report_dir=args.report, topology=args.topology)
     else:
         if args.gpu and args.device == "cpu":
             raise InputError("--gpu", None, "--gpu selects rows of measurement files; drop it with --device cpu")

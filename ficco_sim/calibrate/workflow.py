@@ -18,6 +18,7 @@ import pandas as pd
 from ..errors import InputError
 from ..hardware import GpuProfile, load_gpu, parse_profile
 from . import measurements as ms
+from . import nccl_tests
 from .fit_gemm import GemmFit, fit_gemm
 from .fit_links import LinkFits, fit_collectives, fit_contention, fit_copies
 from .report import error_summary, held_out_line, plot_predicted_vs_measured, write_points_csv
@@ -34,6 +35,7 @@ class Calibration:
     links: LinkFits | None = None
     copy: dict[str, Any] | None = None
     contention: float | None = None
+    nccl_summary: pd.DataFrame | None = None
     updates: dict[str, tuple[Any, str, str]] = field(default_factory=dict)
     written: list[Path] = field(default_factory=list)
 
@@ -49,6 +51,10 @@ class Calibration:
                 rows.append((f"GEMM |err| {r['split']} {r['subset']}",
                              f"median {100 * r['median_abs_err']:.1f}%  p90 {100 * r['p90_abs_err']:.1f}%",
                              f"{int(r['points'])} points"))
+        if self.nccl_summary is not None:
+            for r in self.nccl_summary.itertuples():
+                rows.append((f"{r.collective} x{r.gpus} {r.band} |err|", f"median {100 * r.median:.1f}%",
+                             f"{r.rows} rows, in sample"))
         if self.links is not None and not self.links.scaling.empty:
             for _, r in self.links.scaling.dropna(subset=["median_abs_err"]).iterrows():
                 rows.append((f"{r['setup']} 2->4 GPU all-reduce", f"median {100 * r['median_abs_err']:.1f}%",
@@ -73,7 +79,8 @@ def gemm_source(fit: GemmFit, file: str, summary: pd.DataFrame) -> str:
 def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: str | Path | None = None, *,
                          holdout: str | Sequence[str] | None = "auto", fit_launch: bool = True,
                          out: str | Path | None = None, force: bool = False,
-                         report_dir: str | Path | None = None, use_engine: bool = True) -> Calibration:
+                         report_dir: str | Path | None = None, use_engine: bool = True,
+                         topology: str = "switch") -> Calibration:
     """Fit a profile's GEMM model (and, with a collective file, link alpha-beta) to measured files.
 
     ``paths``: vidur ``gemm_times.csv`` / ``collective_times.csv``, ficco-sim benchmark CSVs, or
@@ -84,6 +91,8 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     named ``gpu``). ``holdout``: groups (vidur: models) kept out of the fit and reported
     separately; ``"auto"`` holds out every third model. ``out``: write the calibrated profile
     there (never over an existing file unless ``force``). ``report_dir``: per-point CSVs and PNGs.
+    ``topology``: the kind of topology nccl-tests runs ran on (``switch``, ``fc`` or ``ring``; the
+    GPU count comes from each run).
     """
     if not paths:
         raise InputError("--from", None, "give at least one measurement file")
@@ -92,9 +101,12 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     traces = [str(p) for p in paths if is_trace(p)]
     if traces:
         _traces(cal, base, traces, report_dir)
-    tables = [(str(p), ms.read_csv(p, str(p))) for p in paths if not is_trace(p)]
+    logs = [str(p) for p in paths if not is_trace(p) and nccl_tests.looks_like(p)]
+    if logs:
+        _nccl_tests(cal, base, logs, topology, report_dir)
+    tables = [(str(p), ms.read_csv(p, str(p))) for p in paths if not is_trace(p) and str(p) not in logs]
     fmts = [ms.file_format(df) for _, df in tables]
-    if out is not None and not report_dir and not traces and not {"vidur_gemm", "bench"} & set(fmts):
+    if out is not None and not report_dir and not traces and not logs and not {"vidur_gemm", "bench"} & set(fmts):
         # say it before fitting: collective tables fit links, which are reported, not written
         raise InputError("--from", None, "collective tables fit link alpha-beta, which is reported (--report DIR: "
                          "tables and plots), not written into a profile; give a GEMM or benchmark file for --out")
@@ -144,6 +156,40 @@ def _traces(cal: Calibration, base: GpuProfile, paths: Sequence[str], report_dir
         cal.written.append(write_text(Path(report_dir) / f"{cal.gpu}_trace_pairs.csv",
                                       pairs.merge(fit.points[["sm_term", "hbm_term", "residual"]], how="left",
                                                   left_index=True, right_index=True)))
+
+
+def _nccl_tests(cal: Calibration, base: GpuProfile, paths: Sequence[str], topology: str, report_dir: Any) -> None:
+    """Raw nccl-tests / rccl-tests output: the collective mechanisms (call floor, protocol
+    latencies, SM share of the link) fitted on the rows of 1 MiB and more
+    (:mod:`.fit_nccl`), every row's error reported."""
+    from . import fit_nccl
+    if topology not in ("switch", "fc", "ring"):
+        raise InputError("--topology", None, f"the kind of topology the runs ran on: switch, fc or ring; got "
+                         f"{topology!r}")
+    raw = pd.concat([nccl_tests.read(p) for p in paths], ignore_index=True)
+    multi = raw[raw["hosts"] > 1]
+    if len(multi):
+        raise InputError(str(multi["source"].iloc[0]), "hosts", f"the ranks ran on {int(multi['hosts'].iloc[0])} "
+                         "machines; calibrating collectives needs single-node runs (one topology)")
+    rows = fit_nccl.tidy(raw, cal.gpu, topology)
+    big = rows[rows["size_bytes"] >= fit_nccl.FIT_FROM]
+    if len(big) < 3:
+        raise InputError(paths[0], None, f"{len(big)} rows of at least 1 MiB; the collective mechanisms need 3 or more")
+    profiles = {cal.gpu: base}
+    params, _ = fit_nccl.fit(big, base=profiles)
+    rows["predicted_s"] = fit_nccl.predict(rows, {cal.gpu: fit_nccl.with_params(base, **params)})
+    rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
+    table = cal.nccl_summary = fit_nccl.summary(rows)
+    errs = "; ".join(f"{r.collective} x{r.gpus} {r.band}: {100 * r.median:.1f}% ({r.rows})" for r in table.itertuples())
+    kinds = ", ".join(sorted(big["collective"].unique()))
+    src = (f"fitted by ficco-sim calibrate {_today()} on {len(big)} nccl-tests rows >= 1 MiB ({kinds}) of "
+           f"{', '.join(Path(p).name for p in paths)} on {topology}; median |error| in sample (not held out): {errs}")
+    if len(big["collective"].unique()) == 1:
+        src += "; one collective alone does not tell the call floor from the per-step latencies"
+    for path, value in fit_nccl.profile_values(base, params).items():
+        cal.updates[path] = (value, "fitted", src)
+    if report_dir:
+        cal.written.append(write_text(Path(report_dir) / f"{cal.gpu}_nccl_tests_points.csv", rows))
 
 
 def write_text(path: Path, df: pd.DataFrame) -> Path:

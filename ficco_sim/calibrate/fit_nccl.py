@@ -1,0 +1,112 @@
+"""NCCL / RCCL's software mechanisms fitted on measured collective times (nccl-tests rows):
+the collective-call floor, the per-step latency of the LL / LL128 / Simple protocols, and the
+share of the raw link rate SM-driven traffic reaches (the channels' bandwidth).
+
+Protocol payload shares are NCCL's design (LL: a 4 B flag per 4 B; LL128: 8 B per 128 B
+line), not fitted. The fit is a coordinate descent over :data:`GRID` on the mean
+``|log(predicted / measured)|`` of rows of at least :data:`FIT_FROM` bytes (the sizes overlap
+pieces have; smaller collectives are floors), every prediction by the closed-form engine
+(:func:`ficco_sim.collective_time`). Rows are tidy: ``gpu_profile, topology, kind, nbytes,
+measured_s`` (:func:`tidy`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from ..errors import InputError
+from ..hardware import GpuProfile, Protocol, load_gpu
+from ..simulate import collective_time, per_rank_bytes
+from .nccl_tests import KIND
+
+LL, LL128 = 0.5, 120 / 128     # payload shares by design
+GRID = {"launch_us": np.arange(0.0, 24.1, 2.0), "ll_us": np.arange(0.0, 6.1, 0.5),
+        "ll128_us": np.arange(0.0, 30.1, 2.5), "simple_us": np.arange(0.0, 60.1, 5.0),
+        "sm_share": np.arange(0.60, 0.951, 0.025)}
+START = {"launch_us": 8.0, "ll_us": 1.0, "ll128_us": 5.0, "simple_us": 15.0, "sm_share": 0.8}
+FIT_FROM = 1 << 20
+# where each fitted number lives in a profile
+PATHS = {"launch_us": "comm_kernel.launch_us", "ll_us": "comm_kernel.protocols.LL.latency_us",
+         "ll128_us": "comm_kernel.protocols.LL128.latency_us",
+         "simple_us": "comm_kernel.protocols.Simple.latency_us", "sm_share": "comm_kernel.channel_bandwidth_gbps"}
+
+
+def tidy(rows: pd.DataFrame, gpu_profile: str, topology_kind: str) -> pd.DataFrame:
+    """nccl-tests rows (:mod:`.nccl_tests` columns) as fit rows on ``topology_kind:<gpus>``:
+    the collectives ficco-sim models, ``nbytes`` per rank, ``measured_s``."""
+    d = rows[rows["collective"].isin(list(KIND))].copy()
+    if d.empty:
+        raise InputError("--from", None, f"no collective ficco-sim models in the rows (it models "
+                         f"{', '.join(KIND)}; got {', '.join(sorted(rows['collective'].unique()))})")
+    d["gpu_profile"] = gpu_profile
+    d["topology"] = [f"{topology_kind}:{n}" for n in d["gpus"]]
+    d["kind"] = d["collective"].map(KIND)
+    d["nbytes"] = [per_rank_bytes(k, int(s), int(n)) for k, s, n in zip(d["kind"], d["size_bytes"], d["gpus"])]
+    d["measured_s"] = d["time_us_oop"] * 1e-6
+    return d[d["nbytes"] >= 1].reset_index(drop=True)
+
+
+def with_params(gpu: GpuProfile, launch_us: float, ll_us: float, ll128_us: float, simple_us: float,
+                sm_share: float) -> GpuProfile:
+    """``gpu`` with the collective mechanisms set: call floor, protocol latencies, and
+    channel bandwidth such that the default channels reach ``sm_share`` of the raw link rate."""
+    ck = gpu.comm_kernel
+    cb = sm_share * gpu.link.ports * gpu.link.port_bandwidth / ck.channels
+    protos = (Protocol("LL", ll_us * 1e-6, LL), Protocol("LL128", ll128_us * 1e-6, LL128),
+              Protocol("Simple", simple_us * 1e-6, 1.0))
+    return dataclasses.replace(gpu, comm_kernel=dataclasses.replace(ck, launch=launch_us * 1e-6, protocols=protos,
+                                                                    channel_bandwidth=cb))
+
+
+def predict(rows: pd.DataFrame, gpus: dict[str, GpuProfile], sim: str = "analytical") -> np.ndarray:
+    """Predicted seconds per row; NaN where the simulator refuses the size (fewer bytes than
+    one element per piece)."""
+    def one(r) -> float:
+        try:
+            return collective_time(gpus[r.gpu_profile], r.topology, r.kind, int(r.nbytes), sim=sim)
+        except InputError:
+            return float("nan")
+    return np.array([one(r) for r in rows.itertuples()])
+
+
+def loss(rows: pd.DataFrame, params: dict, base: dict[str, GpuProfile] | None = None) -> float:
+    base = base or {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
+    gpus = {g: with_params(p, **params) for g, p in base.items()}
+    return float(np.nanmean(np.abs(np.log(predict(rows, gpus) / rows["measured_s"].to_numpy()))))
+
+
+def fit(rows: pd.DataFrame, passes: int = 3, base: dict[str, GpuProfile] | None = None) -> tuple[dict, float]:
+    """Coordinate descent over :data:`GRID` on the mean |log(predicted / measured)| (``base``:
+    the profiles by ``gpu_profile``; default the built-in ones)."""
+    best = dict(START)
+    cur = loss(rows, best, base)
+    for _ in range(passes):
+        for name, values in GRID.items():
+            for v in values:
+                trial = dict(best, **{name: float(v)})
+                e = loss(rows, trial, base)
+                if e < cur - 1e-12:
+                    best, cur = trial, e
+    return best, cur
+
+
+def band(nbytes: pd.Series) -> pd.Series:
+    return pd.cut(nbytes, [0, 1 << 20, 64 << 20, 1 << 62], right=False, labels=["< 1 MiB", "1-64 MiB", ">= 64 MiB"])
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Median |error| and row count per (profile, GPUs, collective, size band)."""
+    t = table.assign(abs_err=(table["predicted_s"] / table["measured_s"] - 1).abs(), band=band(table["size_bytes"]))
+    return (t.groupby(["gpu_profile", "gpus", "collective", "band"], observed=True)["abs_err"]
+            .agg(median="median", rows="size").reset_index())
+
+
+def profile_values(gpu: GpuProfile, params: dict) -> dict[str, float]:
+    """The fitted parameters in the profile's units, by profile path (:data:`PATHS`)."""
+    out = {PATHS[k]: round(v, 3) for k, v in params.items() if k != "sm_share"}
+    cb = params["sm_share"] * gpu.link.ports * gpu.link.port_bandwidth / gpu.comm_kernel.channels
+    out[PATHS["sm_share"]] = round(cb / 1e9, 3)
+    return out

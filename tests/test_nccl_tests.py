@@ -1,0 +1,112 @@
+"""Raw nccl-tests output read as printed (real runs in validation/nccl-tests/) and
+``calibrate --from`` fitting the collective mechanisms on it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ficco_sim.calibrate import fit_nccl
+from ficco_sim.calibrate.nccl_tests import looks_like, parse, read
+from ficco_sim.errors import InputError
+from ficco_sim.hardware import load_gpu
+
+DIR = Path(__file__).resolve().parents[1] / "validation" / "nccl-tests"
+QUIET = {c: DIR / f"h100x4_quiet_{c}.txt" for c in ("all_reduce", "all_gather", "reduce_scatter")}
+DEBUG = DIR / "h100x4_ring_debug_all_reduce.log"
+
+
+@pytest.mark.parametrize("coll,rows", [("all_reduce", 31), ("all_gather", 28), ("reduce_scatter", 28)])
+def test_real_runs_read_every_row(coll, rows):
+    d = read(QUIET[coll])
+    assert looks_like(QUIET[coll])
+    assert len(d) == rows and set(d["collective"]) == {coll} and set(d["gpus"]) == {4} and set(d["hosts"]) == {1}
+    assert set(d["device"]) == {"NVIDIA H100 80GB HBM3"}
+    assert d["size_bytes"].is_monotonic_increasing and (d["time_us_oop"] > 0).all()
+    # nccl-tests' own columns agree with each other: algbw = size / time (GB/s, us), to its rounding
+    big = d[d["size_bytes"] >= 1 << 20]
+    assert ((big["size_bytes"] / big["time_us_oop"] / 1e3) / big["algbw_oop"] - 1).abs().max() < 0.01
+
+
+def test_rows_split_by_nccl_debug_lines_are_joined():
+    """NCCL_DEBUG=INFO writes ``... sum -1<host>:1417:1417 [0] NCCL INFO AllReduce ...``: the
+    row's head before the log, its tail on a later line."""
+    d = read(DEBUG)
+    assert d["size_bytes"].tolist() == [2 ** p for p in range(28, 34)]
+    big = d.assign(bw=d["size_bytes"] / d["time_us_oop"] / 1e3)
+    assert ((big["bw"] / big["algbw_oop"]) - 1).abs().max() < 0.01
+
+
+HEAD = """# nThread 1 nGpus 2 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20
+#  Rank  0 Group  0 Pid 1 on h device  0 [0x1] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid 1 on h device  1 [0x2] NVIDIA H100 80GB HBM3
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
+"""
+ROW = "    1048576   262144  float  sum  -1   26.76   39.19   58.79   0   27.22   38.52   57.78   0\n"
+
+
+def test_collective_from_the_command_or_the_file_name():
+    assert parse("$ mpirun -np 2 ./build/alltoall_perf -b 8\n" + HEAD + ROW, "x.md")["collective"][0] == "alltoall"
+    assert parse(HEAD + ROW, "runs/reduce_scatter.txt")["collective"][0] == "reduce_scatter"
+    with pytest.raises(InputError, match="cannot tell which collective"):
+        parse(HEAD + ROW, "x.txt")
+
+
+@pytest.mark.parametrize("text,why", [
+    ("size count\n1 2 3\n", "no '# nThread' header"),
+    (HEAD.replace("#       size", "# sz"), "no column header"),
+    (HEAD + ROW.rsplit(" ", 3)[0] + "\n", "values left over"),
+    (HEAD + ROW.replace("26.76", "abc"), "unreadable table row"),
+    (HEAD + ROW.replace("26.76", "-3"), "time must be a positive"),
+    (HEAD, "no measured rows"),
+])
+def test_broken_output_is_refused_with_a_reason(text, why):
+    with pytest.raises(InputError, match=why):
+        parse(text, "all_reduce.txt")
+
+
+def test_params_land_in_the_profile_as_the_fit_states_them():
+    gpu = load_gpu("h100")
+    params = {"launch_us": 12.0, "ll_us": 0.5, "ll128_us": 2.5, "simple_us": 40.0, "sm_share": 0.775}
+    want = fit_nccl.with_params(gpu, **params).comm_kernel
+    vals = fit_nccl.profile_values(gpu, params)
+    assert vals["comm_kernel.launch_us"] * 1e-6 == pytest.approx(want.launch)
+    assert vals["comm_kernel.protocols.LL128.latency_us"] * 1e-6 == pytest.approx(want.protocols[1].latency)
+    assert vals["comm_kernel.channel_bandwidth_gbps"] * 1e9 == pytest.approx(want.channel_bandwidth, rel=1e-4)
+
+
+def _calibrate(tmp_path, *files, extra=()):
+    out = tmp_path / "h100.yaml"
+    run = subprocess.run([sys.executable, "-m", "ficco_sim.cli", "calibrate", "--from", *map(str, files), "--gpu",
+                          "h100", "--out", str(out), *extra], capture_output=True, text=True)
+    return run, out
+
+
+def test_calibrate_from_raw_output_writes_the_collective_mechanisms(tmp_path):
+    run, out = _calibrate(tmp_path, QUIET["all_gather"], QUIET["reduce_scatter"], extra=("--report", str(tmp_path)))
+    assert run.returncode == 0, run.stderr
+    text = out.read_text()
+    for path in ("launch_us", "channel_bandwidth_gbps"):
+        line = next(x for x in text.splitlines() if x.strip().startswith(path + ":"))
+        assert "kind: fitted" in line and "h100x4_quiet_all_gather.txt" in line
+    g = load_gpu(str(out))
+    assert g.comm_kernel.launch is not None and g.comm_kernel.channel_bandwidth > 0
+    assert "reduce_scatter x4 >= 64 MiB" in run.stdout
+    assert (tmp_path / "h100_nccl_tests_points.csv").exists()
+    # the fitted profile predicts the runs it was fitted on: large sizes within 10%
+    rows = fit_nccl.tidy(read(QUIET["all_gather"]), "h100", "switch")
+    rows = rows[rows["size_bytes"] >= 64 << 20]
+    pred = fit_nccl.predict(rows, {"h100": g})
+    assert abs(pred / rows["measured_s"].to_numpy() - 1).max() < 0.10
+
+
+def test_calibrate_refuses_multi_node_runs(tmp_path):
+    two = HEAD.replace("Pid 1 on h device  1", "Pid 1 on other device  1")
+    f = tmp_path / "all_reduce.txt"
+    f.write_text(two + ROW * 3)
+    run, out = _calibrate(tmp_path, f)
+    assert run.returncode == 2 and "2 machines" in run.stderr and "Traceback" not in run.stderr
+    assert not out.exists()
