@@ -68,6 +68,26 @@ class Timeline:
         return [r for r in self.records if r.role == role and (gpu is None or r.gpu == gpu)]
 
 
+class LazyTimeline(Timeline):
+    """A :class:`Timeline` whose records are made on first use: a folded run
+    (:mod:`ficco_sim.engine.fold`) has one per task of the full graph, hundreds of thousands
+    on a large collective, where a collective's time needs only the makespan."""
+
+    def __init__(self, make, makespan: float, counters: dict, events: int):
+        self._make, self._records, self._makespan = make, None, makespan
+        self.counters, self.events = counters, events
+
+    @property
+    def records(self) -> list[TaskRecord]:   # type: ignore[override]
+        if self._records is None:
+            self._records, self._make = self._make(), None
+        return self._records
+
+    @property
+    def makespan(self) -> float:
+        return self._makespan
+
+
 def union_length(intervals: list[tuple[float, float]]) -> float:
     """Total length covered by a set of [start, end) intervals.
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..taskgraph import Kernel, TaskGraph
-from ..timeline import TaskRecord, Timeline
+from ..timeline import LazyTimeline, TaskRecord, Timeline
 from ..topology import Topology, gpu_index, gpu_node
 
 
@@ -48,8 +48,12 @@ class Folded:
         return f"link:{u2}->{v2}"
 
     def expand(self, tl: Timeline, topology: Topology) -> Timeline:
-        """The full graph's timeline: every task gets its representative's times; per-GPU
-        counters are repeated for every GPU, a link class's load for each of its links."""
+        """The full graph's timeline: every task gets its representative's times (records
+        made on first use: :class:`~ficco_sim.timeline.LazyTimeline`); per-GPU counters are
+        repeated for every GPU, a link class's load for each of its links."""
+        return LazyTimeline(lambda: self._records(tl), tl.makespan, self._counters(tl, topology), tl.events)
+
+    def _records(self, tl: Timeline) -> list[TaskRecord]:
         by_id = tl.by_id()
         out = []
         add = out.append
@@ -60,10 +64,14 @@ class Folded:
             else:
                 add(TaskRecord(t.id, t.gpu, t.stream or "sm-transfers", "transfer", t.role, t.label, r.ready,
                                r.start, r.end, t.engine, t.src, t.dst, t.nbytes))
+        return out
+
+    def _counters(self, tl: Timeline, topology: Topology) -> dict[str, list[tuple[float, float]]]:
         counters: dict[str, list[tuple[float, float]]] = {}
         members: dict[str, list[str]] = {}
-        for u, v in topology.graph.edges:
-            members.setdefault(self.link(u, v), []).append(f"link:{u}->{v}")
+        if any(name.startswith("link:") for name in tl.counters):    # (a run without records has none)
+            for u, v in topology.graph.edges:
+                members.setdefault(self.link(u, v), []).append(f"link:{u}->{v}")
         for name, series in tl.counters.items():
             if name.startswith("link:"):
                 for link in members.get(name, [name]):
@@ -73,7 +81,7 @@ class Folded:
                     counters[f"gpu{i}.{name[5:]}"] = list(series)
             else:
                 counters[name] = series
-        return Timeline(out, counters, tl.events)
+        return counters
 
 
 def _turn(node: str, n: int) -> str:
@@ -109,13 +117,21 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
             return f"stream {s.name} has different priorities on different GPUs"
     at: dict[str, tuple[int, int]] = {}          # task -> (class, GPU)
     kinds: dict[tuple, int] = {}                  # a task's description, GPUs relative -> its number
-    classes: dict[tuple[int, int], int] = {}      # (description, k-th alike on its GPU) -> class
-    occurrence: dict[tuple[int, int], int] = {}
+    classes: dict[int, int] = {}                  # (description, k-th alike on its GPU) -> class
+    occurrence: list[dict[int, int]] = [{} for _ in range(n)]    # per GPU: description -> alike seen so far
+    span = len(graph.tasks) + 1                   # (description, k) as one number: description * span + k
     queued: list[list[int]] = [[] for _ in range(n)]      # classes of stream tasks, in order
     loose: list[list[int]] = [[] for _ in range(n)]       # classes of SM transfers
 
+    get = at.__getitem__
+    driven: dict[tuple, tuple] = {}
+
     def rel(ids, g):
-        return tuple([(c, (h - g) % n) for c, h in map(at.__getitem__, ids)]) if ids else ()
+        # (class, GPU offset) of each task named; one or two names is the common case
+        if len(ids) == 1:
+            c, h = get(ids[0])
+            return ((c, (h - g) % n),)
+        return tuple([(c, (h - g) % n) for c, h in map(get, ids)]) if ids else ()
 
     for t in graph.tasks:
         g = t.gpu
@@ -126,18 +142,25 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
             if any(at[k][1] != g for k, _ in t.signals):      # a flag crossing GPUs: not folded here
                 return f"{t.id} waits on a tile signal from another GPU"
             sig = tuple([(at[k][0], share) for k, share in t.signals])
-        if isinstance(t, Kernel):
+        deps = rel(t.deps, g) if t.deps else ()
+        if t.__class__ is Kernel:
             key = ("K", t.stream, t.kind, t.grid, t.block, t.block_time, t.block_hbm_bytes, t.role, t.gemm, t.elems,
-                   t.sms, tuple([(share, (dst - g) % n) for share, dst in t.stores]), sig, rel(t.deps, g))
+                   t.sms, tuple([(share, (dst - g) % n) for share, dst in t.stores]), sig, deps)
             line = queued
         else:
+            drivers = t.drivers
+            if drivers:
+                hit = driven.get((g, drivers))     # a kernel pair drives many transfers (every ring step)
+                if hit is None:
+                    hit = driven[(g, drivers)] = rel(drivers, g)
+                drivers = hit
             key = ("T", t.engine, t.stream, t.nbytes, (t.src - g) % n, (t.dst - g) % n, t.dma_engine, t.reduce,
-                   t.role, rel(t.drivers, g), sig, rel(t.deps, g))
+                   t.role, drivers, sig, deps)
             line = queued if t.engine == "dma" else loose
         kind = kinds.setdefault(key, len(kinds))
-        seen = (g, kind)        # the k-th task alike on its GPU (comm kernels queued one after another)
-        k = occurrence[seen] = occurrence.get(seen, -1) + 1
-        c = classes.setdefault((kind, k), len(classes))
+        seen = occurrence[g]    # the k-th task alike on its GPU (comm kernels queued one after another)
+        k = seen[kind] = seen.get(kind, -1) + 1
+        c = classes.setdefault(kind * span + k, len(classes))
         at[t.id] = (c, g)
         line[g].append(c)
     for g in range(1, n):       # streams run in order; SM transfers in any

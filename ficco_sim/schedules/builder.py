@@ -22,7 +22,8 @@ COMM = "comm"
 
 
 class GraphBuilder:
-    """Accumulates streams and tasks for one task graph (ids are unique by construction)."""
+    """Accumulates streams and tasks for one task graph (:meth:`build` checks it: ids unique,
+    dependencies known and earlier)."""
 
     def __init__(self, gpu: GpuProfile, num_gpus: int, *, comm_priority: int = 0, extra_smem: int = 0,
                  channels: int | None = None, sm_margin: int = 0):
@@ -38,7 +39,6 @@ class GraphBuilder:
         self.tasks: list = []
         self.buffers: dict[str, Buffer] = {}
         self.meta: dict = {}
-        self._ids: set[str] = set()
         self._steps: dict[tuple, int] = {}
         self.rings: list[tuple[int, ...]] = [tuple(range(num_gpus))]   # ring collectives' GPU orders
         for g in range(num_gpus):
@@ -57,15 +57,13 @@ class GraphBuilder:
         return name
 
     def _add(self, task):
-        assert task.id not in self._ids, task.id
-        self._ids.add(task.id)
-        self.tasks.append(task)
+        self.tasks.append(task)     # (a repeated id is refused by TaskGraph.build)
         return task
 
     def step(self, *key: object) -> int:
         """The concurrency step named ``key`` (e.g. ``("ag", 3)``) as a number, the same for
         every transfer of that step (:attr:`ficco_sim.taskgraph.Transfer.step`)."""
-        return self._steps.setdefault(key, len(self._steps))
+        return self._steps.setdefault(key, len(self._steps))     # (sm_transfer inlines this)
 
     def elem(self, dtype: str) -> int:
         return DTYPE_BYTES[dtype]
@@ -114,8 +112,11 @@ class GraphBuilder:
                     io: dict | None = None) -> Transfer:
         """``nbytes`` from ``src`` to ``dst`` moved by the comm kernels ``drivers``, in the
         concurrency step named ``step``."""
-        return self._add(Transfer(id, src, dst, float(nbytes), "sm", src, None, tuple(drivers), 0, reduce,
-                                  tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {}), self.step(*step)))
+        # (``io`` is the caller's own mapping, kept as given: lowerings build one per task)
+        t = Transfer(id, src, dst, float(nbytes), "sm", src, None, tuple(drivers), 0, reduce, tuple(deps), "comm",
+                     label or f"{src}->{dst}", {} if io is None else io, self._steps.setdefault(step, len(self._steps)))
+        self.tasks.append(t)
+        return t
 
     def dma_transfer(self, id: str, issuer: int, src: int, dst: int, nbytes: float, *, step: tuple,
                      deps: Sequence[str] = (), engine: int | None = None, label: str = "",

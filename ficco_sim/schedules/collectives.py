@@ -188,10 +188,11 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
                     label = f"AG ring step {t}"
                     for g in range(n):
                         dst, owner = order[(pos[g] + 1) % n], order[(pos[g] - t + 1) % n]
-                        d = [prev[g]] if t > 1 else (list(deps[g]) if kernels is not None else [])
+                        d = (prev[g],) if t > 1 else (tuple(deps[g]) if kernels is not None else ())
+                        sl = part(owner)
                         cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}{tag}", g, dst, size,
                                                  (kern[g], kern[dst]), step=(prefix, t), deps=d, label=label,
-                                                 io={"src": part(owner), "dst": part(owner)}).id
+                                                 io={"src": sl, "dst": sl}).id
                     prev = cur
         else:
             for g in range(n):
@@ -246,10 +247,11 @@ def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: st
                 label = f"RS ring step {t}"
                 for g in range(n):   # the chunk GPU g holds t - 1 partial sums of, ending at its owner
                     dst, chunk = order[(pos[g] + 1) % n], order[(pos[g] - t) % n]
-                    d = [prev[g]] if t > 1 else []
+                    d = (prev[g],) if t > 1 else ()
+                    sl = part(chunk)
                     cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}{tag}", g, dst, size,
                                              (kern[g], kern[dst]), step=(prefix, t), deps=d, reduce=True,
-                                             label=label, io={"src": part(chunk), "dst": part(chunk)}).id
+                                             label=label, io={"src": sl, "dst": sl}).id
                 prev = cur
             for g in range(n):
                 last[g].append(prev[g])
