@@ -115,3 +115,23 @@ def test_a_rank_whose_stand_ins_come_later_in_the_graph_still_folds():
     assert [t.id for t in folded.graph.tasks] == ["k0", "y0", "g0"]
     full, one = simulate_graph(g, gpu, topo, fold_ranks=False), simulate_graph(g, gpu, topo)
     assert [(r.id, r.start, r.end) for r in one.records] == [(r.id, r.start, r.end) for r in full.records]
+
+
+def test_a_topology_that_does_not_turn_onto_itself_runs_whole():
+    """A ring whose one link is slower: the collective's graph is symmetric, the topology is
+    not, so folding must refuse (a folded run would give every GPU the fast links)."""
+    import networkx as nx
+
+    from ficco_sim.topology import _checked, gpu_node
+    gpu = load_gpu("h100")
+    fair = load_topology("ring:8", gpu)
+    g = nx.DiGraph(fair.graph)
+    g[gpu_node(3)][gpu_node(4)]["bandwidth"] /= 4
+    slow = _checked("ring:8 with one slow link", "ring", 8, g, "test")
+    graph = collective_graph(gpu, slow, "all-gather", 64 << 20)
+    got = folding(graph, slow)
+    assert isinstance(got, str) and "does not turn onto itself" in got
+    assert isinstance(folding(graph, fair), Folded)
+    whole = simulate_graph(graph, gpu, slow, fold_ranks=False).makespan
+    assert simulate_graph(graph, gpu, slow).makespan == whole
+    assert whole > simulate_graph(graph, gpu, fair).makespan * 1.5

@@ -84,20 +84,30 @@ class Folded:
         return counters
 
 
-def _turn(node: str, n: int) -> str:
-    i = gpu_index(node)
-    return node if i is None else gpu_node((i + 1) % n)
-
-
 def _topology_turns(topology: Topology, n: int) -> bool:
-    """Whether GPU ``i -> i + 1`` (switches fixed) maps every link onto a link alike."""
-    g = topology.graph
-    for u, v, d in g.edges(data=True):
-        u2, v2 = _turn(u, n), _turn(v, n)
-        e = g.get_edge_data(u2, v2)
-        if e is None or e["bandwidth"] != d["bandwidth"] or e["latency"] != d["latency"]:
-            return False
-    return True
+    """Whether GPU ``i -> i + 1`` (switches fixed) maps every link onto a link alike
+    (remembered per topology: a property of the topology alone)."""
+    key = (id(topology), n)
+    hit = _TURNS.get(key)
+    if hit is None or hit[0] is not topology:
+        if len(_TURNS) > 256:
+            _TURNS.clear()
+        g = topology.graph
+        turn = {}
+        for node in g.nodes:
+            i = gpu_index(node)
+            turn[node] = node if i is None else gpu_node((i + 1) % n)
+        ok = True
+        for u, v, d in g.edges(data=True):
+            e = g.get_edge_data(turn[u], turn[v])
+            if e is None or e["bandwidth"] != d["bandwidth"] or e["latency"] != d["latency"]:
+                ok = False
+                break
+        hit = _TURNS[key] = (topology, ok)     # (the topology kept alive: its id names no other)
+    return hit[1]
+
+
+_TURNS: dict[tuple[int, int], tuple[Topology, bool]] = {}
 
 
 def fold(graph: TaskGraph, topology: Topology) -> Folded | None:
@@ -127,11 +137,12 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
     driven: dict[tuple, tuple] = {}
 
     def rel(ids, g):
-        # (class, GPU offset) of each task named; one or two names is the common case
+        # (class, GPU offset) of each task named, as one number c * n + offset (flat tuples
+        # hash faster); one name is the common case
         if len(ids) == 1:
             c, h = get(ids[0])
-            return ((c, (h - g) % n),)
-        return tuple([(c, (h - g) % n) for c, h in map(get, ids)]) if ids else ()
+            return (c * n + (h - g) % n,)
+        return tuple([c * n + (h - g) % n for c, h in map(get, ids)]) if ids else ()
 
     for t in graph.tasks:
         g = t.gpu
