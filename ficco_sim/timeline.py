@@ -87,6 +87,9 @@ class LazyTimeline(Timeline):
     def makespan(self) -> float:
         return self._makespan
 
+    def __reduce__(self):      # pickled (a sweep's worker, Ray) as the plain timeline it stands for
+        return (Timeline, (self.records, self.counters, self.events))
+
 
 def union_length(intervals: list[tuple[float, float]]) -> float:
     """Total length covered by a set of [start, end) intervals.

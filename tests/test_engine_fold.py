@@ -135,3 +135,17 @@ def test_a_topology_that_does_not_turn_onto_itself_runs_whole():
     whole = simulate_graph(graph, gpu, slow, fold_ranks=False).makespan
     assert simulate_graph(graph, gpu, slow).makespan == whole
     assert whole > simulate_graph(graph, gpu, fair).makespan * 1.5
+
+
+def test_a_folded_runs_timeline_makes_its_records_on_use_and_pickles_whole():
+    import pickle
+    gpu = load_gpu("h100")
+    topo = load_topology("ring:8", gpu)
+    g = collective_graph(gpu, topo, "all-reduce", 1 << 20)
+    tl = simulate_graph(g, gpu, topo)
+    assert tl._records is None                     # not made yet: the makespan needs none
+    whole = simulate_graph(g, gpu, topo, fold_ranks=False)
+    assert tl.makespan == pytest.approx(whole.makespan, rel=1e-12)
+    back = pickle.loads(pickle.dumps(tl))
+    assert [r.id for r in back.records] == [r.id for r in whole.records]
+    assert back.makespan == tl.makespan and len(tl.records) == len(g.tasks)
