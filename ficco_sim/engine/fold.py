@@ -142,6 +142,9 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
         if len(ids) == 1:
             c, h = get(ids[0])
             return (c * n + (h - g) % n,)
+        if len(ids) == 2:        # an SM transfer's two driver kernels
+            (c, h), (d, k) = get(ids[0]), get(ids[1])
+            return (c * n + (h - g) % n, d * n + (k - g) % n)
         return tuple([c * n + (h - g) % n for c, h in map(get, ids)]) if ids else ()
 
     for t in graph.tasks:
