@@ -251,8 +251,9 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                   if k.gpu in (t.src, t.dst) and times[t.id][1] > times[t.id][0]]
             held = max([g for (a, b), g in comm if a < e and b > s] + [0])
             rate = max([r for (a, b), r in xf if a < e and b > s] + [0.0])
-            slow[k.id] = compute_slowdown(gpu, rate, held_sms=float(held), sm_cover=_cover(s, e, [x for x, _ in comm]),
-                                          hbm_cover=_cover(s, e, [x for x, _ in xf]))
+            cover = _cover(s, e, [x for x, _ in comm])
+            slow[k.id] = compute_slowdown(gpu, rate, held_sms=float(held), sm_cover=cover,
+                                          hbm_cover=_cover(s, e, [x for x, _ in xf]), resident_cover=cover)
         depth = _depths(graph)
         share = {k.id: _memory_hold(gpu, k, times[k.id][0], [(*times[x.id], x) for x in gemms if x.gpu == k.gpu and
                                                              depth[(x.id, "begin")] < depth[(k.id, "end")]])

@@ -240,7 +240,7 @@ def _bench(cal: Calibration, base: GpuProfile, df: pd.DataFrame, where: str, hol
     if len(launch):
         cal.updates["launch_overhead_us"] = (round(float(launch["time_s"].astype(float).median()) * 1e6, 3),
                                              "measured", f"back-to-back tiny kernels, {where} {date}")
-    c = fit_contention(df, base.hbm_effective)
+    c = fit_contention(df, base.hbm_bandwidth)     # the denominator the contention rule divides by
     if c is not None:
         coef, pts = c
         cal.contention = coef
