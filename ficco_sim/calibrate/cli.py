@@ -37,10 +37,10 @@ What gets fitted and written into the profile (--out): gemm.efficiency[dtype],
 gemm.k_overhead and launch overhead of the GEMM cost model (least squares on log time; whole
 models held out and reported separately); dma.* and contention from benchmark files;
 comm_kernel.launch_us, protocol latencies and channel bandwidth from nccl-tests output
-(coordinate descent on rows >= 1 MiB, every row's error reported); contention.compute_beside_comm_kernel
-from traces (what the SMs a collective holds and its
-HBM traffic leave unexplained; --report DIR writes every kernel pair). Every
-fitted number is written with kind: fitted and a source naming its data and held-out error.
+(coordinate descent on rows >= 1 MiB, every row's error reported);
+contention.compute_beside_comm_kernel from traces (the slowdown beside collectives that
+the SMs they hold and their HBM traffic leave unexplained; --report DIR writes every
+kernel pair). Every fitted number is written with kind: fitted and a source naming its data and held-out error.
 What is fitted and only reported (--report DIR: tables and plots, not written into the
 profile): link latency + bandwidth (alpha-beta) from a collective table's send/recv and 2-GPU
 all-reduce, with a 2 -> 4 GPU all-reduce prediction check.
