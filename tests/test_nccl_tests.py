@@ -51,8 +51,11 @@ ROW = "    1048576   262144  float  sum  -1   26.76   39.19   58.79   0   27.22 
 def test_collective_from_the_command_or_the_file_name():
     assert parse("$ mpirun -np 2 ./build/alltoall_perf -b 8\n" + HEAD + ROW, "x.md")["collective"][0] == "alltoall"
     assert parse(HEAD + ROW, "runs/reduce_scatter.txt")["collective"][0] == "reduce_scatter"
+    assert parse(HEAD + ROW, "my_reduce.txt")["collective"][0] == "reduce"
     with pytest.raises(InputError, match="cannot tell which collective"):
         parse(HEAD + ROW, "x.txt")
+    with pytest.raises(InputError, match="names all_reduce and all_gather"):
+        parse(HEAD + ROW, "all_reduce_vs_all_gather.txt")
 
 
 @pytest.mark.parametrize("text,why", [

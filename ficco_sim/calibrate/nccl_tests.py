@@ -94,11 +94,15 @@ def _collective(pre: list[str], where: str) -> str:
         if m and m.group(1) in COLLECTIVES:
             return m.group(1)
     name = Path(where).name.lower().replace("-", "_")
-    found = [c for c in COLLECTIVES if c in name and not (c == "reduce" and "reduce_" in name)]
-    if len(found) == 1 or (found and found[0] != "reduce"):
+    found = [c for c in COLLECTIVES if c in name]
+    if len(found) > 1:          # "reduce" is inside all_reduce and reduce_scatter
+        found = [c for c in found if c != "reduce"]
+    if len(found) == 1:
         return found[0]
+    what = f"names {' and '.join(found)}" if found else "names no collective"
     raise InputError(where, None, "cannot tell which collective this run measured: no '# Collective test starting' "
-                     f"line and no collective in the file name (name it after one of: {', '.join(COLLECTIVES)})")
+                     f"line, no *_perf command before it, and the file name {what} (name it after one of: "
+                     f"{', '.join(COLLECTIVES)})")
 
 
 def _run(lines: list[str], pre: list[str], where: str, number: int) -> list[dict]:
