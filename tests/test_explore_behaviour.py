@@ -55,3 +55,23 @@ def test_decomposition_loss_grows_as_pieces_shrink_below_a_wave():
         dil.append(_by(estimate_many([sc], ["ficco-a2a-dma"], "h100", "switch:8"))["ficco-a2a-dma"]["dil_compute"])
     assert dil[0] < dil[1] < dil[2]
     assert dil[2] > 0.5
+
+
+def test_parquet_tables_carry_no_attrs(tmp_path):
+    """A study's points carry every invalid schedule and its reason in ``attrs``; pandas
+    writes ``attrs`` into a Parquet file's metadata (twice), which made a wide sweep's
+    points.parquet 300 MB and unreadable (thrift's size limit). The tables hold rows only."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pandas as pd
+
+    from ficco_sim.explore.study import write_tables
+    points = pd.DataFrame({"scenario": ["a", "b"], "schedule": ["none", "x"], "makespan": [1.0, 2.0]})
+    points.attrs["invalid"] = [{"schedule": f"s{i}", "reason": "r" * 200} for i in range(20_000)]
+    summary = pd.DataFrame({"scenario": ["a"], "best": ["x"]})
+    write_tables(points, summary, tmp_path)
+    f = tmp_path / "points.parquet"
+    assert f.stat().st_size < 100_000
+    assert pq.read_schema(f).metadata.get(b"PANDAS_ATTRS") is None
+    back = pd.read_parquet(f)
+    assert back.equals(points) and back.attrs == {}
+    assert points.attrs["invalid"]            # the caller's frame keeps its attrs

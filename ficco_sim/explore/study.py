@@ -202,8 +202,10 @@ def write_tables(points: pd.DataFrame, summary: pd.DataFrame, out: Path, *, inva
         except ImportError:
             continue
         p = out / f"{name}.parquet"
+        plain = df.copy(deep=False)     # pandas would write ``attrs`` (every invalid schedule and why)
+        plain.attrs = {}                # into the file's metadata, twice: 300 MB, unreadable, on a wide sweep
         with atomic_path(p) as tmp:
-            df.to_parquet(tmp, index=False)
+            plain.to_parquet(tmp, index=False)
         files.append(p)
     return files
 
