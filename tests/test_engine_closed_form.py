@@ -34,12 +34,15 @@ def test_vectorized_engine_equals_the_plain_oracle(kind, topo):
     routing = ((1500, 1000, 1000, 596),) * 4 if kind == "a2a-gemm" else None
     sc = Scenario(kind, 4, 4096, 2048, 1024, routing=routing)
     for sched in SCHEDS:
-        g = lower(sc, sched, gpu, t)
-        want = reference(g, gpu, t)
-        got = closed_form_timeline(g, gpu, t).by_id()
-        for tid, (s, e) in want.items():
-            assert got[tid].start == pytest.approx(s, rel=1e-9, abs=1e-15), (sched, tid)
-            assert got[tid].end == pytest.approx(e, rel=1e-9, abs=1e-15), (sched, tid)
+        _matches_the_oracle(lower(sc, sched, gpu, t), gpu, t, sched)
+
+
+def _matches_the_oracle(g, gpu, t, tag) -> None:
+    want = reference(g, gpu, t)
+    got = closed_form_timeline(g, gpu, t).by_id()
+    for tid, (s, e) in want.items():
+        assert got[tid].start == pytest.approx(s, rel=1e-9, abs=1e-15), (tag, tid)
+        assert got[tid].end == pytest.approx(e, rel=1e-9, abs=1e-15), (tag, tid)
 
 
 def test_the_oracle_agrees_with_a_residency_term_in_the_profile():
@@ -54,11 +57,7 @@ def test_the_oracle_agrees_with_a_residency_term_in_the_profile():
                       (Scenario("ag-gemm", 4, 4096, 2048, 1024), "ficco-a2a-dma"),
                       (Scenario("ar-par-gemm", 4, 8192, 8192, 8192), "par-sm")):
         g = lower(sc, sched, gpu, t)
-        want = reference(g, gpu, t)
-        got = closed_form_timeline(g, gpu, t).by_id()
-        for tid, (s, e) in want.items():
-            assert got[tid].start == pytest.approx(s, rel=1e-9, abs=1e-15), (sched, tid)
-            assert got[tid].end == pytest.approx(e, rel=1e-9, abs=1e-15), (sched, tid)
+        _matches_the_oracle(g, gpu, t, sched)
         moved += closed_form_timeline(g, gpu, t).makespan > closed_form_timeline(g, base, t).makespan * (1 + 1e-9)
     assert moved >= 1
 
