@@ -26,7 +26,7 @@ import dataclasses
 import numpy as np
 
 from .engine.closed_form_overlap import disjoint
-from .taskgraph import TaskGraph
+from .taskgraph import Kernel, TaskGraph
 from .timeline import Timeline
 
 NAMES = ("makespan", "t_comp_iso", "t_comm_iso", "serial", "ideal", "ideal_speedup", "speedup", "of_ideal",
@@ -110,3 +110,13 @@ def comm_only_graph(graph: TaskGraph) -> TaskGraph:
                                  signals=tuple(s for s in t.signals if s[0] not in drop))
              for t in graph.tasks if t.id not in drop]
     return TaskGraph.build(graph.num_gpus, graph.streams, tasks, buffers=graph.buffers, meta=graph.meta)
+
+
+def comm_only_key(graph: TaskGraph) -> tuple:
+    """A key equal for two graphs whose :func:`comm_only_graph` are equal (it may tell
+    apart some that are: it keeps the removed kernels' ids in the dependencies of tasks
+    that had them). Many schedules of one scenario differ only on the compute side (tile
+    order, split-K, priorities, shared-memory shaping) and share their communication alone:
+    sweeps compile it once (:func:`ficco_sim.explore.estimate.template`)."""
+    tasks = tuple(t for t in graph.tasks if not (isinstance(t, Kernel) and t.kind == "gemm"))
+    return graph.num_gpus, len(tasks), hash((graph.streams, tasks))

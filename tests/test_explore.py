@@ -4,12 +4,14 @@ import json
 
 import pytest
 
-from ficco_sim import InputError, Scenario, simulate_many
+from ficco_sim import InputError, Scenario, load_gpu, simulate_many
 from ficco_sim.explore.cli import main
+from ficco_sim.explore import estimate
 from ficco_sim.explore.estimate import estimate_many
 from ficco_sim.explore.library import builtin_library, load_scenarios
 from ficco_sim.explore.space import enumerate_space, valid_schedules
 from ficco_sim.explore.sweep import POINTS_FILE, Job, read_points, run_sweep
+from ficco_sim.topology import load_topology
 
 SMALL = Scenario("ag-gemm", 4, 4096, 2048, 2048, name="small")
 
@@ -203,3 +205,19 @@ def test_reduction_grids_rescale_exactly_in_sweeps():
     single = simulate_many(big, scheds, "h100", "switch:8", engine="analytical") + \
         simulate_many(small, scheds, "h100", "switch:8", engine="analytical")
     assert [r["makespan"] for r in rows] == pytest.approx([s.makespan for s in single], rel=1e-9)
+
+
+def test_schedules_with_one_communication_share_its_template():
+    """Schedules that differ only on the compute side (here the GEMM's wave grouping) lower
+    to the same communication alone: a sweep compiles and evaluates it once, and every row
+    still equals its single-point simulation (``cil_comm`` included)."""
+    sc, topo = Scenario("ag-gemm", 4, 4096, 4096, 4096), "switch:4"
+    scheds = ["none", "shard-p2p-sm", "shard-p2p-sm-g2", "shard-p2p-sm-g3", "ficco-a2a-sm"]
+    gpu, t = load_gpu("h100"), load_topology(topo, load_gpu("h100"))
+    alone = [estimate.template(sc, s, gpu, t, comm_only=True) for s in scheds]
+    assert alone[1] is alone[2] is alone[3] and alone[0] is not alone[1] and alone[4] is not alone[1]
+    sweep = estimate_many([sc, Scenario("ag-gemm", 4, 8192, 4096, 4096)], scheds, gpu, t)
+    single = simulate_many(sc, scheds, "h100", topo, engine="analytical")
+    for f, a in zip(sweep, single):
+        for k, v in a.metrics.items():
+            assert f[k] == pytest.approx(v, rel=1e-9, abs=1e-12, nan_ok=True), (a.schedule.name, k)

@@ -26,7 +26,7 @@ from ..engine.gcpause import paused_gc
 from ..engine.symmetry import quotient, rotation_symmetric
 from ..gemm_model import gemm_times
 from ..hardware import GpuProfile, load_gpu
-from ..metrics import comm_only_graph, schedule_metrics
+from ..metrics import comm_only_graph, comm_only_key, schedule_metrics
 from ..schedules import Schedule, lower, parse_schedule
 from ..topology import Topology, load_topology
 from ..workload import Scenario
@@ -61,6 +61,7 @@ def _remember(key, value, nodes: int):
 
 def clear_cache() -> None:
     _LAST[:] = [None, None]
+    _ALIASES.clear()
     _CACHE.clear()
     _SIZES.clear()
     _REFS.clear()
@@ -84,25 +85,37 @@ def fingerprint(obj: GpuProfile | Topology) -> str:
 
 def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo: Topology, *,
              comm_only: bool = False) -> Template:
-    """The (cached) template of ``schedule`` for scenarios structured like ``scenario``."""
+    """The (cached) template of ``schedule`` for scenarios structured like ``scenario``
+    (``comm_only``: of its communication alone, shared by every schedule whose
+    communication is the same, :func:`~ficco_sim.metrics.comm_only_key`)."""
     schedule = parse_schedule(schedule)
     # every template of one structure is compiled from the same reference scenario, so that
     # merged templates rescale alike
     scenario = _REFS.setdefault(scenario.structure(), scenario)
-    key = (scenario.structure(), schedule.name, fingerprint(gpu), fingerprint(topo), comm_only)
+    key = (scenario.structure(), schedule.name, fingerprint(gpu), fingerprint(topo))
+    if comm_only:
+        alias = _ALIASES.get(key)
+        hit = _get(alias) if alias is not None else None
+        if hit is None:
+            with paused_gc():
+                graph = _lowered(key, scenario, schedule, gpu, topo)
+                alias = _ALIASES[key] = (key[0], ("comm-only", *comm_only_key(graph)), *key[2:])
+                hit = _get(alias)
+                if hit is None:
+                    tpl = compile_graph(comm_only_graph(graph), gpu, topo, scenario)
+                    hit = _remember(alias, (gpu, topo, tpl), tpl.num_nodes)
+        return hit[2]
     hit = _get(key)
     if hit is None:
         with paused_gc():
-            graph = _lowered(key[:-1], scenario, schedule, gpu, topo)
-            if comm_only:
-                graph = comm_only_graph(graph)
-            tpl = compile_graph(graph, gpu, topo, scenario)
+            tpl = compile_graph(_lowered(key, scenario, schedule, gpu, topo), gpu, topo, scenario)
         hit = _remember(key, (gpu, topo, tpl), tpl.num_nodes)
     return hit[2]
 
 
 _LAST: list = [None, None]      # the last lowered graph and its key: a schedule's template and its
                                 # communication-only template are compiled one after the other
+_ALIASES: dict[tuple, tuple] = {}   # (structure, schedule, gpu, topology) -> its communication-only key
 
 
 def _lowered(key: tuple, scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo: Topology):
@@ -167,11 +180,10 @@ def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | 
     for all_idx in groups:
         ref = scenarios[all_idx[0]]
         base = [template(ref, "none", gpu, topo), template(ref, "none", gpu, topo, comm_only=True)]
-        for js, pairs in _chunks(base, schedules, len(all_idx), ref, gpu, topo):
-            per = max(1, EVAL_BUDGET // (sum(t.num_nodes for t in base) + sum(t.num_nodes for p in pairs for t in p)))
+        for js, tpls, where in _chunks(base, schedules, len(all_idx), ref, gpu, topo):
+            per = max(1, EVAL_BUDGET // sum(t.num_nodes for t in tpls))
             for a in range(0, len(all_idx), per):
-                _fill(out, scenarios, all_idx[a:a + per], schedules, js, base + [t for p in pairs for t in p],
-                      ref, gpu, topo, weights, engine)
+                _fill(out, scenarios, all_idx[a:a + per], schedules, js, tpls, where, ref, gpu, topo, weights, engine)
     return out  # type: ignore[return-value]
 
 
@@ -195,37 +207,44 @@ def rank_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | str]
 
 
 def _chunks(base, schedules, count, ref, gpu, topo):
-    """Blocks of (schedule indices, their template pairs) whose merged evaluation over
+    """Blocks of (schedule indices, their distinct templates, where each schedule's template
+    and its communication-only template sit among them) whose merged evaluation over
     ``count`` scenarios stays within :data:`EVAL_BUDGET` cells, so memory is bounded whatever
-    the sweep's size; each template is compiled (or fetched) once and held only by its block."""
-    fixed = sum(t.num_nodes for t in base)
+    the sweep's size; each template is compiled (or fetched) once and held only by its block,
+    and a communication-only template shared by several schedules is evaluated once."""
     limit = EVAL_BUDGET // max(1, min(count, 64))
-    js, pairs, nodes = [], [], fixed
+    js, tpls, where, pos = [], list(base), [], {id(t): i for i, t in enumerate(base)}
+    nodes = sum(t.num_nodes for t in base)
     for j, sch in enumerate(schedules):
         pair = (template(ref, sch, gpu, topo), template(ref, sch, gpu, topo, comm_only=True))
-        n = pair[0].num_nodes + pair[1].num_nodes
+        n = sum(t.num_nodes for t in pair if id(t) not in pos)
         if js and nodes + n > limit:
-            yield js, pairs
-            js, pairs, nodes = [], [], fixed
+            yield js, tpls, where
+            js, tpls, where, pos = [], list(base), [], {id(t): i for i, t in enumerate(base)}
+            nodes = sum(t.num_nodes for t in base)
+        for t in pair:
+            if id(t) not in pos:
+                pos[id(t)] = len(tpls)
+                tpls.append(t)
+                nodes += t.num_nodes
         js.append(j)
-        pairs.append(pair)
-        nodes += n
+        where.append((pos[id(pair[0])], pos[id(pair[1])]))
     if js:
-        yield js, pairs
+        yield js, tpls, where
 
 
-def _fill(out, scenarios, idx, schedules, js, tpls, ref, gpu, topo, weights, engine) -> None:
-    """Evaluate one block (``tpls``: none, its communication alone, then a pair per schedule
-    of ``js``) for the scenarios ``idx`` and write their rows into ``out``."""
+def _fill(out, scenarios, idx, schedules, js, tpls, where, ref, gpu, topo, weights, engine) -> None:
+    """Evaluate one block (``tpls``: none, its communication alone, then the block's other
+    distinct templates; ``where``: each schedule's template and communication-only template
+    among them) for the scenarios ``idx`` and write their rows into ``out``."""
     scs = [scenarios[i] for i in idx]
     t_comp = whole_gemm_times(gpu, scs)
     merged, offs = _merged(tpls, ref, topo)
     ev = evaluate(merged, gpu, scs, weights=weights)
     parts = [_part(ev, a, b) for a, b in zip(offs[:-1], offs[1:])]
     t_none, t_comm = parts[0]["makespan"], parts[1]["makespan"]
-    for jj, j in enumerate(js):
-        metrics = template_metrics(tpls[2 + 2 * jj], parts[2 + 2 * jj], tpls[3 + 2 * jj], parts[3 + 2 * jj],
-                                   ref.gpus, t_comp, t_comm, t_none)
+    for j, (s, c) in zip(js, where):
+        metrics = template_metrics(tpls[s], parts[s], tpls[c], parts[c], ref.gpus, t_comp, t_comm, t_none)
         cols = {k: v.tolist() for k, v in metrics.items()}
         for a, i in enumerate(idx):
             out[i * len(schedules) + j] = {
