@@ -107,7 +107,7 @@ class Template:
     comm_scale: tuple[str, str] = ("m", "k")
     comm_launch: float = 0.0                    # the launch delay of communication kernels
     groups: Groups | None | str = "lazy"   # who shares SMs and links, for the contention pass
-    tasks: dict = field(default_factory=dict)   # task id -> (begin node, end node)
+    tasks: np.ndarray | None = None             # (tasks, 2) begin and end node of each task, in graph order
     gemm_targets: np.ndarray | None = None      # GEMMs (transfers) whose slowdown the contention pass
     xfer_targets: np.ndarray | None = None      # computes; None: all (a quotient: one per class)
     link_bw: np.ndarray | None = None           # (links + 1,) B/s of every link, +inf for the sentinel
@@ -134,37 +134,53 @@ class Template:
 def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology
                    ) -> dict[str, tuple[float, float, float, list]]:
     """(fixed s, s per byte at the first pass's share, cap B/s, path links) of every
-    transfer of ``graph`` (alpha-beta; see module docstring)."""
+    transfer of ``graph`` (alpha-beta; see module docstring). Transfers of one GPU pair
+    share their route's list of links."""
     share: Counter = Counter()
     chan: Counter = Counter()
     position: Counter = Counter()
-    rnd: dict[str, int] = {}
-    group = {t.id: (t.step if t.step is not None else ("own", t.id)) for t in graph.transfers}
-    paths = {}
+    routes: dict[tuple[int, int], tuple[list, float]] = {}
+    link_bw: dict = {}
+    edges = topo.graph.edges
+    rows = []
     for t in graph.transfers:
-        if (t.src, t.dst) not in paths:
-            paths[(t.src, t.dst)] = (topo.path_links(t.src, t.dst), topo.path_latency(t.src, t.dst))
+        pair = (t.src, t.dst)
+        route = routes.get(pair)
+        if route is None:
+            route = routes[pair] = (topo.path_links(t.src, t.dst), topo.path_latency(t.src, t.dst))
+            for lk in route[0]:
+                if lk not in link_bw:
+                    link_bw[lk] = edges[lk]["bandwidth"]
+        g = t.step if t.step is not None else ("own", t.id)
         r = 0
         if t.engine == "dma":
-            key = (t.gpu, t.stream, group[t.id])
+            key = (t.gpu, t.stream, g)
             r = position[key]
-            position[key] += 1
-        rnd[t.id] = r
-        for link in paths[(t.src, t.dst)][0]:
-            share[(link, group[t.id], r)] += 1
+            position[key] = r + 1
+        for lk in route[0]:
+            share[(lk, g, r)] += 1
         if t.engine == "sm":
-            chan[(t.drivers[0], group[t.id])] += 1
-    edges = topo.graph.edges
+            chan[(t.drivers[0], g)] += 1
+        rows.append((t, route, g, r))
+    hbm, per_channel = gpu.hbm_effective, gpu.comm_kernel.channel_bandwidth
+    dma_cap: dict[tuple[int, int], float] = {}
+    grid: dict[str, int] = {}
     out = {}
-    for t in graph.transfers:
-        links, latency = paths[(t.src, t.dst)]
+    for t, (links, latency), g, r in rows:
         if t.engine == "dma":
-            cap, fixed = gpu.dma.cap(t.src, t.dst), gpu.dma.command_overhead
+            pair = (t.src, t.dst)
+            cap = dma_cap.get(pair)
+            if cap is None:
+                cap = dma_cap[pair] = gpu.dma.cap(t.src, t.dst)
+            fixed = gpu.dma.command_overhead
         else:
-            k = graph.kernel(t.drivers[0])
-            cap, fixed = k.grid * gpu.comm_kernel.channel_bandwidth / chan[(k.id, group[t.id])], 0.0
-        cap = min(cap, gpu.hbm_effective / (2 if t.src == t.dst else 1))
-        bw = min([edges[lk]["bandwidth"] / share[(lk, group[t.id], rnd[t.id])] for lk in links] + [cap])
+            d = t.drivers[0]
+            blocks = grid.get(d)
+            if blocks is None:
+                blocks = grid[d] = graph.kernel(d).grid
+            cap, fixed = blocks * per_channel / chan[(d, g)], 0.0
+        cap = min(cap, hbm / (2 if t.src == t.dst else 1))
+        bw = min([link_bw[lk] / share[(lk, g, r)] for lk in links] + [cap])
         out[t.id] = (fixed + latency, 1.0 / bw, cap, links)
     return out
 
@@ -259,7 +275,8 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         comm_nodes=comm_nodes, comm_begin=ix(begin, comms), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
         xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
         comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
-        tasks={t.id: (begin[t.id], end[t.id]) for t in graph.tasks}, **link_tables(xfers, costs, topo),
+        tasks=np.array([(begin[t.id], end[t.id]) for t in graph.tasks], dtype=np.int64).reshape(-1, 2),
+        **link_tables(xfers, costs, topo),
         mem=memory_kernels([k for k in kernels if k.kind == "memory"], begin, end, gpu, gpu_of, gemm_nodes, level,
                             ix(begin, gemms)),
         comm_kernels=comm_kernels(graph, comms, gemms, gpu, level[ix(begin, comms)], level[ix(begin, gemms)]),
@@ -469,8 +486,9 @@ def closed_form_timeline(graph: TaskGraph, gpu: GpuProfile | str, topology: Topo
 def timeline_of(graph: TaskGraph, tpl: Template, vals: np.ndarray) -> Timeline:
     """Task records from one row of node times."""
     records = []
-    for t in graph.tasks:
-        b, e = tpl.tasks[t.id]
+    if tpl.tasks is None or len(tpl.tasks) != len(graph.tasks):
+        raise ValueError("the template was not compiled from this graph")
+    for t, (b, e) in zip(graph.tasks, tpl.tasks.tolist()):
         if isinstance(t, Kernel):
             launch = tpl.comm_launch if t.kind == "comm" else tpl.launch
             records.append(TaskRecord(t.id, t.gpu, t.stream, t.kind, t.role, t.label, float(vals[b]) - launch,

@@ -34,9 +34,13 @@ def comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel], gpu
     gemm_order = np.array([order[k.id] for k in gemms], dtype=np.int64)
     r, c = join_keys(np.array([k.gpu for k in comms], dtype=np.int64), np.array([k.gpu for k in gemms], dtype=np.int64))
     first = (gemm_level[c] < comm_level[r]) | ((gemm_level[c] == comm_level[r]) & (gemm_order[c] < comm_order[r]))
+    shape: dict = {}         # block shape -> (SM needs, occupancy): many kernels share one
+    for k in comms:
+        if k.block not in shape:
+            shape[k.block] = (block_needs(gpu.sm, k.block), blocks_per_sm(gpu.sm, k.block))
     return CommKernels(
-        need=np.array([block_needs(gpu.sm, k.block) for k in comms], dtype=np.int64).reshape(-1, 4),
-        occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in comms], dtype=np.int64),
+        need=np.array([shape[k.block][0] for k in comms], dtype=np.int64).reshape(-1, 4),
+        occupancy=np.array([shape[k.block][1] for k in comms], dtype=np.int64),
         priority=np.array([prio[(k.gpu, k.stream)] for k in comms], dtype=np.int64),
         gemms=padded_lists(r[first], c[first], len(comms), len(gemms)),
         gemm_priority=np.array([prio[(k.gpu, k.stream)] for k in gemms], dtype=np.int64),
@@ -64,7 +68,15 @@ def memory_kernels(mems: list[Kernel], begin: dict, end: dict, gpu: GpuProfile, 
 def link_tables(xfers, costs: dict, topo: Topology) -> dict[str, np.ndarray]:
     """The template's link fields (see :class:`Template`) for transfers ``xfers``."""
     ids: dict = {}
-    paths = [[ids.setdefault(lk, len(ids)) for lk in costs[t.id][3]] for t in xfers]
+    seen: dict = {}          # one list of link ids per route (transfers of a GPU pair share their route's list)
+
+    def route(links: list) -> list[int]:
+        hit = seen.get(id(links))
+        if hit is None:
+            hit = seen[id(links)] = [ids.setdefault(lk, len(ids)) for lk in links]
+        return hit
+
+    paths = [route(costs[t.id][3]) for t in xfers]
     L = len(ids)
     xfer_links = np.full((len(xfers), max([1] + [len(p) for p in paths])), L, dtype=np.int64)
     for i, p in enumerate(paths):

@@ -37,24 +37,36 @@ def padded_levels(inputs: list[tuple[int, ...]], level: np.ndarray) -> list[tupl
 
 
 def longest_path_levels(inputs: list[tuple[int, ...]]) -> np.ndarray:
-    """Longest-path depth of every node (inputs first), by Kahn's algorithm (plain lists:
-    numpy scalar indexing would dominate template building)."""
+    """Longest-path depth of every node (inputs first: depth 1), by Kahn's algorithm run one
+    frontier at a time with whole-array operations: the nodes whose inputs all lie in
+    earlier frontiers form the next one, so a node's frontier is its depth (templates are a
+    few dozen levels deep and thousands of nodes wide)."""
     n = len(inputs)
-    outs: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for i, ins in enumerate(inputs):
-        for j in ins:
-            outs[j].append(i)
-        indeg[i] = len(ins)
-    level = [1] * n
-    stack = [i for i in range(n) if indeg[i] == 0]
-    while stack:
-        i = stack.pop()
-        li = level[i] + 1
-        for j in outs[i]:
-            if level[j] < li:
-                level[j] = li
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                stack.append(j)
-    return np.array(level, dtype=np.int64)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    lens = np.fromiter(map(len, inputs), dtype=np.int64, count=n)
+    src = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64, count=int(lens.sum()))
+    dst = np.repeat(np.arange(n), lens)
+    order = np.argsort(src, kind="stable")                 # edges grouped by their input node
+    src, dst = src[order], dst[order]
+    starts = np.searchsorted(src, np.arange(n + 1))
+    indeg = lens.copy()
+    level = np.zeros(n, dtype=np.int64)
+    front = np.flatnonzero(indeg == 0)
+    depth = 0
+    while len(front):
+        depth += 1
+        level[front] = depth
+        a, b = starts[front], starts[front + 1]
+        cnt = b - a
+        if not cnt.sum():
+            break
+        idx = np.repeat(a - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))   # edges out of the frontier
+        out = dst[idx]
+        np.subtract.at(indeg, out, 1)
+        front = out[indeg[out] == 0]
+        if len(front) > 1:
+            front = np.unique(front)    # a node reached by several frontier edges
+    if (level == 0).any():
+        raise ValueError("the compiled graph has a cycle")
+    return level
