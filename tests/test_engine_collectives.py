@@ -139,3 +139,62 @@ def test_multi_ring_collectives_move_the_right_rows(kind, schedule):
         jobs.append(Job(f"{kind}/{schedule}/{n}", g))
     results = replay(jobs, ReplayOptions(device="cpu", mode="single-gpu", warmup=0, repeats=1))
     assert [r.name for r in results if not r.correct] == []
+
+
+def _two_islands(order: list[int], island_bw=100e9, uplink_bw=20e9, alpha=2e-6):
+    """Two islands of three GPUs (all-to-all fast links inside), each island behind its own
+    switch, the switches joined by one slower link (two nodes joined by one NIC); GPU ids
+    ``order`` (the first three form one island)."""
+    import networkx as nx
+    from ficco_sim.topology import Topology, gpu_node
+    g = nx.DiGraph()
+    islands = (order[:3], order[3:])
+    for sw, members in zip(("swA", "swB"), islands):
+        for a in members:
+            g.add_edge(gpu_node(a), sw, bandwidth=island_bw, latency=alpha)
+            g.add_edge(sw, gpu_node(a), bandwidth=island_bw, latency=alpha)
+            for b in members:
+                if a != b:
+                    g.add_edge(gpu_node(a), gpu_node(b), bandwidth=island_bw, latency=alpha)
+    g.add_edge("swA", "swB", bandwidth=uplink_bw, latency=alpha)
+    g.add_edge("swB", "swA", bandwidth=uplink_bw, latency=alpha)
+    return Topology("two-islands", "custom", 6, g)
+
+
+def _ring_step(topo, ring_order) -> float:
+    """Seconds per byte of one ring step: the busiest link's crossings over its bandwidth."""
+    from collections import Counter
+    n = len(ring_order)
+    crossing = Counter(e for i in range(n) for e in topo.path_links(ring_order[i], ring_order[(i + 1) % n]))
+    return max(c / topo.graph.edges[e]["bandwidth"] for e, c in crossing.items())
+
+
+def test_custom_topology_ring_goes_through_each_island_before_crossing():
+    """On islands joined by one slow link, the ring NCCL's search would build crosses between
+    islands twice (once each way), whatever the GPU numbering; it is the least-loaded ring of
+    all orders (brute force)."""
+    import itertools
+    from ficco_sim.schedules.collectives import ring_orders
+    topo = _two_islands([0, 2, 4, 1, 3, 5])
+    (r,) = ring_orders(topo)
+    assert sorted(r) == list(range(6)) and r[0] == 0
+    crossings = sum((r[i] % 2) != (r[(i + 1) % 6] % 2) for i in range(6))
+    assert crossings == 2
+    best = min(_ring_step(topo, (0, *p)) for p in itertools.permutations(range(1, 6)))
+    assert _ring_step(topo, r) == pytest.approx(best, rel=1e-12)
+    assert _ring_step(topo, tuple(range(6))) == pytest.approx(3 * best)   # 0,1,2,... crosses six times
+
+
+@pytest.mark.parametrize("kind", ["all-reduce", "all-gather", "reduce-scatter"])
+def test_auto_collective_on_islands_does_not_depend_on_gpu_numbering(kind):
+    """``auto`` on a custom topology runs NCCL's ring (not direct), on the searched order: the
+    islands numbered contiguously or interleaved give the same time, 3x faster than a ring in
+    id order over the interleaved numbering would be."""
+    from ficco_sim.schedules.collectives import pick_algorithm
+    assert pick_algorithm("auto", kind, "custom") == "ring"
+    gpu, size = ideal(), 48 * MB
+    contiguous = collective_time(gpu, _two_islands([0, 1, 2, 3, 4, 5]), kind, size)
+    interleaved = collective_time(gpu, _two_islands([0, 2, 4, 1, 3, 5]), kind, size)
+    assert interleaved == pytest.approx(contiguous, rel=1e-9)
+    assert contiguous == pytest.approx(collective_time(gpu, _two_islands([0, 1, 2, 3, 4, 5]), kind, size,
+                                                       algorithm="ring"), rel=1e-12)

@@ -12,14 +12,12 @@ completion means "this GPU has its result".
 
 from __future__ import annotations
 
-import functools
 from itertools import accumulate
-import math
-import random
 from typing import Sequence
 
 from ..errors import InputError
 from .builder import GraphBuilder, row_slice
+from .rings import disjoint_rings, ring_orders  # noqa: F401  (the lowerings' ring orders)
 
 # The algorithms each collective is lowered with (NCCL's names); "auto" picks one.
 ALGORITHMS: dict[str, tuple[str, ...]] = {
@@ -34,9 +32,11 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
 def pick_algorithm(algorithm: str, collective: str, topology_kind: str, engine: str = "sm") -> str:
     """The algorithm ``collective`` runs with: ``algorithm`` itself when this collective has
     it on this engine, else an input error (never a silent substitute); ``auto``: what NCCL
-    runs: ring on ring topologies and, for SM collectives, behind a switch (NVSwitch); direct
-    on fully connected topologies (RCCL's rings over every xGMI link move what direct moves),
-    on copy engines, and wherever ring does not exist.
+    runs: ring on ring topologies, on any other link graph (``custom``: islands of fast links,
+    a node's own wiring; the ring :func:`~ficco_sim.schedules.rings.widest_ring`) and, for SM
+    collectives, behind a switch (NVSwitch); direct on fully connected topologies (RCCL's
+    rings over every xGMI link move what direct moves), on copy engines behind a switch, and
+    wherever ring does not exist.
 
     >>> pick_algorithm("auto", "all-gather", "switch"), pick_algorithm("auto", "all-to-all", "ring")
     ('ring', 'direct')
@@ -48,89 +48,13 @@ def pick_algorithm(algorithm: str, collective: str, topology_kind: str, engine: 
     if engine == "dma" and collective in ("reduce-scatter", "all-reduce"):
         known = ("direct",)
     if algorithm == "auto":
-        ring = topology_kind == "ring" or (topology_kind == "switch" and engine == "sm")
+        ring = topology_kind in ("ring", "custom") or (topology_kind == "switch" and engine == "sm")
         return "ring" if ring and "ring" in known else known[-1]
     if algorithm not in known:
         where = f" on {engine.upper()}" if engine == "dma" and collective in ("reduce-scatter", "all-reduce") else ""
         raise InputError("--algorithm", None, f"{collective}{where} has no {algorithm!r} algorithm; "
                          f"known: auto, {', '.join(known)}")
     return algorithm
-
-
-def ring_orders(topology) -> list[tuple[int, ...]]:
-    """The rings a ring collective runs on ``topology``, as GPU orders (each GPU sends to the
-    next): one ring (0, 1, ..., n-1) on rings and behind a switch (every order crosses the
-    same ports); on fully connected topologies, link-disjoint rings that together use every
-    link, as NCCL/RCCL spread their channels' rings over all links (:func:`disjoint_rings`).
-
-    >>> from ficco_sim.topology import load_topology
-    >>> len(ring_orders(load_topology("fc:8", "mi300x"))), ring_orders(load_topology("ring:4", "h100"))
-    (7, [(0, 1, 2, 3)])
-    """
-    n = topology.num_gpus
-    if topology.kind != "fc" or n < 3:
-        return [tuple(range(n))]
-    return disjoint_rings(n)
-
-
-@functools.lru_cache(maxsize=64)
-def disjoint_rings(n: int) -> list[tuple[int, ...]]:
-    """Directed Hamiltonian cycles of the complete digraph on ``n`` GPUs that share no link:
-    n - 1 of them (every directed link used once) wherever that exists (every n but 4 and 6,
-    Tillson 1980), found by a deterministic search (seeded, bounded in steps, not time) up to
-    16 GPUs; else as many as the search finds, and beyond 16 GPUs the circulant rings
-    g -> g + s for every s coprime to n. The first is always (0, 1, ..., n-1).
-
-    >>> [len(disjoint_rings(n)) for n in (3, 5, 8)], disjoint_rings(4)[0]
-    ([2, 4, 7], (0, 1, 2, 3))
-    """
-    circulant = [tuple((i * s) % n for i in range(n)) for s in range(1, n) if math.gcd(s, n) == 1]
-    if n > 16:
-        return circulant
-    best = circulant      # both it and every search start with the plain ring (0, 1, ..., n-1)
-    for seed in range(64):
-        found = _ring_search(n, random.Random(seed))
-        if len(found) > len(best):
-            best = found
-        if len(best) == n - 1:
-            break
-    return best
-
-
-def _ring_search(n: int, rng: random.Random, budget: int = 20_000) -> list[tuple[int, ...]]:
-    """Greedy: the plain ring, then one Hamiltonian cycle after another over the links left
-    (depth-first, fewest onward links first), until none is found within ``budget`` steps."""
-    free = {(a, b) for a in range(n) for b in range(n) if a != b}
-    rings = [tuple(range(n))]
-    free -= {(i, (i + 1) % n) for i in range(n)}
-    steps = [0]
-    while len(rings) < n - 1:
-        out = {a: [b for b in range(n) if (a, b) in free] for a in range(n)}
-        path, seen = [0], {0}
-
-        def dfs() -> bool:
-            steps[0] += 1
-            if steps[0] > budget:
-                return False
-            if len(path) == n:
-                return (path[-1], 0) in free
-            cand = [b for b in out[path[-1]] if b not in seen]
-            rng.shuffle(cand)
-            cand.sort(key=lambda b: sum(1 for x in out[b] if x not in seen))
-            for b in cand:
-                path.append(b)
-                seen.add(b)
-                if dfs():
-                    return True
-                path.pop()
-                seen.discard(b)
-            return False
-
-        if not dfs():
-            break
-        rings.append(tuple(path))
-        free -= {(path[i], path[(i + 1) % n]) for i in range(n)}
-    return rings
 
 
 def _rings(b: GraphBuilder, rows: int):
