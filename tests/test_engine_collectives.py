@@ -142,13 +142,13 @@ def test_multi_ring_collectives_move_the_right_rows(kind, schedule):
 
 
 def _two_islands(order: list[int], island_bw=100e9, uplink_bw=20e9, alpha=2e-6):
-    """Two islands of three GPUs (all-to-all fast links inside), each island behind its own
+    """Two islands of GPUs (all-to-all fast links inside), each island behind its own
     switch, the switches joined by one slower link (two nodes joined by one NIC); GPU ids
-    ``order`` (the first three form one island)."""
+    ``order`` (its first half forms one island)."""
     import networkx as nx
     from ficco_sim.topology import Topology, gpu_node
     g = nx.DiGraph()
-    islands = (order[:3], order[3:])
+    islands = (order[:len(order) // 2], order[len(order) // 2:])
     for sw, members in zip(("swA", "swB"), islands):
         for a in members:
             g.add_edge(gpu_node(a), sw, bandwidth=island_bw, latency=alpha)
@@ -158,7 +158,7 @@ def _two_islands(order: list[int], island_bw=100e9, uplink_bw=20e9, alpha=2e-6):
                     g.add_edge(gpu_node(a), gpu_node(b), bandwidth=island_bw, latency=alpha)
     g.add_edge("swA", "swB", bandwidth=uplink_bw, latency=alpha)
     g.add_edge("swB", "swA", bandwidth=uplink_bw, latency=alpha)
-    return Topology("two-islands", "custom", 6, g)
+    return Topology("two-islands", "custom", len(order), g)
 
 
 def _ring_step(topo, ring_order) -> float:
@@ -169,20 +169,22 @@ def _ring_step(topo, ring_order) -> float:
     return max(c / topo.graph.edges[e]["bandwidth"] for e, c in crossing.items())
 
 
-def test_custom_topology_ring_goes_through_each_island_before_crossing():
+@pytest.mark.parametrize("n", [6, 12])
+def test_custom_topology_ring_goes_through_each_island_before_crossing(n):
     """On islands joined by one slow link, the ring NCCL's search would build crosses between
-    islands twice (once each way), whatever the GPU numbering; it is the least-loaded ring of
-    all orders (brute force)."""
+    islands twice (once each way), whatever the GPU numbering: at 6 GPUs the least-loaded
+    ring of all orders (brute force), at 12 the greedy ring."""
     import itertools
     from ficco_sim.schedules.collectives import ring_orders
-    topo = _two_islands([0, 2, 4, 1, 3, 5])
+    topo = _two_islands([*range(0, n, 2), *range(1, n, 2)])      # even ids one island, odd the other
     (r,) = ring_orders(topo)
-    assert sorted(r) == list(range(6)) and r[0] == 0
-    crossings = sum((r[i] % 2) != (r[(i + 1) % 6] % 2) for i in range(6))
+    assert sorted(r) == list(range(n)) and r[0] == 0
+    crossings = sum((r[i] % 2) != (r[(i + 1) % n] % 2) for i in range(n))
     assert crossings == 2
-    best = min(_ring_step(topo, (0, *p)) for p in itertools.permutations(range(1, 6)))
-    assert _ring_step(topo, r) == pytest.approx(best, rel=1e-12)
-    assert _ring_step(topo, tuple(range(6))) == pytest.approx(3 * best)   # 0,1,2,... crosses six times
+    if n <= 8:
+        best = min(_ring_step(topo, (0, *p)) for p in itertools.permutations(range(1, n)))
+        assert _ring_step(topo, r) == pytest.approx(best, rel=1e-12)
+    assert _ring_step(topo, tuple(range(n))) == pytest.approx(n / 2 * _ring_step(topo, r))  # id order: n crossings
 
 
 @pytest.mark.parametrize("kind", ["all-reduce", "all-gather", "reduce-scatter"])

@@ -34,6 +34,7 @@ def ring_orders(topology) -> list[tuple[int, ...]]:
 
 
 EXHAUSTIVE_GPUS = 9     # up to this many GPUs every ring is scored (8! = 40,320 orders)
+GREEDY_GPUS = 64        # beyond, a greedy ring is tried up to this many (it looks at every GPU pair)
 
 
 def widest_ring(topology) -> tuple[int, ...]:
@@ -41,37 +42,36 @@ def widest_ring(topology) -> tuple[int, ...]:
     the next at once over its route, so a step lasts as long as its busiest link needs,
     max over links of (routes crossing it) / bandwidth. Ties: least summed route latency,
     then fewest hops, then the first order. Every order is scored up to
-    :data:`EXHAUSTIVE_GPUS` GPUs; beyond, the better of 0, 1, ..., n-1 and a greedy ring (each
-    next GPU the unvisited one with the widest route, then the lowest id). Remembered per
-    topology object."""
+    :data:`EXHAUSTIVE_GPUS` GPUs; beyond, the better of 0, 1, ..., n-1 and, up to
+    :data:`GREEDY_GPUS`, a greedy ring (each next GPU the unvisited one with the widest route,
+    then the lowest id). Remembered per topology object."""
     hit = _WIDEST.get(id(topology))
     if hit is not None and hit[0] is topology:
         return hit[1]
     n = topology.num_gpus
-    links: dict[tuple[str, str], int] = {}
-    pair_links = [[[links.setdefault(e, len(links)) for e in topology.path_links(a, b)] if a != b else []
-                   for b in range(n)] for a in range(n)]
-    bw = np.array([topology.graph.edges[e]["bandwidth"] for e in links], dtype=float)
-    lat = np.array([[topology.path_latency(a, b) if a != b else 0.0 for b in range(n)] for a in range(n)])
-    hops = np.array([[len(pair_links[a][b]) for b in range(n)] for a in range(n)])
     if n <= EXHAUSTIVE_GPUS:
-        orders = np.array([(0, *p) for p in itertools.permutations(range(1, n))], dtype=np.int64)
+        orders = [(0, *p) for p in itertools.permutations(range(1, n))]
     else:
-        orders = np.array([tuple(range(n)), _greedy_ring(topology)], dtype=np.int64)
-    src, dst = orders, np.roll(orders, -1, axis=1)
-    load = np.zeros((n * n, len(links)))          # links crossed by each directed GPU pair
-    for a in range(n):
-        for b in range(n):
-            np.add.at(load[a * n + b], pair_links[a][b], 1.0)
+        orders = [tuple(range(n))] + ([_greedy_ring(topology)] if n <= GREEDY_GPUS else [])
+    links: dict[tuple[str, str], int] = {}
+    pairs = sorted({(r[i], r[(i + 1) % n]) for r in orders for i in range(n)})
+    pair_of = {p: i for i, p in enumerate(pairs)}
+    routes = [[links.setdefault(e, len(links)) for e in topology.path_links(a, b)] for a, b in pairs]
+    bw = np.array([topology.graph.edges[e]["bandwidth"] for e in links], dtype=float)
+    lat = np.array([topology.path_latency(a, b) for a, b in pairs])
+    hops = np.array([len(r) for r in routes])
+    load = np.zeros((len(pairs), len(links)))      # links crossed by each GPU pair of a ring
+    for i, r in enumerate(routes):
+        np.add.at(load[i], r, 1.0)
+    idx = np.array([[pair_of[(r[i], r[(i + 1) % n])] for i in range(n)] for r in orders], dtype=np.int64)
     step = np.zeros(len(orders))
-    for lo in range(0, len(orders), 4096):        # (orders x links) a block at a time
-        crossing = load[(src[lo:lo + 4096] * n + dst[lo:lo + 4096])].sum(axis=1)
-        step[lo:lo + 4096] = (crossing / bw).max(axis=1)
-    keys = (np.arange(len(orders)), hops[src, dst].sum(axis=1), lat[src, dst].sum(axis=1), step)
-    best = tuple(int(g) for g in orders[np.lexsort(keys)[0]])
+    for lo in range(0, len(orders), 4096):          # (orders x links) a block at a time
+        step[lo:lo + 4096] = (load[idx[lo:lo + 4096]].sum(axis=1) / bw).max(axis=1)
+    keys = (np.arange(len(orders)), hops[idx].sum(axis=1), lat[idx].sum(axis=1), step)
+    best = tuple(int(g) for g in orders[int(np.lexsort(keys)[0])])
     if len(_WIDEST) > 64:
         _WIDEST.clear()
-    _WIDEST[id(topology)] = (topology, best)      # (kept alive: its id names no other)
+    _WIDEST[id(topology)] = (topology, best)        # (kept alive: its id names no other)
     return best
 
 
