@@ -137,7 +137,7 @@ def collective_graph(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *,
     if nbytes // e // pieces == 0:
         raise InputError("--bytes", None, f"{nbytes} B is less than one {dtype} element per piece: {kind} "
                          f"over {n} GPUs needs at least {pieces * e} B per rank")
-    with paused_gc():      # one small frozen task per transfer: no collector passes over them
+    with paused_gc(kept=True):      # one small frozen task per transfer: no collector passes over them
         return _collective_tasks(gpu, topo, kind, nbytes, engine, algo, dtype)
 
 

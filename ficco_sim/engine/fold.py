@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..taskgraph import Kernel, TaskGraph
+from ..taskgraph import Kernel, TaskGraph, Transfer
 from ..timeline import LazyTimeline, TaskRecord, Timeline
 from ..topology import Topology, gpu_index, gpu_node
 
@@ -135,6 +135,8 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
 
     get = at.__getitem__
     driven: dict[tuple, tuple] = {}
+    order: list[int] = []                         # each task's class, in graph order
+    mark = order.append
 
     def rel(ids, g):
         # (class, GPU offset) of each task named, as one number c * n + offset (flat tuples
@@ -151,6 +153,28 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
         g = t.gpu
         if not 0 <= g < n:
             return f"{t.id} is on GPU {g}, outside the graph's {n}"
+        if t.__class__ is Transfer and t.engine == "sm" and not t.signals:
+            # the bulk of a large graph (every ring step of every rank): the key of the branch
+            # below, built without the fields every such transfer shares (engine, no flags)
+            drivers = t.drivers
+            hit = driven.get((g, drivers))
+            if hit is None:
+                hit = driven[(g, drivers)] = rel(drivers, g)
+            deps = t.deps
+            if len(deps) == 1:       # a ring step after the first: its rank's previous step
+                c, h = get(deps[0])
+                deps = c * n + (h - g) % n
+            elif deps:
+                deps = rel(deps, g)
+            kind = kinds.setdefault(("S", t.stream, t.nbytes, (t.src - g) % n, (t.dst - g) % n, t.dma_engine,
+                                     t.reduce, t.role, hit, deps), len(kinds))
+            seen = occurrence[g]
+            k = seen[kind] = seen.get(kind, -1) + 1
+            c = classes.setdefault(kind * span + k, len(classes))
+            at[t.id] = (c, g)
+            loose[g].append(c)
+            mark(c)
+            continue
         sig = ()
         if t.signals:
             if any(at[k][1] != g for k, _ in t.signals):      # a flag crossing GPUs: not folded here
@@ -177,32 +201,31 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
         c = classes.setdefault(kind * span + k, len(classes))
         at[t.id] = (c, g)
         line[g].append(c)
+        mark(c)
     for g in range(1, n):       # streams run in order; SM transfers in any
         if queued[g] != queued[0] or sorted(loose[g]) != sorted(loose[0]):
             return f"GPU {g}'s tasks are not GPU 0's turned"
     if not _topology_turns(topology, n):
         return "the topology does not turn onto itself"
-    cls = {tid: c for tid, (c, _) in at.items()}
-    rep_of = {cls[t.id]: t.id for t in graph.tasks if t.gpu == 0}       # class -> GPU 0's task
+    mine = [(t, c) for t, c in zip(graph.tasks, order) if t.gpu == 0]
+    rep_of = {c: t.id for t, c in mine}           # class -> GPU 0's task
     tasks, pairs = [], {}
-    for t in graph.tasks:
-        if t.gpu != 0:
-            continue
-        deps = tuple(rep_of[cls[d]] for d in t.deps)
-        sigs = tuple((rep_of[cls[k]], share) for k, share in t.signals)
+    for t, _ in mine:
+        deps = tuple(rep_of[get(d)[0]] for d in t.deps)
+        sigs = tuple((rep_of[get(k)[0]], share) for k, share in t.signals)
         if isinstance(t, Kernel):
             tasks.append(replace(t, deps=deps, signals=sigs))
         else:
             pairs[t.id] = (t.src, t.dst)
             tasks.append(replace(t, src=0, dst=0, deps=deps, signals=sigs,
-                                 drivers=tuple(rep_of[cls[k]] for k in t.drivers)))
+                                 drivers=tuple(rep_of[get(k)[0]] for k in t.drivers)))
     streams = [s for s in graph.streams if s.gpu == 0]
     try:
         one = TaskGraph.build(1, streams, _referenced_first(tasks), buffers=graph.buffers,
                               meta=dict(graph.meta, folded_ranks=n))
     except ValueError as e:
         return f"GPU 0's tasks do not form a graph of their own ({e})"
-    return Folded(one, n, pairs, graph, [rep_of[cls[t.id]] for t in graph.tasks])
+    return Folded(one, n, pairs, graph, list(map(rep_of.__getitem__, order)))
 
 
 def _referenced_first(tasks: list) -> list:

@@ -16,12 +16,20 @@ from typing import Iterator
 
 
 @contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause automatic cycle collection for the body (nested pauses are fine)."""
+def paused_gc(*, kept: bool = False) -> Iterator[None]:
+    """Pause automatic cycle collection for the body (nested pauses are fine). ``kept``: the
+    body builds something that lives on (a task graph: half a million tasks at 512 GPUs)
+    and makes no cyclic garbage; what is alive when it ends then joins the oldest generation
+    at once (``gc.freeze`` + ``gc.unfreeze``: list moves, no scan) instead of being scanned
+    by the first young collection after the pause (0.3-0.7 s at 512 GPUs) and again when it
+    is promoted."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            if kept:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()

@@ -102,7 +102,7 @@ def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, t
     algo = collectives.pick_algorithm(algorithm, scenario.spec.collective, topology.kind, schedule.engine)
     b.rings = collectives.ring_orders(topology)
     b.meta.update(scenario=scenario.label(), schedule=schedule.name, gpu=gpu.name, topology=topology.name)
-    with paused_gc():      # thousands of small frozen tasks: no collector passes over them
+    with paused_gc(kept=True):      # thousands of small frozen tasks: no collector passes over them
         LOWERINGS[scenario.kind](b, scenario, schedule, topology, algo)
         return b.build()
 
