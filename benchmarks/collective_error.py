@@ -31,12 +31,24 @@ VENDOR = {"h100": "nccl", "a100": "nccl", "mi300x": "rccl"}
 
 
 def load(path: Path = DATA) -> pd.DataFrame:
-    """The measured rows this model can state (NCCL's default algorithm or a pinned Ring)."""
+    """The measured rows: NCCL's default algorithm, or the one a run pinned (Ring, NVLS)."""
     d = pd.read_csv(path)
     d = d[d["data_quality"] == "measured_oop"]
-    d = d[~d["algo"].str.upper().str.startswith("NVLS")]   # NVLS in-switch reduction: not modelled
     d = d[d["collective"].isin(list(KIND))]
     return pd.concat([tidy(part, *SYSTEMS[g]) for g, part in d.groupby("gpu", sort=False)], ignore_index=True)
+
+
+def nvls_holdout(rows: pd.DataFrame) -> None:
+    """Every mechanism fitted on the H100 runs at 2 and 4 GPUs (the NVLS channels on the
+    NVLS ones), scored on the 6-GPU runs: Ring and NVLS pinned, and NCCL's default (NVLS)."""
+    h = rows[rows["gpu_profile"] == "h100"]
+    train, test = h[h["gpus"] < 6], h[h["gpus"] == 6].copy()
+    p, e = fit(train)
+    test["predicted_s"] = predict(test, {"h100": with_params(load_gpu("h100"), **p)})
+    test["err"] = test["predicted_s"] / test["measured_s"] - 1
+    print(f"H100 fitted on 2 and 4 GPUs ({len(train)} rows): {p} (mean |log err| {e:.3f}); held out, 6 GPUs, "
+          f"median |err| by algorithm:")
+    print(test.groupby("algorithm")["err"].agg(median_abs=lambda x: x.abs().median(), rows="size").to_string())
 
 
 def main() -> None:
@@ -55,6 +67,7 @@ def main() -> None:
             test["predicted_s"] = predict(test, {g: with_params(load_gpu(g), **p) for g in test["gpu_profile"].unique()})
             print(f"NCCL fitted without {held}: {p} (train mean |log err| {e:.3f}); held out:")
             print(summary(test).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        nvls_holdout(big)
         rows = big
         for vendor, part in rows.groupby(rows["gpu_profile"].map(VENDOR)):
             p, e = fit(part)
@@ -68,7 +81,8 @@ def main() -> None:
         rows = rows[~refused].copy()
     rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
     rows["command"] = [f"ficco-sim predict collective --gpu {r.gpu_profile} --topology {r.topology} --kind {r.kind} "
-                       f"--bytes {int(r.nbytes)}" for r in rows.itertuples()]
+                       f"--bytes {int(r.nbytes)}" + (f" --algorithm {r.algorithm}" if r.algorithm != "auto" else "")
+                       for r in rows.itertuples()]
     used = {g: str(load_gpu(g).provenance("comm_kernel.launch_us").source) if load_gpu(g).comm_kernel.launch
             is not None else "" for g in gpus}
     rows["used_for_fit"] = [bool(used[g]) and "nccl-tests" in used[g] and s >= FIT_FROM

@@ -261,13 +261,17 @@ def cmd_predict(args) -> int:
         nbytes = parse_size(args.bytes, "--bytes")
         t = collective_time(gpu, topo, args.kind, nbytes, engine=args.comm_engine, algorithm=args.algorithm,
                             sim=args.engine)
+        from .schedules.collectives import pick_algorithm
         from .simulate import bus_bandwidth, nccl_tests_size
+        algo = pick_algorithm(args.algorithm, args.kind, topo.kind, args.comm_engine, gpus=topo.num_gpus,
+                              spec=gpu.comm_kernel, nbytes=nbytes)
         size = nccl_tests_size(args.kind, nbytes, topo.num_gpus)
         alg, bus = bus_bandwidth(args.kind, size, topo.num_gpus, t)
         row = {"gpu": gpu.name, "topology": topo.name, "kind": args.kind, "bytes": nbytes, "nccl_tests_size": size,
-               "engine": args.comm_engine, "time_s": t, "algbw_gbps": alg / 1e9, "busbw_gbps": bus / 1e9}
+               "engine": args.comm_engine, "algorithm": algo, "time_s": t, "algbw_gbps": alg / 1e9, "busbw_gbps": bus / 1e9}
         cols = [("kind", "collective", 1), ("topology", "topology", 1), ("bytes", "bytes/rank", 1),
-                ("nccl_tests_size", "nccl-tests size", 1), ("engine", "engine", 1), ("time_s", "time us", 1e6),
+                ("nccl_tests_size", "nccl-tests size", 1), ("engine", "engine", 1), ("algorithm", "algorithm", 1),
+                ("time_s", "time us", 1e6),
                 ("algbw_gbps", "algbw GB/s", 1), ("busbw_gbps", "busbw GB/s", 1)]
     emit([row], args.format, args.output, cols)
     return 0
@@ -412,8 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "reduce-scatter/all-reduce, the send buffer for all-to-all (e.g. 64MiB)")
     c.add_argument("--comm-engine", default="sm", choices=["sm", "dma"],
                    help="SM kernels (default, as NCCL/RCCL) or copy engines")
-    c.add_argument("--algorithm", default="auto", choices=["auto", "ring", "direct"],
-                   help="auto (default: as NCCL/RCCL would on this topology), ring or direct")
+    c.add_argument("--algorithm", default="auto", choices=["auto", "ring", "direct", "nvls"],
+                   help="auto (default: as NCCL/RCCL would on this topology and GPU count), ring, direct, or nvls "
+                   "(all-reduce reduced and multicast by the switch: NVLink SHARP on H100/H200 NVSwitch)")
     c.add_argument("--engine", default="des", choices=["des", "analytical"],
                    help="discrete-event (default) or closed-form")
     for q in (g, c):

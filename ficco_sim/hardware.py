@@ -153,18 +153,30 @@ class Protocol:
 SIMPLE = Protocol("Simple", 0.0, 1.0)
 
 
+# NCCL runs an all-reduce smaller than this per rank in Ring/LL even where NVLS is its default:
+# on 8 x H200 "NVLS engaged >= 2 MiB; RING/LL below 1 MiB" ([MLENG-NET] in
+# ../shared/reference/hardware.md). One number for every GPU, so that a scenario's template
+# structure (:meth:`ficco_sim.workload.Scenario.structure`) can say which side it is on.
+NVLS_MIN_BYTES = 2 << 20
+
+
 @dataclass(frozen=True)
 class CommKernelSpec:
     """SM-based collective kernel (NCCL/RCCL-like): per-block footprint, default channel
     (block) count, the bandwidth one resident channel can drive (B/s), the cost of one
     collective call before any byte moves (``launch``, s: kernel launch plus the ranks'
-    handshake; None: the GPU's kernel launch overhead), and the wire protocols it picks from."""
+    handshake; None: the GPU's kernel launch overhead), and the wire protocols it picks from.
+    ``nvls_channels``: the channels of an NVLS (NVLink SHARP: the switch reduces and
+    multicasts) all-reduce, 0 where the GPU's switch cannot; NCCL's default from
+    ``nvls_min_gpus`` GPUs up."""
 
     block: BlockShape
     channels: int
     channel_bandwidth: float
     launch: float | None = None
     protocols: tuple[Protocol, ...] = (SIMPLE,)
+    nvls_channels: int = 0
+    nvls_min_gpus: int = 0
 
     def protocol_index(self, nbytes: Any) -> Any:
         """The protocol a transfer step of ``nbytes`` runs with, as NCCL's tuner picks it: the
@@ -490,6 +502,8 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
             launch=r.number("comm_kernel.launch_us", scale=1e-6, positive=False)
             if r.has("comm_kernel.launch_us") else None,
             protocols=_protocols(r),
+            nvls_channels=r.number("comm_kernel.nvls.channels", integer=True) if r.has("comm_kernel.nvls") else 0,
+            nvls_min_gpus=r.number("comm_kernel.nvls.min_gpus", integer=True) if r.has("comm_kernel.nvls") else 0,
         ),
         gemm=GemmModel(tiles=tuple(tiles), efficiency=efficiency,
                        k_overhead=r.number("gemm.k_overhead", positive=False),

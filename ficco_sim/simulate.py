@@ -130,7 +130,8 @@ def collective_graph(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *,
     if engine not in ("sm", "dma"):
         raise InputError("--comm-engine", None, f"unknown engine {engine!r}; known: sm, dma")
     n = topo.num_gpus
-    algo = coll.pick_algorithm(algorithm, kind, topo.kind, engine)
+    algo = coll.pick_algorithm(algorithm, kind, topo.kind, engine, gpus=n, spec=gpu.comm_kernel,
+                               nbytes=nbytes)
     e = DTYPE_BYTES[dtype]
     # the collectives that cut each rank's buffer into one piece per rank need an element per piece
     pieces = n if kind in ("reduce-scatter", "all-reduce", "all-to-all") else 1

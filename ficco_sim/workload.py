@@ -39,7 +39,7 @@ from typing import Callable, Sequence
 
 from .errors import InputError
 from .topology import MAX_GPUS   # one simulated system: the limit of a scenario too
-from .hardware import DTYPE_BYTES
+from .hardware import DTYPE_BYTES, NVLS_MIN_BYTES
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv")
 
@@ -151,8 +151,10 @@ class Scenario:
         """What the lowering's structure depends on beyond scale: scenarios with equal
         structure lower to task graphs that are exact scaled copies of each other (piece
         rows proportional to M or K, bytes to the communicated shape), so a closed-form
-        template compiled from one evaluates the others exactly."""
-        return (self.kind, self.gpus, self.dtype, self.shard_dim, self.spec.split_key(self))
+        template compiled from one evaluates the others exactly. An all-reduce's side of
+        :data:`~ficco_sim.hardware.NVLS_MIN_BYTES` is part of it (the algorithm NCCL picks)."""
+        nvls = (self.comm_bytes_per_rank >= NVLS_MIN_BYTES,) if self.spec.collective == "all-reduce" else ()
+        return (self.kind, self.gpus, self.dtype, self.shard_dim, self.spec.split_key(self), *nvls)
 
     def key(self) -> str:
         """The scenario's identity: every field that changes an answer, never its name.

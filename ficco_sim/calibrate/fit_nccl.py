@@ -1,13 +1,14 @@
 """NCCL / RCCL's software mechanisms fitted on measured collective times (nccl-tests rows):
-the collective-call floor, the per-step latency of the LL / LL128 / Simple protocols, and the
-share of the raw link rate SM-driven traffic reaches (the channels' bandwidth).
+the collective-call floor, the per-step latency of the LL / LL128 / Simple protocols, the
+share of the raw link rate SM-driven traffic reaches (the channels' bandwidth), and, on GPUs
+whose switch reduces (NVLS), the channels an NVLS all-reduce runs on.
 
 Protocol payload shares are NCCL's design (LL: a 4 B flag per 4 B; LL128: 8 B per 128 B
 line), not fitted. The fit is a coordinate descent over :data:`GRID` on the mean
 ``|log(predicted / measured)|`` of rows of at least :data:`FIT_FROM` bytes (the sizes overlap
 pieces have; smaller collectives are floors), every prediction by the closed-form engine
 (:func:`ficco_sim.collective_time`). Rows are tidy: ``gpu_profile, topology, kind, nbytes,
-measured_s`` (:func:`tidy`).
+algorithm, measured_s`` (:func:`tidy`).
 """
 
 from __future__ import annotations
@@ -25,18 +26,21 @@ from .nccl_tests import KIND
 LL, LL128 = 0.5, 120 / 128     # payload shares by design
 GRID = {"launch_us": np.arange(0.0, 24.1, 2.0), "ll_us": np.arange(0.0, 6.1, 0.5),
         "ll128_us": np.arange(0.0, 30.1, 2.5), "simple_us": np.arange(0.0, 60.1, 5.0),
-        "sm_share": np.arange(0.60, 0.951, 0.025)}
-START = {"launch_us": 8.0, "ll_us": 1.0, "ll128_us": 5.0, "simple_us": 15.0, "sm_share": 0.8}
+        "sm_share": np.arange(0.60, 0.951, 0.025), "nvls_channels": np.arange(4, 33, 1)}
+START = {"launch_us": 8.0, "ll_us": 1.0, "ll128_us": 5.0, "simple_us": 15.0, "sm_share": 0.8, "nvls_channels": 16}
 FIT_FROM = 1 << 20
 # where each fitted number lives in a profile
 PATHS = {"launch_us": "comm_kernel.launch_us", "ll_us": "comm_kernel.protocols.LL.latency_us",
          "ll128_us": "comm_kernel.protocols.LL128.latency_us",
-         "simple_us": "comm_kernel.protocols.Simple.latency_us", "sm_share": "comm_kernel.channel_bandwidth_gbps"}
+         "simple_us": "comm_kernel.protocols.Simple.latency_us", "sm_share": "comm_kernel.channel_bandwidth_gbps",
+         "nvls_channels": "comm_kernel.nvls.channels"}
 
 
 def tidy(rows: pd.DataFrame, gpu_profile: str, topology_kind: str) -> pd.DataFrame:
     """nccl-tests rows (:mod:`.nccl_tests` columns) as fit rows on ``topology_kind:<gpus>``:
-    the collectives ficco-sim models, ``nbytes`` per rank, ``measured_s``."""
+    the collectives ficco-sim models, ``nbytes`` per rank, ``measured_s``, and the
+    ``algorithm`` to predict them with: the one an ``algo`` column names where the run pinned
+    it (``NCCL_ALGO``; ``env_notes`` not starting "default env"), else ``auto`` (NCCL's choice)."""
     d = rows[rows["collective"].isin(list(KIND))].copy()
     if d.empty:
         raise InputError("--from", None, f"no collective ficco-sim models in the rows (it models "
@@ -46,19 +50,25 @@ def tidy(rows: pd.DataFrame, gpu_profile: str, topology_kind: str) -> pd.DataFra
     d["kind"] = d["collective"].map(KIND)
     d["nbytes"] = [per_rank_bytes(k, int(s), int(n)) for k, s, n in zip(d["kind"], d["size_bytes"], d["gpus"])]
     d["measured_s"] = d["time_us_oop"] * 1e-6
+    algo = d["algo"].astype(str).str.lower() if "algo" in d else pd.Series("auto", index=d.index)
+    default = (d["env_notes"].astype(str).str.startswith("default env") if "env_notes" in d
+               else pd.Series(True, index=d.index))
+    d["algorithm"] = np.where(algo.isin(["ring", "nvls"]) & ~default, algo, "auto")
     return d[d["nbytes"] >= 1].reset_index(drop=True)
 
 
 def with_params(gpu: GpuProfile, launch_us: float, ll_us: float, ll128_us: float, simple_us: float,
-                sm_share: float) -> GpuProfile:
-    """``gpu`` with the collective mechanisms set: call floor, protocol latencies, and
-    channel bandwidth such that the default channels reach ``sm_share`` of the raw link rate."""
+                sm_share: float, nvls_channels: float | None = None) -> GpuProfile:
+    """``gpu`` with the collective mechanisms set: call floor, protocol latencies, channel
+    bandwidth such that the default channels reach ``sm_share`` of the raw link rate, and
+    the NVLS channels where the GPU has NVLS."""
     ck = gpu.comm_kernel
     cb = sm_share * gpu.link.ports * gpu.link.port_bandwidth / ck.channels
     protos = (Protocol("LL", ll_us * 1e-6, LL), Protocol("LL128", ll128_us * 1e-6, LL128),
               Protocol("Simple", simple_us * 1e-6, 1.0))
+    nvls = int(nvls_channels) if nvls_channels is not None and ck.nvls_channels else ck.nvls_channels
     return dataclasses.replace(gpu, comm_kernel=dataclasses.replace(ck, launch=launch_us * 1e-6, protocols=protos,
-                                                                    channel_bandwidth=cb))
+                                                                    channel_bandwidth=cb, nvls_channels=nvls))
 
 
 def predict(rows: pd.DataFrame, gpus: dict[str, GpuProfile], sim: str = "analytical") -> np.ndarray:
@@ -66,7 +76,8 @@ def predict(rows: pd.DataFrame, gpus: dict[str, GpuProfile], sim: str = "analyti
     one element per piece)."""
     def one(r) -> float:
         try:
-            return collective_time(gpus[r.gpu_profile], r.topology, r.kind, int(r.nbytes), sim=sim)
+            return collective_time(gpus[r.gpu_profile], r.topology, r.kind, int(r.nbytes), sim=sim,
+                                   algorithm=getattr(r, "algorithm", "auto"))
         except InputError:
             return float("nan")
     return np.array([one(r) for r in rows.itertuples()])
@@ -78,19 +89,45 @@ def loss(rows: pd.DataFrame, params: dict, base: dict[str, GpuProfile] | None = 
     return float(np.nanmean(np.abs(np.log(predict(rows, gpus) / rows["measured_s"].to_numpy()))))
 
 
+def runs_nvls(rows: pd.DataFrame, base: dict[str, GpuProfile]) -> np.ndarray:
+    """Per row, whether it runs NVLS (pinned, or NCCL's choice on its GPU and GPU count)."""
+    from ..schedules.collectives import pick_algorithm
+    from ..topology import load_topology
+
+    def one(r) -> bool:
+        topo = load_topology(r.topology, base[r.gpu_profile])
+        try:
+            return pick_algorithm(getattr(r, "algorithm", "auto"), r.kind, topo.kind, gpus=topo.num_gpus,
+                                  spec=base[r.gpu_profile].comm_kernel) == "nvls"
+        except InputError:
+            return False
+    return np.array([one(r) for r in rows.itertuples()], dtype=bool)
+
+
 def fit(rows: pd.DataFrame, passes: int = 3, base: dict[str, GpuProfile] | None = None) -> tuple[dict, float]:
     """Coordinate descent over :data:`GRID` on the mean |log(predicted / measured)| (``base``:
-    the profiles by ``gpu_profile``; default the built-in ones)."""
-    best = dict(START)
-    cur = loss(rows, best, base)
+    the profiles by ``gpu_profile``; default the built-in ones), each mechanism on the rows it
+    governs: the call floor, protocols and SM share on the rows that do not run NVLS (all
+    rows when fewer than 3 do not), then the NVLS channels on the rows that do (left out of
+    the answer when none does). Returns the parameters and the mean |log error| of all rows."""
+    base = base or {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
+    nvls = runs_nvls(rows, base)
+    plain = rows[~nvls] if (~nvls).sum() >= 3 else rows
+    best = {k: v for k, v in START.items() if k != "nvls_channels"}
+    cur = loss(plain, best, base)
     for _ in range(passes):
         for name, values in GRID.items():
+            if name == "nvls_channels":
+                continue
             for v in values:
                 trial = dict(best, **{name: float(v)})
-                e = loss(rows, trial, base)
+                e = loss(plain, trial, base)
                 if e < cur - 1e-12:
                     best, cur = trial, e
-    return best, cur
+    if nvls.any():
+        errs = {float(v): loss(rows[nvls], dict(best, nvls_channels=float(v)), base) for v in GRID["nvls_channels"]}
+        best["nvls_channels"] = min(errs, key=errs.get)
+    return best, loss(rows, best, base)
 
 
 def band(nbytes: pd.Series) -> pd.Series:
@@ -106,7 +143,9 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 
 def profile_values(gpu: GpuProfile, params: dict) -> dict[str, float]:
     """The fitted parameters in the profile's units, by profile path (:data:`PATHS`)."""
-    out = {PATHS[k]: round(v, 3) for k, v in params.items() if k != "sm_share"}
+    out = {PATHS[k]: round(v, 3) for k, v in params.items() if k not in ("sm_share", "nvls_channels")}
+    if "nvls_channels" in params and gpu.comm_kernel.nvls_channels:
+        out[PATHS["nvls_channels"]] = int(params["nvls_channels"])
     cb = params["sm_share"] * gpu.link.ports * gpu.link.port_bandwidth / gpu.comm_kernel.channels
     out[PATHS["sm_share"]] = round(cb / 1e9, 3)
     return out

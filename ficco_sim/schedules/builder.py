@@ -101,9 +101,9 @@ class GraphBuilder:
                                 signals=tuple(signals)))
 
     def comm_kernel(self, id: str, gpu: int, *, deps: Sequence[str] = (), label: str = "",
-                    signals: Sequence = ()) -> Kernel:
+                    signals: Sequence = (), channels: int = 0) -> Kernel:
         spec = self.gpu.comm_kernel
-        return self._add(Kernel(id, gpu, COMM, "comm", self.channels, spec.block, 0.0, 0.0, tuple(deps),
+        return self._add(Kernel(id, gpu, COMM, "comm", channels or self.channels, spec.block, 0.0, 0.0, tuple(deps),
                                 "comm", label or "comm", sms=self.comm_range, signals=tuple(signals)))
 
     # -- transfers ---------------------------------------------------------------------

@@ -16,24 +16,30 @@ from itertools import accumulate
 from typing import Sequence
 
 from ..errors import InputError
+from ..hardware import NVLS_MIN_BYTES, CommKernelSpec
 from .builder import GraphBuilder, row_slice
 from .rings import disjoint_rings, ring_orders  # noqa: F401  (the lowerings' ring orders)
 
-# The algorithms each collective is lowered with (NCCL's names); "auto" picks one.
+# The algorithms each collective is lowered with (NCCL's names); "auto" picks one. NVLS
+# (NVLink SHARP: the switch reduces and multicasts) needs a switch whose GPU profile has it.
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     "all-gather": ("ring", "direct"),
     "reduce-scatter": ("ring", "direct"),
-    "all-reduce": ("ring", "direct"),
+    "all-reduce": ("ring", "direct", "nvls"),
     "all-to-all": ("direct",),
     "send-recv": ("direct",),
 }
 
 
-def pick_algorithm(algorithm: str, collective: str, topology_kind: str, engine: str = "sm") -> str:
+def pick_algorithm(algorithm: str, collective: str, topology_kind: str, engine: str = "sm", *,
+                   gpus: int = 0, spec: CommKernelSpec | None = None, nbytes: int | None = None) -> str:
     """The algorithm ``collective`` runs with: ``algorithm`` itself when this collective has
     it on this engine, else an input error (never a silent substitute); ``auto``: what NCCL
-    runs: ring on ring topologies, on any other link graph (``custom``: islands of fast links,
-    a node's own wiring; the ring :func:`~ficco_sim.schedules.rings.widest_ring`) and, for SM
+    runs: an SM all-reduce of ``gpus`` GPUs and ``nbytes`` per rank (None: large) behind a
+    switch in NVLS when the GPU's ``spec`` has it from that many GPUs
+    (:attr:`CommKernelSpec.nvls_min_gpus`) and the size is :data:`NVLS_MIN_BYTES` or more; else ring on ring
+    topologies, on any other link graph (``custom``: islands of fast links, a node's own
+    wiring; the ring :func:`~ficco_sim.schedules.rings.widest_ring`) and, for SM
     collectives, behind a switch (NVSwitch); direct on fully connected topologies (RCCL's
     rings over every xGMI link move what direct moves), on copy engines behind a switch, and
     wherever ring does not exist.
@@ -44,16 +50,23 @@ def pick_algorithm(algorithm: str, collective: str, topology_kind: str, engine: 
     known = ALGORITHMS.get(collective)
     if known is None:
         raise InputError("--kind", None, f"unknown collective {collective!r}; known: {', '.join(ALGORITHMS)}")
+    nvls = engine == "sm" and topology_kind == "switch" and spec is not None and spec.nvls_channels > 0
+    if not nvls:
+        known = tuple(a for a in known if a != "nvls")
     # a copy engine cannot reduce: reducing collectives on DMA copy, then add in a kernel (direct only)
     if engine == "dma" and collective in ("reduce-scatter", "all-reduce"):
         known = ("direct",)
     if algorithm == "auto":
+        if "nvls" in known and gpus >= spec.nvls_min_gpus and (nbytes is None or nbytes >= NVLS_MIN_BYTES):
+            return "nvls"
         ring = topology_kind in ("ring", "custom") or (topology_kind == "switch" and engine == "sm")
-        return "ring" if ring and "ring" in known else known[-1]
+        return "ring" if ring and "ring" in known else ("direct" if "direct" in known else known[-1])
     if algorithm not in known:
         where = f" on {engine.upper()}" if engine == "dma" and collective in ("reduce-scatter", "all-reduce") else ""
-        raise InputError("--algorithm", None, f"{collective}{where} has no {algorithm!r} algorithm; "
-                         f"known: auto, {', '.join(known)}")
+        why = ("; NVLS needs SM channels behind a switch whose GPU profile has comm_kernel.nvls"
+               if algorithm == "nvls" and "nvls" in ALGORITHMS[collective] else "")
+        raise InputError("--algorithm", None, f"{collective}{where} has no {algorithm!r} algorithm here; "
+                         f"known: auto, {', '.join(known)}{why}")
     return algorithm
 
 
@@ -248,12 +261,53 @@ def all_to_all(b: GraphBuilder, prefix: str, counts: Sequence[Sequence[int]], co
 def all_reduce(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *, buffer: str, staging: str,
                engine: str, algorithm: str) -> list[list[str]]:
     """Reduce-scatter then all-gather (``rows`` per rank after the scatter); an SM ring runs
-    both in one kernel per rank (one collective call, one launch floor), as NCCL does."""
+    both in one kernel per rank (one collective call, one launch floor), as NCCL does. NVLS:
+    :func:`nvls_all_reduce`."""
+    if algorithm == "nvls":
+        return nvls_all_reduce(b, prefix, rows, cols, dtype, buffer=buffer)
     kernels: list | None = [] if engine == "sm" and algorithm == "ring" else None
     rs = reduce_scatter(b, f"{prefix}.rs", rows, cols, dtype, buffer=buffer, staging=staging, engine=engine,
                         algorithm=algorithm, ring_kernels=kernels)
     return all_gather(b, f"{prefix}.ag", rows, cols, dtype, buffer=buffer, engine=engine, algorithm=algorithm,
                       deps=rs, kernels=kernels)
+
+
+def nvls_wire(n: int) -> float:
+    """Bytes each transfer of :func:`nvls_all_reduce` puts on the links per byte of its
+    slice: with the switch reducing and multicasting, a rank's link carries ``(n + 1) / n``
+    of the buffer each way (the switch reads the rank's copy of all ``n`` slices, its own
+    included, and sends back its reduced slice; the rank stores its slice once, and the
+    switch sends it all ``n`` reduced slices), spread over the ``2 (n - 1)`` pair transfers.
+
+    >>> nvls_wire(2), nvls_wire(8)
+    (1.5, 0.6428571428571429)
+    """
+    return (n + 1) / (2 * (n - 1))
+
+
+def nvls_all_reduce(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *,
+                    buffer: str) -> list[list[str]]:
+    """All-reduce in the switch (NCCL's NVLS): rank g's slice of ``rows`` rows is summed by
+    the switch from every rank's copy (the transfers into g, reducing) and multicast back
+    (the transfers out of g, after all of them), on one NVLS kernel per rank of
+    :attr:`CommKernelSpec.nvls_channels` channels (fewer if the schedule caps them). No reduce kernel; each transfer puts
+    :func:`nvls_wire` times its slice on the links, so a rank's links carry what NVLS moves."""
+    n = b.num_gpus
+    size = rows * cols * b.elem(dtype) * nvls_wire(n)
+    kern = [b.comm_kernel(f"{prefix}.k{g}", g, label="all-reduce (NVLS)",
+                          channels=min(b.gpu.comm_kernel.nvls_channels, b.channels)).id for g in range(n)]
+    into: list[list[str]] = [[] for _ in range(n)]
+    for g in range(n):          # the slice g owns, read from every peer's copy
+        sl = row_slice(buffer, g * rows, rows)
+        for h in staggered(g, n):
+            into[g].append(b.sm_transfer(f"{prefix}.red{h}-{g}", h, g, size, (kern[h], kern[g]), step=(prefix, 1),
+                                         reduce=True, label="NVLS reduce", io={"src": sl, "dst": sl}).id)
+    for g in range(n):          # the reduced slice, multicast to every peer
+        sl = row_slice(buffer, g * rows, rows)
+        for h in staggered(g, n):
+            b.sm_transfer(f"{prefix}.mc{g}-{h}", g, h, size, (kern[g], kern[h]), step=(prefix, 2), deps=into[g],
+                          label="NVLS multicast", io={"src": sl, "dst": sl})
+    return [[k] for k in kern]
 
 
 def send_recv(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *, buffer: str,

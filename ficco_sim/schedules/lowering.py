@@ -99,7 +99,8 @@ def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, t
         raise InputError("schedule", schedule.name, reason)
     b = GraphBuilder(gpu, scenario.gpus, comm_priority=1 if schedule.priority == "high" else 0,
                      extra_smem=schedule.smem, channels=schedule.channels, sm_margin=schedule.margin)
-    algo = collectives.pick_algorithm(algorithm, scenario.spec.collective, topology.kind, schedule.engine)
+    algo = collectives.pick_algorithm(algorithm, scenario.spec.collective, topology.kind, schedule.engine,
+                                      gpus=scenario.gpus, spec=gpu.comm_kernel, nbytes=scenario.comm_bytes_per_rank)
     b.rings = collectives.ring_orders(topology)
     b.meta.update(scenario=scenario.label(), schedule=schedule.name, gpu=gpu.name, topology=topology.name)
     with paused_gc(kept=True):      # thousands of small frozen tasks: no collector passes over them
