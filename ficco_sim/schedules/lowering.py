@@ -465,10 +465,17 @@ def _a2a_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo
 def _par(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str) -> None:
     """Every GPU: C = A @ B, and the kind's collective on X (m x k; see
     :mod:`ficco_sim.workload`). ``none``: the GEMM after the collective; ``par``: both at
-    once, the collective issued first. Its kernel reaches the SMs after its launch delay
-    (the collective call floor, longer than a GEMM's launch on NVIDIA profiles), so a GEMM
-    issued after it can still take the SMs first; ``hi`` and ``m<N>`` are the remedies."""
+    once, the collective issued first (``gf``: the GEMM first). A kernel reaches the SMs
+    after its launch delay and kernels are dispatched in arrival order, so the one issued
+    first takes the SMs it needs and the other gets what is left, then SMs as they free:
+    a GEMM issued first keeps the SMs wave after wave and the collective waits for its
+    last wave; ``hi`` and ``m<N>`` are the remedies."""
     n, dt, S = sc.gpus, sc.dtype, sc.shard_rows
+    gemm = lambda g, deps: b.gemm(f"gemm{g}", g, sc.m, sc.n, sc.k, dt, deps=deps, label="GEMM",  # noqa: E731
+                                  io={"a": [Slice("A", 0, sc.m)], "c": [Slice("C", 0, sc.m)]})
+    if sch.gemm_first:
+        for g in range(n):
+            gemm(g, ())
     coll = sc.spec.collective
     for name, rows, cols in (("A", sc.m, sc.k), ("B", sc.k, sc.n), ("C", sc.m, sc.n), ("X", sc.m, sc.k)):
         b.buffer(name, rows, cols, dt)
@@ -485,9 +492,9 @@ def _par(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str
         done = collectives.all_reduce(b, "ar", S, sc.k, dt, buffer="X", staging="R", engine=sch.engine,
                                       algorithm=algo)
     b.meta["reference"] = ref
-    for g in range(n):
-        b.gemm(f"gemm{g}", g, sc.m, sc.n, sc.k, dt, deps=() if sch.overlapped else done[g], label="GEMM",
-               io={"a": [Slice("A", 0, sc.m)], "c": [Slice("C", 0, sc.m)]})
+    if not sch.gemm_first:
+        for g in range(n):
+            gemm(g, () if sch.overlapped else done[g])
 
 
 # Every kind of the registry lowers; a kind without a lowering is a bug caught on import.

@@ -6,7 +6,10 @@ A name is dash-separated tokens: granularity (``none`` | ``shard`` | ``ficco`` |
 (48 KiB of extra shared memory per compute block), ``g2`` (2 communication steps per
 GEMM piece), ``dimK`` (decompose along K), ``c8`` (8 channels for SM communication),
 ``m16`` (an SM margin: GEMMs launched on all SMs but 16, which stay free for communication,
-as TransformerEngine's ``set_sm_margin`` or a green context / CU mask would).
+as TransformerEngine's ``set_sm_margin`` or a green context / CU mask would), and for ``par``
+``gf`` (launch order: the GEMM is issued before the collective, so its blocks reach the SMs
+first and, kernels being dispatched in arrival order, keep them wave after wave; by default
+the collective is issued first).
 
 >>> parse_schedule("ficco-a2a-dma").pattern
 'a2a'
@@ -16,6 +19,8 @@ as TransformerEngine's ``set_sm_margin`` or a green context / CU mask would).
 'shard-p2p-sm'
 >>> parse_schedule("par-sm-hi").name      # independent pairs: side by side, nothing decomposed
 'par-sm-hi'
+>>> parse_schedule("par-sm-gf").gemm_first
+True
 
 ``fused`` keeps one GEMM kernel and signals per tile: each peer's rows leave as soon as the
 tiles covering them are done, with no decomposition loss. ``fused-sm`` / ``fused-dma``: a
@@ -55,6 +60,7 @@ class Schedule:
     dim: str = "M"
     channels: int | None = None
     margin: int = 0
+    gemm_first: bool = False
 
     def __post_init__(self) -> None:
         where = "schedule"
@@ -87,6 +93,9 @@ class Schedule:
             raise InputError(where, "channels", f"must be at least 1, got {self.channels}")
         if self.margin < 0:
             raise InputError(where, "margin", f"must not be negative, got {self.margin}")
+        if self.gemm_first and self.granularity != "par":
+            raise InputError(where, "gemm_first", "gf (the GEMM issued before the collective) is a launch order of "
+                             "independent pairs: par schedules only (e.g. par-sm-gf)")
 
     @property
     def overlapped(self) -> bool:
@@ -111,13 +120,15 @@ class Schedule:
             parts.append(f"c{self.channels}")
         if self.margin:
             parts.append(f"m{self.margin}")
+        if self.gemm_first:
+            parts.append("gf")
         return "-".join(parts)
 
     def __str__(self) -> str:
         return self.name
 
 
-_MOD = re.compile(r"^(hi|smem(\d+)(k|b)|g(\d+)|dim([MKN])|c(\d+)|m(\d+))$")
+_MOD = re.compile(r"^(hi|gf|smem(\d+)(k|b)|g(\d+)|dim([MKN])|c(\d+)|m(\d+))$")
 
 
 def parse_schedule(name: str | Schedule) -> Schedule:
@@ -138,9 +149,11 @@ def parse_schedule(name: str | Schedule) -> Schedule:
         m = _MOD.match(tok)
         if not m:
             raise InputError("--schedule", None, f"{name!r}: unknown part {tok!r} "
-                             "(modifiers: hi, smem<N>k, g<N>, dimK, c<N>, m<N>)")
+                             "(modifiers: hi, smem<N>k, g<N>, dimK, c<N>, m<N>, gf)")
         if tok == "hi":
             kw["priority"] = "high"
+        elif tok == "gf":
+            kw["gemm_first"] = True
         elif m.group(2):
             kw["smem"] = int(m.group(2)) * (1024 if m.group(3) == "k" else 1)
         elif m.group(4):
