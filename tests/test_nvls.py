@@ -136,3 +136,11 @@ def test_published_runs_are_predicted_with_the_algorithm_they_ran():
     assert np.median(np.abs(err)) < 0.08
     as_ring = predict(default.assign(algorithm="ring"), {"h100": H100}) / default["measured_s"].to_numpy() - 1
     assert np.median(as_ring) > 0.15
+
+
+def test_small_default_runs_are_not_counted_as_nvls():
+    import pandas as pd
+    from ficco_sim.calibrate.fit_nccl import runs_nvls
+    rows = pd.DataFrame({"gpu_profile": "h100", "topology": "switch:8", "kind": "all-reduce",
+                         "nbytes": [1 << 20, 64 << 20, 64 << 20], "algorithm": ["auto", "auto", "ring"]})
+    assert runs_nvls(rows, {"h100": H100}).tolist() == [False, True, False]

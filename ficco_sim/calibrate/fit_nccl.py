@@ -90,7 +90,7 @@ def loss(rows: pd.DataFrame, params: dict, base: dict[str, GpuProfile] | None = 
 
 
 def runs_nvls(rows: pd.DataFrame, base: dict[str, GpuProfile]) -> np.ndarray:
-    """Per row, whether it runs NVLS (pinned, or NCCL's choice on its GPU and GPU count)."""
+    """Per row, whether it runs NVLS (pinned, or NCCL's choice on its GPU, GPU count and size)."""
     from ..schedules.collectives import pick_algorithm
     from ..topology import load_topology
 
@@ -98,7 +98,7 @@ def runs_nvls(rows: pd.DataFrame, base: dict[str, GpuProfile]) -> np.ndarray:
         topo = load_topology(r.topology, base[r.gpu_profile])
         try:
             return pick_algorithm(getattr(r, "algorithm", "auto"), r.kind, topo.kind, gpus=topo.num_gpus,
-                                  spec=base[r.gpu_profile].comm_kernel) == "nvls"
+                                  spec=base[r.gpu_profile].comm_kernel, nbytes=int(r.nbytes)) == "nvls"
         except InputError:
             return False
     return np.array([one(r) for r in rows.itertuples()], dtype=bool)
