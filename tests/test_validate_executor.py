@@ -150,7 +150,10 @@ def test_an_sm_margin_is_reported_as_not_honoured():
     assert not any(x.startswith("margin:") for x in audit(tiny("ag-par-gemm", "par-sm"), ReplayOptions()))
 
 
-CI_MAPE_BOUND = 0.5    # the small CI case; the committed case set's bar is 20% (issue 18)
+# The CI case: two of the committed case set's shapes (~20 ms a run). On a 2-core host a woken
+# rank thread can wait a scheduler slice (~1-2 ms) behind the other rank's compute; at ~3 ms a
+# run that alone moved the median by 50% (the former 1024x512x128 case failed CI at 0.52).
+CI_MAPE_BOUND = 0.5    # the committed case set's bar is 20% (issue 18)
 
 
 def test_cpu_validation_predicts_with_this_hosts_profile_within_its_bound(tmp_path):
@@ -158,7 +161,7 @@ def test_cpu_validation_predicts_with_this_hosts_profile_within_its_bound(tmp_pa
     ranks), then the replay is predicted with that profile and stays within its bound."""
     from ficco_sim.validate.report import machine_name
     from ficco_sim.validate.workflow import GAP_PARTS, this_machine
-    df, paths = validate("cpu", 2, None, ["gemm-rs:m=1024,n=512,k=128", "ag-gemm:m=2048,n=64,k=512"],
+    df, paths = validate("cpu", 2, None, ["gemm-rs:m=2048,n=1024,k=256", "ag-gemm:m=4096,n=128,k=1024"],
                          ["none", "shard-p2p-sm", "ficco-a2a-sm"], repeats=7, warmup=2, out_dir=tmp_path,
                          stamp="ci")
     prof = tmp_path / machine_name("cpu") / "cpu.yaml"
