@@ -9,7 +9,10 @@ scenario per topology; the closed form's time beside the DES's as a check.
 
 Each case runs once in this process (cold caches), as ``simulate_graph`` runs it (a
 rotation-symmetric graph folded onto one GPU: column "folded"); graph construction is
-timed apart from the simulation, and both together. ``--timeout`` skips a case whose previous size took longer.
+timed apart from the simulation, and both together. A collective is timed as ``collective_time``
+runs it: lowered for GPU 0 alone where it is rotation symmetric by construction (column
+"folded": "lowered"; its "tasks" are the whole graph's, made untimed for the closed form).
+``--timeout`` skips a case whose previous size took longer.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ficco_sim import Scenario
-from ficco_sim.engine.des import simulate_graph
+from ficco_sim.engine.des import simulate_folded, simulate_graph
 from ficco_sim.engine.fold import Folded, folding
 from ficco_sim.hardware import load_gpu
 from ficco_sim.schedules import lower
-from ficco_sim.simulate import _run, collective_graph
+from ficco_sim.simulate import _run, collective_folded, collective_graph
 from ficco_sim.topology import load_topology
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv")
@@ -35,16 +38,18 @@ KINDS = ("ring", "fc", "switch")
 
 def case(gpu, topo, graph) -> dict:
     """One run as ``simulate_graph`` does it (a symmetric graph folded onto one GPU), timed;
-    then again under tracemalloc for the peak."""
+    then again under tracemalloc for the peak. ``graph`` may be a collective lowered for GPU 0
+    alone (:func:`~ficco_sim.simulate.collective_folded`, as ``collective_time`` runs it)."""
+    run = simulate_folded if isinstance(graph, Folded) else simulate_graph
     t0 = time.process_time()
-    tl = simulate_graph(graph, gpu, topo, record=False)
+    tl = run(graph, gpu, topo, record=False)
     cpu = time.process_time() - t0
     tracemalloc.start()
-    simulate_graph(graph, gpu, topo, record=False)
+    run(graph, gpu, topo, record=False)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return {"cpu": cpu, "events": tl.events, "peak": peak, "makespan": tl.makespan,
-            "folded": "yes" if isinstance(folding(graph, topo), Folded) else "no"}
+    folded = "lowered" if isinstance(graph, Folded) else "yes" if isinstance(folding(graph, topo), Folded) else "no"
+    return {"cpu": cpu, "events": tl.events, "peak": peak, "makespan": tl.makespan, "folded": folded}
 
 
 CF_HOPS = 2_000_000    # the closed form's link tables grow with transfers x hops x sharers: skip beyond
@@ -102,9 +107,15 @@ def main() -> None:
                     # ring all-reduce behind a switch too (auto would run NVLS on H100 from 5 GPUs):
                     # the table compares ring and direct patterns with ASTRA-sim's
                     algo = "ring" if coll == "all-reduce" and kind != "fc" else "auto"
-                    graph = collective_graph(gpu, topo, coll, mib << 20, algorithm=algo)
+                    # as collective_time: lowered for GPU 0 alone where the collective is symmetric by
+                    # construction, else the whole graph (folded by the engine if it can be)
+                    lowered = collective_folded(gpu, topo, coll, mib << 20, algorithm=algo)
+                    if lowered is None:
+                        lowered = collective_graph(gpu, topo, coll, mib << 20, algorithm=algo)
                     build = time.process_time() - t0
-                    r = case(gpu, topo, graph)
+                    r = case(gpu, topo, lowered)
+                    # the whole graph (not timed): its task count and the closed form's check
+                    graph = collective_graph(gpu, topo, coll, mib << 20, algorithm=algo)
                     cf = closed_form(graph, gpu, topo)
                     if r["cpu"] > args.timeout:
                         slow.add(key)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .engine.closed_form import closed_form_timeline, kernel_isolated_time
-from .engine.des import simulate_graph
+from .engine.des import simulate_folded, simulate_graph
+from .engine.fold import Folded, topology_turns
 from .engine.gcpause import paused_gc
 from .errors import InputError
 from .gemm_model import gemm_time as _gemm_time
@@ -123,6 +124,37 @@ def gemm_time(gpu: GpuProfile | str, m: int, n: int, k: int, dtype: str = "float
 def collective_graph(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *, engine: str = "sm",
                      algorithm: str = "auto", dtype: str = "float16") -> TaskGraph:
     """A task graph of one collective alone (see :func:`collective_time` for sizes)."""
+    algo = _collective_checked(gpu, topo, kind, nbytes, engine, algorithm, dtype)
+    with paused_gc(kept=True):      # one small frozen task per transfer: no collector passes over them
+        return _collective_tasks(gpu, topo, kind, nbytes, engine, algo, dtype)
+
+
+def collective_folded(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *, engine: str = "sm",
+                      algorithm: str = "auto", dtype: str = "float16") -> Folded | None:
+    """GPU 0's share of :func:`collective_graph` (:class:`~ficco_sim.engine.fold.Folded`), lowered
+    for GPU 0 alone, where the collective is rotation symmetric by construction: every GPU
+    runs the same steps turned, on a topology that turns onto itself with rings of one stride
+    (``g -> g + s``); else None (then the whole graph is lowered and folded if it can be). The
+    same answers as folding the whole graph, without making its N^2 transfers (a 512-GPU
+    all-reduce lowers 1,000 tasks instead of 525,000)."""
+    algo = _collective_checked(gpu, topo, kind, nbytes, engine, algorithm, dtype)
+    n = topo.num_gpus
+    if n < 2 or kind == "send-recv" or gpu.host is not None or not topology_turns(topo, n):
+        return None
+    if algo == "ring" and any(len({(b - a) % n for a, b in zip(r, r[1:] + r[:1])}) != 1
+                              for r in coll.ring_orders(topo)):
+        return None
+
+    def unfold() -> TaskGraph:
+        return collective_graph(gpu, topo, kind, nbytes, engine=engine, algorithm=algorithm, dtype=dtype)
+
+    with paused_gc(kept=True):
+        return _collective_tasks(gpu, topo, kind, nbytes, engine, algo, dtype, fold=unfold)
+
+
+def _collective_checked(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, engine: str, algorithm: str,
+                        dtype: str) -> str:
+    """The algorithm a collective runs with, once its inputs are checked."""
     if kind not in COLLECTIVES:
         raise InputError("--kind", None, f"unknown collective {kind!r}; known: {', '.join(COLLECTIVES)}")
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
@@ -138,15 +170,18 @@ def collective_graph(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, *,
     if nbytes // e // pieces == 0:
         raise InputError("--bytes", None, f"{nbytes} B is less than one {dtype} element per piece: {kind} "
                          f"over {n} GPUs needs at least {pieces * e} B per rank")
-    with paused_gc(kept=True):      # one small frozen task per transfer: no collector passes over them
-        return _collective_tasks(gpu, topo, kind, nbytes, engine, algo, dtype)
+    if kind == "all-reduce" and engine == "dma":
+        raise InputError("--comm-engine", None, "copy engines cannot reduce; all-reduce runs on SMs")
+    return algo
 
 
 def _collective_tasks(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, engine: str, algo: str,
-                      dtype: str) -> TaskGraph:
+                      dtype: str, fold=None):
+    """The collective's task graph; ``fold`` (the whole graph, made on demand): GPU 0's share
+    only, or None where the GPUs' steps are not one another's turned."""
     n = topo.num_gpus
     e = DTYPE_BYTES[dtype]
-    b = GraphBuilder(gpu, n)
+    b = GraphBuilder(gpu, n, fold=fold is not None)
     b.rings = coll.ring_orders(topo)
     cols = 1
     # Express sizes in rows of one element so that any byte count lowers exactly.
@@ -156,8 +191,6 @@ def _collective_tasks(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, e
         coll.reduce_scatter(b, "rs", nbytes // e // n, cols, dtype, buffer="X", staging="R", engine=engine,
                             algorithm=algo)
     elif kind == "all-reduce":
-        if engine == "dma":
-            raise InputError("--comm-engine", None, "copy engines cannot reduce; all-reduce runs on SMs")
         coll.all_reduce(b, "ar", nbytes // e // n, cols, dtype, buffer="X", staging="R", engine=engine,
                         algorithm=algo)
     elif kind == "all-to-all":
@@ -167,7 +200,7 @@ def _collective_tasks(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int, e
     else:
         coll.send_recv(b, "p2p", nbytes // e, cols, dtype, buffer="X", engine=engine)
     b.meta.update(collective=kind, bytes=nbytes, algorithm=algo)
-    return b.build()
+    return b.build_folded(fold) if fold is not None else b.build()
 
 
 def nccl_tests_size(kind: str, nbytes: int, gpus: int) -> int:
@@ -200,5 +233,9 @@ def collective_time(gpu: GpuProfile | str, topology: Topology | str, kind: str, 
     """
     gpu = load_gpu(gpu)
     topo = load_topology(topology, gpu)
+    if sim == "des":     # a symmetric collective: lowered and simulated for one GPU
+        folded = collective_folded(gpu, topo, kind, nbytes, engine=engine, algorithm=algorithm)
+        if folded is not None:
+            return simulate_folded(folded, gpu, topo, record=False).makespan
     graph = collective_graph(gpu, topo, kind, nbytes, engine=engine, algorithm=algorithm)
     return _run(graph, gpu, topo, sim, "backfill").makespan

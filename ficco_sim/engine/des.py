@@ -509,5 +509,15 @@ def simulate_graph(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology |
         folded = fold(graph, topology) if fold_ranks and gpu.host is None else None
         if folded is None:
             return Simulation(graph, gpu, topology, policy=policy, record=record).run()
+        return simulate_folded(folded, gpu, topology, policy=policy, record=record)
+
+
+def simulate_folded(folded: Folded, gpu: GpuProfile | str, topology: Topology | str, *, policy: str = "backfill",
+                    record: bool = True) -> Timeline:
+    """:func:`simulate_graph` of a rotation-symmetric graph given as its GPU 0 share
+    (:mod:`ficco_sim.engine.fold`): one rank runs, every rank's times are its."""
+    gpu = load_gpu(gpu)
+    topology = load_topology(topology, gpu)
+    with paused_gc():
         tl = Simulation(folded.graph, gpu, topology, policy=policy, record=record, folded=folded).run()
         return folded.expand(tl, topology)

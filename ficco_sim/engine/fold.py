@@ -20,6 +20,7 @@ into one record per task of the full graph.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from ..taskgraph import Kernel, TaskGraph, Transfer
 from ..timeline import LazyTimeline, TaskRecord, Timeline
@@ -34,8 +35,24 @@ class Folded:
     graph: TaskGraph                          # GPU 0's tasks, every transfer local (src = dst = 0)
     ranks: int                                # GPUs of the full graph
     pairs: dict[str, tuple[int, int]] = field(repr=False)    # a transfer's real (src, dst)
-    full: TaskGraph = field(repr=False)
-    rep: list[str] = field(repr=False)        # the representative (a GPU 0 task) of each task of ``full``
+    full: TaskGraph | None = field(repr=False)
+    rep: list[str] | None = field(repr=False)     # the representative (a GPU 0 task) of each task of ``full``
+    unfold: Callable[[], TaskGraph] | None = field(default=None, repr=False)   # when ``full`` was not made
+    made: list[str] | None = field(default=None, repr=False)     # with ``unfold``: GPU 0's ids in the order made
+
+    def whole(self) -> tuple[TaskGraph, list[str]]:
+        """(``full``, ``rep``); for a graph lowered folded (:func:`prefolded`) the full graph is
+        made now, the first time every task's record is asked for, by the same lowering: its
+        GPU g's i-th task stands for GPU 0's i-th."""
+        if self.full is None or self.rep is None:
+            full = self.unfold()
+            seen, rep = [0] * self.ranks, []
+            for t in full.tasks:
+                i = seen[t.gpu]
+                seen[t.gpu] = i + 1
+                rep.append(self.made[i])
+            self.full, self.rep = full, rep
+        return self.full, self.rep
 
     def link(self, u: str, v: str) -> str:
         """The resource name of link ``u -> v``'s class: its member leaving (or entering) GPU 0."""
@@ -57,7 +74,8 @@ class Folded:
         by_id = tl.by_id()
         out = []
         add = out.append
-        for t, r in zip(self.full.tasks, map(by_id.__getitem__, self.rep)):
+        full, rep = self.whole()
+        for t, r in zip(full.tasks, map(by_id.__getitem__, rep)):
             if isinstance(t, Kernel):
                 add(TaskRecord(t.id, t.gpu, t.stream, t.kind, t.role, t.label, r.ready, r.start, r.end, "", -1, -1,
                                0.0, t.grid, r.peak_resident))
@@ -84,7 +102,7 @@ class Folded:
         return counters
 
 
-def _topology_turns(topology: Topology, n: int) -> bool:
+def topology_turns(topology: Topology, n: int) -> bool:
     """Whether GPU ``i -> i + 1`` (switches fixed) maps every link onto a link alike
     (remembered per topology: a property of the topology alone)."""
     key = (id(topology), n)
@@ -205,7 +223,7 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
     for g in range(1, n):       # streams run in order; SM transfers in any
         if queued[g] != queued[0] or sorted(loose[g]) != sorted(loose[0]):
             return f"GPU {g}'s tasks are not GPU 0's turned"
-    if not _topology_turns(topology, n):
+    if not topology_turns(topology, n):
         return "the topology does not turn onto itself"
     mine = [(t, c) for t, c in zip(graph.tasks, order) if t.gpu == 0]
     rep_of = {c: t.id for t, c in mine}           # class -> GPU 0's task
@@ -226,6 +244,34 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
     except ValueError as e:
         return f"GPU 0's tasks do not form a graph of their own ({e})"
     return Folded(one, n, pairs, graph, list(map(rep_of.__getitem__, order)))
+
+
+def prefolded(ranks: int, streams: list, tasks: list, alias: dict[str, int], unfold: Callable[[], TaskGraph], *,
+              buffers: dict, meta: dict) -> Folded:
+    """GPU 0's share of a graph lowered folded (:class:`~ficco_sim.schedules.builder.GraphBuilder`
+    with ``fold=True``): ``tasks`` are GPU 0's, in the order it made them; ``alias`` names each
+    other GPU's task by its place in its GPU's sequence, whose GPU 0 task stands for it. As
+    :func:`folding` makes it from the whole graph, without the whole graph (and where
+    :func:`folding` cannot tell: it compares dependencies in order). ``unfold()``: the whole
+    graph, by the same lowering, for :meth:`Folded.expand`'s records only."""
+    ids = [t.id for t in tasks]
+    get = alias.get
+
+    def rep(x: str) -> str:
+        i = get(x)
+        return x if i is None else ids[i]
+
+    out, pairs = [], {}
+    for t in tasks:
+        deps = tuple(map(rep, t.deps))
+        sigs = tuple((rep(k), share) for k, share in t.signals)
+        if isinstance(t, Kernel):
+            out.append(replace(t, deps=deps, signals=sigs))
+        else:
+            pairs[t.id] = (t.src, t.dst)
+            out.append(replace(t, src=0, dst=0, deps=deps, signals=sigs, drivers=tuple(map(rep, t.drivers))))
+    one = TaskGraph.build(1, streams, _referenced_first(out), buffers=buffers, meta=dict(meta, folded_ranks=ranks))
+    return Folded(one, ranks, pairs, None, None, unfold, ids)
 
 
 def _referenced_first(tasks: list) -> list:

@@ -6,7 +6,7 @@ every kernel gets its footprint and cost from one place.
 from __future__ import annotations
 
 import functools
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -21,12 +21,25 @@ COMPUTE = "compute"
 COMM = "comm"
 
 
+class TaskRef(NamedTuple):
+    """What a folding builder returns for another GPU's task: its id only (lowerings name
+    tasks by id)."""
+
+    id: str
+
+
 class GraphBuilder:
     """Accumulates streams and tasks for one task graph (:meth:`build` checks it: ids unique,
-    dependencies known and earlier)."""
+    dependencies known and earlier).
+
+    ``fold=True`` keeps GPU 0's tasks only, for a lowering that is rotation symmetric by
+    construction (every GPU makes the same sequence of tasks, turned: its i-th task is GPU
+    0's i-th turned by its index); :meth:`build_folded` then gives GPU 0's share of the graph
+    without making the others' tasks (:func:`ficco_sim.engine.fold.prefolded`), or None
+    when the sequences do not match."""
 
     def __init__(self, gpu: GpuProfile, num_gpus: int, *, comm_priority: int = 0, extra_smem: int = 0,
-                 channels: int | None = None, sm_margin: int = 0):
+                 channels: int | None = None, sm_margin: int = 0, fold: bool = False):
         self.gpu = gpu
         # an SM margin: GEMMs on the first SMs, communication kernels on the last ``sm_margin``
         self.gemm_sms = gpu.num_sms - sm_margin if sm_margin else 0
@@ -41,6 +54,11 @@ class GraphBuilder:
         self.meta: dict = {}
         self._steps: dict[tuple, int] = {}
         self.rings: list[tuple[int, ...]] = [tuple(range(num_gpus))]   # ring collectives' GPU orders
+        self.fold = fold
+        self._made = [0] * num_gpus                # fold: tasks made per GPU so far
+        self._alias: dict[str, int] = {}           # fold: another GPU's task -> its place in its GPU's sequence
+        self._sigs: list[tuple] = []               # fold: GPU 0's tasks described relative to it, in order
+        self._foreign: list[tuple[int, tuple]] = []    # fold: (place, description) of the other GPUs' tasks
         for g in range(num_gpus):
             self.stream(g, COMPUTE, 0)
             self.stream(g, COMM, comm_priority)
@@ -57,8 +75,22 @@ class GraphBuilder:
         return name
 
     def _add(self, task):
+        if self.fold:
+            return self._folding(task.id, task.gpu, _describe(task, self.num_gpus), task)
         self.tasks.append(task)     # (a repeated id is refused by TaskGraph.build)
         return task
+
+    def _folding(self, id: str, gpu: int, sig: tuple, task=None):
+        """Fold mode: keep GPU 0's task, remember another GPU's by its place in that GPU's sequence."""
+        i = self._made[gpu]
+        self._made[gpu] = i + 1
+        if gpu == 0:
+            self.tasks.append(task)
+            self._sigs.append(sig)
+            return task
+        self._alias[id] = i
+        self._foreign.append((i, sig))
+        return TaskRef(id)
 
     def step(self, *key: object) -> int:
         """The concurrency step named ``key`` (e.g. ``("ag", 3)``) as a number, the same for
@@ -113,8 +145,13 @@ class GraphBuilder:
         """``nbytes`` from ``src`` to ``dst`` moved by the comm kernels ``drivers``, in the
         concurrency step named ``step``."""
         # (``io`` is the caller's own mapping, kept as given: lowerings build one per task)
+        if self.fold and src != 0:      # another GPU's: described, never made
+            return self._folding(id, src, ("T", "sm", 0, (dst - src) % self.num_gpus, float(nbytes),
+                                            self._steps.setdefault(step, len(self._steps)), reduce, 0))
         t = Transfer(id, src, dst, float(nbytes), "sm", src, None, tuple(drivers), 0, reduce, tuple(deps), "comm",
                      label or f"{src}->{dst}", {} if io is None else io, self._steps.setdefault(step, len(self._steps)))
+        if self.fold:
+            return self._folding(id, 0, _describe(t, self.num_gpus), t)
         self.tasks.append(t)
         return t
 
@@ -127,14 +164,44 @@ class GraphBuilder:
         peer = dst if issuer == src else src
         offset = (peer - issuer - 1) % self.num_gpus
         e = (offset if engine is None else engine) % self.gpu.dma.engines
+        if self.fold and issuer != 0:
+            n = self.num_gpus
+            return self._folding(id, issuer, ("T", "dma", (src - issuer) % n, (dst - issuer) % n, float(nbytes),
+                                              self.step(*step), False, e))
         stream = self.stream(issuer, f"copy{e}", 0)
         return self._add(Transfer(id, src, dst, float(nbytes), "dma", issuer, stream, (), e, False,
                                   tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {}), self.step(*step),
                                   tuple(signals)))
 
     def build(self) -> TaskGraph:
+        if self.fold:
+            raise ValueError("a folding builder makes GPU 0's share only: use build_folded")
         streams = sorted(self.streams.values(), key=lambda s: (s.gpu, s.name))
         return TaskGraph.build(self.num_gpus, streams, self.tasks, buffers=self.buffers, meta=self.meta)
+
+    def build_folded(self, unfold):
+        """Fold mode: GPU 0's share (:class:`~ficco_sim.engine.fold.Folded`), or None when the
+        GPUs did not make the same sequence of tasks turned. ``unfold()``: the whole graph,
+        built only if every task's record is asked for."""
+        from ..engine.fold import prefolded
+        if not self.fold:
+            raise ValueError("build_folded needs GraphBuilder(fold=True)")
+        sigs = self._sigs
+        if len(set(self._made)) != 1 or any(sigs[i] != sig for i, sig in self._foreign):
+            return None
+        streams = sorted((s for s in self.streams.values() if s.gpu == 0), key=lambda s: s.name)
+        return prefolded(self.num_gpus, streams, self.tasks, self._alias, unfold, buffers=self.buffers,
+                         meta=self.meta)
+
+
+def _describe(task, n: int) -> tuple:
+    """A task as its GPU sees it (peers relative to it): what must agree between GPU 0's i-th
+    task and every other GPU's i-th in a folding builder."""
+    g = task.gpu
+    if isinstance(task, Kernel):
+        return ("K", task.kind, task.stream, task.grid, task.block_time, task.elems)
+    return ("T", task.engine, (task.src - g) % n, (task.dst - g) % n, task.nbytes, task.step, task.reduce,
+            task.dma_engine)
 
 
 def reduce_grid(gpu: GpuProfile, block: BlockShape, elems):

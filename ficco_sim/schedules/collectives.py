@@ -132,11 +132,10 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
                                                  io={"src": sl, "dst": sl}).id
                     prev = cur
         else:
-            for g in range(n):
-                for dst in range(n):
-                    if dst != g:
-                        b.sm_transfer(f"{prefix}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), step=(prefix,), label="AG direct",
-                                      io={"src": sl(g), "dst": sl(g)})
+            for g in range(n):     # (every GPU its peers in the same turned order: see staggered)
+                for dst in staggered(g, n):
+                    b.sm_transfer(f"{prefix}.{g}-{dst}", g, dst, e, (kern[g], kern[dst]), step=(prefix,),
+                                  label="AG direct", io={"src": sl(g), "dst": sl(g)})
         return [[k] for k in kern]
 
     if algorithm == "ring":
@@ -244,8 +243,11 @@ def all_to_all(b: GraphBuilder, prefix: str, counts: Sequence[Sequence[int]], co
     if engine == "sm":
         kern = [b.comm_kernel(f"{prefix}.k{g}", g, deps=deps[g], label="all-to-all").id for g in range(n)]
     done: list[list[str]] = [[k] for k in kern] if kern else [[] for _ in range(n)]
-    for q in range(n):
-        for p in staggered(q, n):
+    # each transfer made in its issuer's turn (the sender's on SMs, the receiver's on copy engines),
+    # every issuer walking its peers in the same turned order (see staggered)
+    for a in range(n):
+        for z in staggered(a, n):
+            p, q = (a, z) if engine == "sm" else (z, a)
             rows = counts[p][q]
             if rows == 0:
                 continue
@@ -297,9 +299,9 @@ def nvls_all_reduce(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: s
     kern = [b.comm_kernel(f"{prefix}.k{g}", g, label="all-reduce (NVLS)",
                           channels=min(b.gpu.comm_kernel.nvls_channels, b.channels)).id for g in range(n)]
     into: list[list[str]] = [[] for _ in range(n)]
-    for g in range(n):          # the slice g owns, read from every peer's copy
-        sl = row_slice(buffer, g * rows, rows)
-        for h in staggered(g, n):
+    for h in range(n):          # the slice g owns, read from every peer h's copy (made in h's turn)
+        for g in staggered(h, n):
+            sl = row_slice(buffer, g * rows, rows)
             into[g].append(b.sm_transfer(f"{prefix}.red{h}-{g}", h, g, size, (kern[h], kern[g]), step=(prefix, 1),
                                          reduce=True, label="NVLS reduce", io={"src": sl, "dst": sl}).id)
     for g in range(n):          # the reduced slice, multicast to every peer
