@@ -1,7 +1,8 @@
-"""How the discrete-event engine scales: CPU seconds, simulated events (settled instants)
-and events per CPU-second, peak Python memory, and tasks, for every collective at 8-512
-GPUs on ring, fully connected and switch topologies, and one whole ag-gemm and a2a-gemm
-scenario per topology; the closed form's time beside the DES's as a check.
+"""How the discrete-event engine scales: CPU seconds, simulated events (settled instants),
+max-min fair rate solves and events per CPU-second, peak Python memory, and tasks, for
+every collective at 8-512 GPUs on ring, fully connected and switch topologies, and one
+whole ag-gemm and a2a-gemm scenario per topology; the closed form's time beside the DES's
+as a check.
 
     python benchmarks/des_scaling.py                    # 8, 64 and 256 GPUs (a few minutes)
     python benchmarks/des_scaling.py --gpus 8 64 256 512 --collectives all-gather
@@ -49,7 +50,8 @@ def case(gpu, topo, graph) -> dict:
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     folded = "lowered" if isinstance(graph, Folded) else "yes" if isinstance(folding(graph, topo), Folded) else "no"
-    return {"cpu": cpu, "events": tl.events, "peak": peak, "makespan": tl.makespan, "folded": folded}
+    return {"cpu": cpu, "events": tl.events, "solves": tl.solves, "peak": peak, "makespan": tl.makespan,
+            "folded": folded}
 
 
 CF_HOPS = 2_000_000    # the closed form's link tables grow with transfers x hops x sharers: skip beyond
@@ -64,7 +66,7 @@ def closed_form(graph, gpu, topo) -> float:
 
 def cells(graph, build: float, r: dict, cf: float) -> list[str]:
     return [f"{len(graph.tasks):,}", f"{build:.2f}", f"{r['cpu']:.2f}", f"{build + r['cpu']:.2f}", r["folded"],
-            f"{r['events']:,}", f"{r['events'] / max(r['cpu'], 1e-9):,.0f}", f"{r['peak'] / 1e6:.0f}",
+            f"{r['events']:,}", f"{r['solves']:,}", f"{r['events'] / max(r['cpu'], 1e-9):,.0f}", f"{r['peak'] / 1e6:.0f}",
             f"{r['makespan'] * 1e3:.4f}", "skipped" if cf != cf else f"{cf * 1e3:.4f}"]
 
 
@@ -83,7 +85,7 @@ def main() -> None:
     gpu = load_gpu(args.gpu)
     table = Table(title=f"DES scaling on {gpu.name} (1 process; CPU s = simulation, graph built apart)")
     for c in ("case", "GPUs", "size", "tasks", "graph CPU s", "DES CPU s", "both CPU s", "folded", "events",
-              "events/s", "peak MB", "DES ms", "closed form ms"):
+              "max-min solves", "events/s", "peak MB", "DES ms", "closed form ms"):
         table.add_column(c, justify="right")
     slow: set[tuple] = set()
     add = table.add_row
@@ -100,7 +102,7 @@ def main() -> None:
                     key = (kind, coll, mib)
                     if key in slow:
                         table.add_row(f"{kind} {coll}", str(n), f"{mib} MiB", "skipped (previous size over "
-                                      f"{args.timeout:.0f} s)", *[""] * 9)
+                                      f"{args.timeout:.0f} s)", *[""] * 10)
                         continue
                     topo = load_topology(f"{kind}:{n}", gpu)
                     t0 = time.process_time()
@@ -130,7 +132,7 @@ def main() -> None:
             r = case(gpu, topo, graph)
             cf = closed_form(graph, gpu, topo)
             table.add_row(f"{kind} {scen} ficco-a2a-sm", str(n), "16384x8192x8192", *cells(graph, build, r, cf))
-    Console(width=170).print(table)
+    Console(width=190).print(table)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ class Timeline:
     records: list[TaskRecord]
     counters: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     events: int = 0  # simulation events processed (for benchmarks)
+    solves: int = 0  # max-min fair rate solves of the flows (for benchmarks)
 
     @property
     def makespan(self) -> float:
@@ -73,9 +74,9 @@ class LazyTimeline(Timeline):
     (:mod:`ficco_sim.engine.fold`) has one per task of the full graph, hundreds of thousands
     on a large collective, where a collective's time needs only the makespan."""
 
-    def __init__(self, make, makespan: float, counters: dict, events: int):
+    def __init__(self, make, makespan: float, counters: dict, events: int, solves: int = 0):
         self._make, self._records, self._makespan = make, None, makespan
-        self.counters, self.events = counters, events
+        self.counters, self.events, self.solves = counters, events, solves
 
     @property
     def records(self) -> list[TaskRecord]:   # type: ignore[override]
@@ -88,7 +89,7 @@ class LazyTimeline(Timeline):
         return self._makespan
 
     def __reduce__(self):      # pickled (a sweep's worker, Ray) as the plain timeline it stands for
-        return (Timeline, (self.records, self.counters, self.events))
+        return (Timeline, (self.records, self.counters, self.events, self.solves))
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:

@@ -493,7 +493,7 @@ class Simulation:
             records.append(rec)
             j = pos - k
         records.extend(sm[j:])
-        return Timeline(records, self.counters, self.events)
+        return Timeline(records, self.counters, self.events, self.fluid.solves)
 
 
 def simulate_graph(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology | str, *,

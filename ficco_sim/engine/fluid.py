@@ -66,6 +66,7 @@ class FluidPool:
     :meth:`set_capacity` (unknown resources have none)."""
 
     def __init__(self) -> None:
+        self.solves = 0         # calls of rates(): max-min solves (benchmarks count them)
         self.res: dict[str, int] = {}
         self.capacity = np.zeros(16)
         self.res_gpu = np.full(16, -1, dtype=np.int64)     # the GPU of an hbm<i> resource, else -1
@@ -226,6 +227,7 @@ class FluidPool:
     def rates(self) -> None:
         """Weighted max-min fair rates of the live activities into :attr:`rate` (the
         progressive filling of :func:`max_min_rates`)."""
+        self.solves += 1
         n = len(self.acts)
         a, r, u = self.incidence()
         self.rate[:n] = 0.0

@@ -68,7 +68,8 @@ class Folded:
         """The full graph's timeline: every task gets its representative's times (records
         made on first use: :class:`~ficco_sim.timeline.LazyTimeline`); per-GPU counters are
         repeated for every GPU, a link class's load for each of its links."""
-        return LazyTimeline(lambda: self._records(tl), tl.makespan, self._counters(tl, topology), tl.events)
+        return LazyTimeline(lambda: self._records(tl), tl.makespan, self._counters(tl, topology), tl.events,
+                            tl.solves)
 
     def _records(self, tl: Timeline) -> list[TaskRecord]:
         by_id = tl.by_id()
