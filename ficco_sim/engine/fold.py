@@ -184,7 +184,7 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
                 c, h = get(deps[0])
                 deps = c * n + (h - g) % n
             elif deps:
-                deps = rel(deps, g)
+                deps = tuple(sorted(rel(deps, g)))     # (dependencies are a set: any order)
             kind = kinds.setdefault(("S", t.stream, t.nbytes, (t.src - g) % n, (t.dst - g) % n, t.dma_engine,
                                      t.reduce, t.role, hit, deps), len(kinds))
             seen = occurrence[g]
@@ -199,7 +199,7 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
             if any(at[k][1] != g for k, _ in t.signals):      # a flag crossing GPUs: not folded here
                 return f"{t.id} waits on a tile signal from another GPU"
             sig = tuple([(at[k][0], share) for k, share in t.signals])
-        deps = rel(t.deps, g) if t.deps else ()
+        deps = tuple(sorted(rel(t.deps, g))) if t.deps else ()     # (a set: named in any order)
         if t.__class__ is Kernel:
             key = ("K", t.stream, t.kind, t.grid, t.block, t.block_time, t.block_hbm_bytes, t.role, t.gemm, t.elems,
                    t.sms, tuple([(share, (dst - g) % n) for share, dst in t.stores]), sig, deps)
