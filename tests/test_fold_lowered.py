@@ -71,3 +71,15 @@ def test_a_lowering_whose_gpus_differ_is_not_folded():
     assert b.build_folded(lambda: "never") is None
     with pytest.raises(ValueError):
         b.build()
+
+
+def test_a_lowering_whose_dependencies_differ_is_not_folded():
+    """Same peers, same sizes, but GPU 2's second transfer waits on its kernel where the others'
+    wait on their first transfer: the check compares what each task names, not only its shape."""
+    gpu = load_gpu("h100")
+    b = GraphBuilder(gpu, 4, fold=True)
+    for g in range(4):
+        k = b.comm_kernel(f"k{g}", g).id
+        first = b.sm_transfer(f"a{g}", g, (g + 1) % 4, 1024.0, (k,), step=("s", 1)).id
+        b.sm_transfer(f"b{g}", g, (g + 1) % 4, 1024.0, (k,), step=("s", 2), deps=(k,) if g == 2 else (first,))
+    assert b.build_folded(lambda: "never") is None

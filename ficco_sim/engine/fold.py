@@ -247,20 +247,19 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
     return Folded(one, n, pairs, graph, list(map(rep_of.__getitem__, order)))
 
 
-def prefolded(ranks: int, streams: list, tasks: list, alias: dict[str, int], unfold: Callable[[], TaskGraph], *,
-              buffers: dict, meta: dict) -> Folded:
+def prefolded(ranks: int, streams: list, tasks: list, where: dict[str, tuple[int, int]],
+              unfold: Callable[[], TaskGraph], *, buffers: dict, meta: dict) -> Folded:
     """GPU 0's share of a graph lowered folded (:class:`~ficco_sim.schedules.builder.GraphBuilder`
-    with ``fold=True``): ``tasks`` are GPU 0's, in the order it made them; ``alias`` names each
-    other GPU's task by its place in its GPU's sequence, whose GPU 0 task stands for it. As
-    :func:`folding` makes it from the whole graph, without the whole graph (and where
-    :func:`folding` cannot tell: it compares dependencies in order). ``unfold()``: the whole
-    graph, by the same lowering, for :meth:`Folded.expand`'s records only."""
+    with ``fold=True``): ``tasks`` are GPU 0's, in the order it made them; ``where`` gives every
+    task made (GPU, place in its GPU's sequence): GPU 0's task at that place stands for it. As
+    :func:`folding` makes it from the whole graph, without the whole graph. ``unfold()``: the
+    whole graph, by the same lowering, for :meth:`Folded.expand`'s records only."""
     ids = [t.id for t in tasks]
-    get = alias.get
+    get = where.get
 
     def rep(x: str) -> str:
-        i = get(x)
-        return x if i is None else ids[i]
+        w = get(x)
+        return x if w is None else ids[w[1]]
 
     out, pairs = [], {}
     for t in tasks:

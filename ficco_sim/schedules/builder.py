@@ -36,7 +36,9 @@ class GraphBuilder:
     construction (every GPU makes the same sequence of tasks, turned: its i-th task is GPU
     0's i-th turned by its index); :meth:`build_folded` then gives GPU 0's share of the graph
     without making the others' tasks (:func:`ficco_sim.engine.fold.prefolded`), or None
-    when the sequences do not match."""
+    when the sequences do not match. Every task is described relative to its GPU (its work,
+    its peers, and the tasks it names as (GPU offset, place in that GPU's sequence)), so the
+    check is as strict as :func:`~ficco_sim.engine.fold.folding`'s, task by task."""
 
     def __init__(self, gpu: GpuProfile, num_gpus: int, *, comm_priority: int = 0, extra_smem: int = 0,
                  channels: int | None = None, sm_margin: int = 0, fold: bool = False):
@@ -56,9 +58,10 @@ class GraphBuilder:
         self.rings: list[tuple[int, ...]] = [tuple(range(num_gpus))]   # ring collectives' GPU orders
         self.fold = fold
         self._made = [0] * num_gpus                # fold: tasks made per GPU so far
-        self._alias: dict[str, int] = {}           # fold: another GPU's task -> its place in its GPU's sequence
+        self._where: dict[str, tuple[int, int]] = {}   # fold: a task -> (its GPU, its place in that GPU's sequence)
         self._sigs: list[tuple] = []               # fold: GPU 0's tasks described relative to it, in order
-        self._foreign: list[tuple[int, tuple]] = []    # fold: (place, description) of the other GPUs' tasks
+        self._later: list[tuple[int, tuple]] = []      # fold: another GPU's task made before GPU 0's alike
+        self._mismatch = False                         # fold: a task unlike GPU 0's at its place
         for g in range(num_gpus):
             self.stream(g, COMPUTE, 0)
             self.stream(g, COMM, comm_priority)
@@ -76,7 +79,7 @@ class GraphBuilder:
 
     def _add(self, task):
         if self.fold:
-            return self._folding(task.id, task.gpu, _describe(task, self.num_gpus), task)
+            return self._folding(task.id, task.gpu, self._describe(task), task)
         self.tasks.append(task)     # (a repeated id is refused by TaskGraph.build)
         return task
 
@@ -84,13 +87,49 @@ class GraphBuilder:
         """Fold mode: keep GPU 0's task, remember another GPU's by its place in that GPU's sequence."""
         i = self._made[gpu]
         self._made[gpu] = i + 1
+        self._where[id] = (gpu, i)
         if gpu == 0:
             self.tasks.append(task)
             self._sigs.append(sig)
             return task
-        self._alias[id] = i
-        self._foreign.append((i, sig))
+        self._compare(i, sig)
         return TaskRef(id)
+
+    def _compare(self, i: int, sig: tuple) -> None:
+        """Fold mode: another GPU's ``i``-th task against GPU 0's (later if GPU 0's is not made yet)."""
+        sigs = self._sigs
+        if i < len(sigs):
+            if sigs[i] != sig:
+                self._mismatch = True
+        else:
+            self._later.append((i, sig))
+
+    def _rel(self, ids, g: int, *, unordered: bool = False) -> tuple:
+        """Fold mode: the tasks ``ids`` as GPU ``g`` sees them: (GPU offset, place in that GPU's
+        sequence); ``unordered``: as a set (dependencies), sorted."""
+        n, where = self.num_gpus, self._where
+        if len(ids) == 2 and not unordered:     # (the common case first: an SM transfer's kernel pair)
+            (h, i), (k, j) = where[ids[0]], where[ids[1]]
+            return (((h - g) % n, i), ((k - g) % n, j))
+        if len(ids) == 1:
+            h, i = where[ids[0]]
+            return (((h - g) % n, i),)
+        if not ids:
+            return ()
+        out = [((h - g) % n, i) for h, i in map(where.__getitem__, ids)]
+        if unordered:
+            out.sort()
+        return tuple(out)
+
+    def _describe(self, task) -> tuple:
+        """Fold mode: a task as its GPU sees it (peers and named tasks relative to it): what
+        must agree between GPU 0's i-th task and every other GPU's i-th."""
+        g, n = task.gpu, self.num_gpus
+        if isinstance(task, Kernel):
+            return ("K", task.kind, task.stream, task.grid, task.block_time, task.elems,
+                    self._rel(task.deps, g, unordered=True))
+        return ("T", task.engine, (task.src - g) % n, (task.dst - g) % n, task.nbytes, task.step, task.reduce,
+                task.dma_engine, self._rel(task.drivers, g), self._rel(task.deps, g, unordered=True))
 
     def step(self, *key: object) -> int:
         """The concurrency step named ``key`` (e.g. ``("ag", 3)``) as a number, the same for
@@ -145,13 +184,29 @@ class GraphBuilder:
         """``nbytes`` from ``src`` to ``dst`` moved by the comm kernels ``drivers``, in the
         concurrency step named ``step``."""
         # (``io`` is the caller's own mapping, kept as given: lowerings build one per task)
-        if self.fold and src != 0:      # another GPU's: described, never made
-            return self._folding(id, src, ("T", "sm", 0, (dst - src) % self.num_gpus, float(nbytes),
-                                            self._steps.setdefault(step, len(self._steps)), reduce, 0))
+        if self.fold and src != 0:      # another GPU's: described, never made (_folding, inlined: the bulk)
+            n, where, made = self.num_gpus, self._where, self._made
+            i = made[src]
+            made[src] = i + 1
+            where[id] = (src, i)
+            if len(deps) == 1:
+                h, j = where[deps[0]]
+                rel_deps = (((h - src) % n, j),)
+            else:
+                rel_deps = self._rel(deps, src, unordered=True)
+            sig = ("T", "sm", 0, (dst - src) % n, float(nbytes), self._steps.setdefault(step, len(self._steps)),
+                   reduce, 0, self._rel(drivers, src), rel_deps)
+            sigs = self._sigs
+            if i < len(sigs):
+                if sigs[i] != sig:
+                    self._mismatch = True
+            else:
+                self._later.append((i, sig))
+            return TaskRef(id)
         t = Transfer(id, src, dst, float(nbytes), "sm", src, None, tuple(drivers), 0, reduce, tuple(deps), "comm",
                      label or f"{src}->{dst}", {} if io is None else io, self._steps.setdefault(step, len(self._steps)))
         if self.fold:
-            return self._folding(id, 0, _describe(t, self.num_gpus), t)
+            return self._folding(id, 0, self._describe(t), t)
         self.tasks.append(t)
         return t
 
@@ -167,7 +222,8 @@ class GraphBuilder:
         if self.fold and issuer != 0:
             n = self.num_gpus
             return self._folding(id, issuer, ("T", "dma", (src - issuer) % n, (dst - issuer) % n, float(nbytes),
-                                              self.step(*step), False, e))
+                                              self.step(*step), False, e, (),
+                                              self._rel(deps, issuer, unordered=True)))
         stream = self.stream(issuer, f"copy{e}", 0)
         return self._add(Transfer(id, src, dst, float(nbytes), "dma", issuer, stream, (), e, False,
                                   tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {}), self.step(*step),
@@ -187,21 +243,12 @@ class GraphBuilder:
         if not self.fold:
             raise ValueError("build_folded needs GraphBuilder(fold=True)")
         sigs = self._sigs
-        if len(set(self._made)) != 1 or any(sigs[i] != sig for i, sig in self._foreign):
+        if self._mismatch or len(set(self._made)) != 1 or any(sigs[i] != sig for i, sig in self._later):
             return None
         streams = sorted((s for s in self.streams.values() if s.gpu == 0), key=lambda s: s.name)
-        return prefolded(self.num_gpus, streams, self.tasks, self._alias, unfold, buffers=self.buffers,
+        return prefolded(self.num_gpus, streams, self.tasks, self._where, unfold, buffers=self.buffers,
                          meta=self.meta)
 
-
-def _describe(task, n: int) -> tuple:
-    """A task as its GPU sees it (peers relative to it): what must agree between GPU 0's i-th
-    task and every other GPU's i-th in a folding builder."""
-    g = task.gpu
-    if isinstance(task, Kernel):
-        return ("K", task.kind, task.stream, task.grid, task.block_time, task.elems)
-    return ("T", task.engine, (task.src - g) % n, (task.dst - g) % n, task.nbytes, task.step, task.reduce,
-            task.dma_engine)
 
 
 def reduce_grid(gpu: GpuProfile, block: BlockShape, elems):
