@@ -194,14 +194,9 @@ class GraphBuilder:
                 rel_deps = (((h - src) % n, j),)
             else:
                 rel_deps = self._rel(deps, src, unordered=True)
-            sig = ("T", "sm", 0, (dst - src) % n, float(nbytes), self._steps.setdefault(step, len(self._steps)),
-                   reduce, 0, self._rel(drivers, src), rel_deps)
-            sigs = self._sigs
-            if i < len(sigs):
-                if sigs[i] != sig:
-                    self._mismatch = True
-            else:
-                self._later.append((i, sig))
+            self._compare(i, ("T", "sm", 0, (dst - src) % n, float(nbytes),
+                              self._steps.setdefault(step, len(self._steps)), reduce, 0, self._rel(drivers, src),
+                              rel_deps))
             return TaskRef(id)
         t = Transfer(id, src, dst, float(nbytes), "sm", src, None, tuple(drivers), 0, reduce, tuple(deps), "comm",
                      label or f"{src}->{dst}", {} if io is None else io, self._steps.setdefault(step, len(self._steps)))
