@@ -67,9 +67,10 @@ from ..topology import Topology, load_topology
 from ..workload import Scenario
 from .closed_form_overlap import (CommKernels, Groups, MemKernels, apply_comm_hold, apply_memory_hold, comm_release,
                                   groups, levels_of, link_coefs, memory_hold, slowdowns)
-from .dag_levels import longest_path_levels, padded_levels
+from .dag_levels import csr, longest_path_levels, padded_levels
 from .closed_form_tiles import residency, signal_share, sources, store_coef, with_signals
-from .closed_form_tables import comm_kernels, link_tables, memory_kernels, merged_comm, merged_links, merged_mem
+from .closed_form_tables import (graph_comm_kernels, link_tables, memory_kernels, merged_comm, merged_links, merged_mem,
+                                 transfer_cost)
 
 ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX, SIG = range(8)   # SMX: an SM transfer (XFER + its wire protocol)
 
@@ -120,6 +121,8 @@ class Template:
     quotient: "Template | None" = None          # evaluated instead when set (:mod:`.symmetry`)
     orbit: np.ndarray | None = None             # node (and sentinel) -> quotient node
     source: np.ndarray | None = None            # SIG node -> its producer GEMM's end node (else -1)
+    places: np.ndarray | None = None            # compiled from a share (:mod:`.closed_form_turned`): (tasks of
+                                                # GPU 0, 2) begin and end node of its i-th; GPU g's: + g * nodes/GPU
 
     def contention_groups(self) -> Groups | None:
         """:attr:`groups`, built on first use (a sweep evaluates merged templates, never the
@@ -162,26 +165,19 @@ def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology
         if t.engine == "sm":
             chan[(t.drivers[0], g)] += 1
         rows.append((t, route, g, r))
-    hbm, per_channel = gpu.hbm_effective, gpu.comm_kernel.channel_bandwidth
-    dma_cap: dict[tuple[int, int], float] = {}
     grid: dict[str, int] = {}
     out = {}
     for t, (links, latency), g, r in rows:
-        if t.engine == "dma":
-            pair = (t.src, t.dst)
-            cap = dma_cap.get(pair)
-            if cap is None:
-                cap = dma_cap[pair] = gpu.dma.cap(t.src, t.dst)
-            fixed = gpu.dma.command_overhead
-        else:
+        if t.engine == "sm":
             d = t.drivers[0]
             blocks = grid.get(d)
             if blocks is None:
                 blocks = grid[d] = graph.kernel(d).grid
-            cap, fixed = blocks * per_channel / chan[(d, g)], 0.0
-        cap = min(cap, hbm / (2 if t.src == t.dst else 1))
-        bw = min([link_bw[lk] / share[(lk, g, r)] for lk in links] + [cap])
-        out[t.id] = (fixed + latency, 1.0 / bw, cap, links)
+            shared = chan[(d, g)]
+        else:
+            blocks = shared = 0
+        out[t.id] = transfer_cost(t, gpu, links, latency, [link_bw[lk] / share[(lk, g, r)] for lk in links],
+                                  blocks, shared)
     return out
 
 
@@ -258,11 +254,13 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
             inputs[end[t.id]] = (begin[t.id],)
     n = len(rows)
     kinds, gpus, consts, coefs, nbytes, shape_ix, dsts = (list(c) for c in zip(*rows)) if rows else ([],) * 7
-    level = longest_path_levels(inputs)
-    levels = padded_levels(inputs, level)
+    lens, flat = csr(inputs)
+    level = longest_path_levels(lens, flat)
+    levels = padded_levels(lens, flat, level)
     kernels = graph.kernels
     gemms = [t for t in kernels if t.kind == "gemm" and t.gemm is not None]
     comms = [t for t in kernels if t.kind == "comm"]
+    mems = [t for t in kernels if t.kind == "memory"]
     xfers = graph.transfers
     ix = lambda d, ts: np.array([d[t.id] for t in ts], dtype=np.int64)  # noqa: E731
     comm_grid = np.array([k.grid for k in comms], dtype=float)
@@ -276,10 +274,9 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
         comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
         tasks=np.array([(begin[t.id], end[t.id]) for t in graph.tasks], dtype=np.int64).reshape(-1, 2),
-        **link_tables(xfers, costs, topo),
-        mem=memory_kernels([k for k in kernels if k.kind == "memory"], begin, end, gpu, gpu_of, gemm_nodes, level,
-                            ix(begin, gemms)),
-        comm_kernels=comm_kernels(graph, comms, gemms, gpu, level[ix(begin, comms)], level[ix(begin, gemms)]),
+        **link_tables([costs[t.id][3] for t in xfers], [costs[t.id][2] for t in xfers], topo),
+        mem=memory_kernels(mems, ix(end, mems), ix(begin, mems), gpu, gpu_of, gemm_nodes, level, ix(begin, gemms)),
+        comm_kernels=graph_comm_kernels(graph, comms, gemms, gpu, level[ix(begin, comms)], level[ix(begin, gemms)]),
         source=sources(source, n))
 
 

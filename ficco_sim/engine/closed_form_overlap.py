@@ -105,7 +105,13 @@ def groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x_
 
 
 def join_keys(row_keys: np.ndarray, col_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, cols) of every pair with ``row_keys[row] == col_keys[col]``."""
+    """(rows, cols) of every pair with ``row_keys[row] == col_keys[col]``, distinct and sorted
+    by row, then column (the stable sort keeps equal keys' columns ascending), as
+    :func:`padded_lists` takes them ``ordered``.
+
+    >>> [x.tolist() for x in join_keys(np.array([2, 1]), np.array([1, 2, 1]))]
+    [[0, 1, 1], [1, 0, 2]]
+    """
     order = np.argsort(col_keys, kind="stable")
     ranked = col_keys[order]
     lo = np.searchsorted(ranked, row_keys, "left")

@@ -22,17 +22,31 @@ if TYPE_CHECKING:
     from .closed_form import Template
 
 
-def comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile,
-                  comm_level: np.ndarray, gemm_level: np.ndarray) -> CommKernels:
+def transfer_cost(t, gpu: GpuProfile, links: list, latency: float, link_rates: list[float], blocks: int,
+                  shared: int) -> tuple[float, float, float, list]:
+    """(fixed s, s per byte, cap B/s, ``links``) of transfer ``t``: a copy engine's rate
+    (a command's fixed cost), or the driving kernel's ``blocks`` channels divided among the
+    ``shared`` transfers of its step; at most HBM's (half within one GPU); at most each link's
+    rate as the first pass shares it (``link_rates``)."""
+    if t.engine == "dma":
+        cap, fixed = gpu.dma.cap(t.src, t.dst), gpu.dma.command_overhead
+    else:
+        cap, fixed = blocks * gpu.comm_kernel.channel_bandwidth / shared, 0.0
+    cap = min(cap, gpu.hbm_effective / (2 if t.src == t.dst else 1))
+    return fixed + latency, 1.0 / min(link_rates + [cap]), cap, links
+
+
+def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, comm_level: np.ndarray,
+                 gemm_level: np.ndarray, *, gpus: tuple[np.ndarray, np.ndarray], order: tuple[np.ndarray, np.ndarray],
+                 priority: tuple[np.ndarray, np.ndarray]) -> CommKernels:
     """The GEMMs that may hold a communication kernel back are those of its GPU whose begin
     node lies at a shallower level of the DAG than its own (their begin time is known when its
     own is computed), or at the same level and issued before it (at one level both reach the
-    SMs together, and the earlier issued is dispatched first)."""
-    prio = {(s.gpu, s.name): s.priority for s in graph.streams}
-    order = {t.id: i for i, t in enumerate(graph.tasks)}
-    comm_order = np.array([order[k.id] for k in comms], dtype=np.int64)
-    gemm_order = np.array([order[k.id] for k in gemms], dtype=np.int64)
-    r, c = join_keys(np.array([k.gpu for k in comms], dtype=np.int64), np.array([k.gpu for k in gemms], dtype=np.int64))
+    SMs together, and the earlier issued is dispatched first). ``gpus``, ``order`` (place in
+    issue order; compared within a GPU only) and ``priority`` (their streams'): of the
+    communication kernels, then of the GEMMs."""
+    (comm_gpu, gemm_gpu), (comm_order, gemm_order) = gpus, order
+    r, c = join_keys(comm_gpu, gemm_gpu)
     first = (gemm_level[c] < comm_level[r]) | ((gemm_level[c] == comm_level[r]) & (gemm_order[c] < comm_order[r]))
     shape: dict = {}         # block shape -> (SM needs, occupancy): many kernels share one
     for k in comms:
@@ -41,34 +55,47 @@ def comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel], gpu
     return CommKernels(
         need=np.array([shape[k.block][0] for k in comms], dtype=np.int64).reshape(-1, 4),
         occupancy=np.array([shape[k.block][1] for k in comms], dtype=np.int64),
-        priority=np.array([prio[(k.gpu, k.stream)] for k in comms], dtype=np.int64),
-        gemms=padded_lists(r[first], c[first], len(comms), len(gemms)),
-        gemm_priority=np.array([prio[(k.gpu, k.stream)] for k in gemms], dtype=np.int64),
-        order=comm_order, gemm_order=gemm_order)
+        priority=priority[0], gemms=padded_lists(r[first], c[first], len(comms), len(gemms), ordered=True),
+        gemm_priority=priority[1], order=comm_order, gemm_order=gemm_order)
 
 
-def memory_kernels(mems: list[Kernel], begin: dict, end: dict, gpu: GpuProfile, gpu_of: np.ndarray,
-                    gemm_nodes: np.ndarray, level: np.ndarray, gemm_begin: np.ndarray) -> MemKernels:
+def graph_comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile,
+                       comm_level: np.ndarray, gemm_level: np.ndarray) -> CommKernels:
+    """:func:`comm_kernels` of a whole graph's kernels."""
+    prio = {(s.gpu, s.name): s.priority for s in graph.streams}
+    order = {t.id: i for i, t in enumerate(graph.tasks)}
+    col = lambda ks, f: np.array([f(k) for k in ks], dtype=np.int64)  # noqa: E731
+    return comm_kernels(comms, gemms, gpu, comm_level, gemm_level,
+                        gpus=(col(comms, lambda k: k.gpu), col(gemms, lambda k: k.gpu)),
+                        order=(col(comms, lambda k: order[k.id]), col(gemms, lambda k: order[k.id])),
+                        priority=(col(comms, lambda k: prio[(k.gpu, k.stream)]),
+                                  col(gemms, lambda k: prio[(k.gpu, k.stream)])))
+
+
+def memory_kernels(mems: list[Kernel], nodes: np.ndarray, begin: np.ndarray, gpu: GpuProfile, gpu_of: np.ndarray,
+                   gemm_nodes: np.ndarray, level: np.ndarray, gemm_begin: np.ndarray) -> MemKernels:
     """The GEMMs that may share SMs with a memory kernel are those of its GPU whose begin
-    node lies at a shallower level than the kernel's end (known when its end is computed)."""
-    nodes = np.array([end[k.id] for k in mems], dtype=np.int64)
+    node lies at a shallower level than the kernel's end (known when its end is computed);
+    ``nodes``, ``begin``: the kernels' end and begin nodes."""
     r, c = join_keys(gpu_of[nodes], gpu_of[gemm_nodes])
     earlier = level[gemm_begin][c] < level[nodes][r]
     return MemKernels(
-        nodes=nodes, begin=np.array([begin[k.id] for k in mems], dtype=np.int64),
+        nodes=nodes, begin=begin,
         grid=np.array([k.grid for k in mems], dtype=float), block_time=np.array([k.block_time for k in mems]),
         block_hbm=np.array([k.block_hbm_bytes for k in mems]),
         need=np.array([block_needs(gpu.sm, k.block) for k in mems], dtype=np.int64).reshape(-1, 4),
         occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in mems], dtype=np.int64),
-        gemms=padded_lists(r[earlier], c[earlier], len(mems), len(gemm_nodes)),
+        gemms=padded_lists(r[earlier], c[earlier], len(mems), len(gemm_nodes), ordered=True),
         elems=np.array([np.nan if k.elems is None else k.elems for k in mems], dtype=float),
         **_distinct_blocks([k.block for k in mems]))
 
 
-def link_tables(xfers, costs: dict, topo: Topology) -> dict[str, np.ndarray]:
-    """The template's link fields (see :class:`Template`) for transfers ``xfers``."""
+def link_tables(paths: list[list], caps, topo: Topology) -> dict[str, np.ndarray]:
+    """The template's link fields (see :class:`Template`) for transfers crossing ``paths``
+    (lists of link keys; transfers of one GPU pair share their route's list) with rate caps
+    ``caps``."""
     ids: dict = {}
-    seen: dict = {}          # one list of link ids per route (transfers of a GPU pair share their route's list)
+    seen: dict = {}          # one list of link ids per route
 
     def route(links: list) -> list[int]:
         hit = seen.get(id(links))
@@ -76,17 +103,17 @@ def link_tables(xfers, costs: dict, topo: Topology) -> dict[str, np.ndarray]:
             hit = seen[id(links)] = [ids.setdefault(lk, len(ids)) for lk in links]
         return hit
 
-    paths = [route(costs[t.id][3]) for t in xfers]
-    L = len(ids)
-    xfer_links = np.full((len(xfers), max([1] + [len(p) for p in paths])), L, dtype=np.int64)
+    paths = [route(p) for p in paths]
+    L, X = len(ids), len(paths)
+    xfer_links = np.full((X, max([1] + [len(p) for p in paths])), L, dtype=np.int64)
     for i, p in enumerate(paths):
         xfer_links[i, :len(p)] = p
     rows = np.fromiter((lk for p in paths for lk in p), dtype=np.int64, count=sum(map(len, paths)))
-    cols = np.repeat(np.arange(len(xfers)), [len(p) for p in paths])
+    cols = np.repeat(np.arange(X), [len(p) for p in paths])
     edges = topo.graph.edges
     return {"link_bw": np.array([edges[lk]["bandwidth"] for lk in ids] + [np.inf]), "xfer_links": xfer_links,
-            "xfer_cap": np.array([costs[t.id][2] for t in xfers], dtype=float),
-            "link_members": padded_lists(rows, cols, L + 1, len(xfers))}   # the sentinel link L: no members
+            "xfer_cap": np.asarray(caps, dtype=float).reshape(X),
+            "link_members": padded_lists(rows, cols, L + 1, X)}   # the sentinel link L: no members
 
 
 def merged_comm(tpls: Sequence["Template"]) -> CommKernels:

@@ -9,14 +9,18 @@ import itertools
 import numpy as np
 
 
-def padded_levels(inputs: list[tuple[int, ...]], level: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per level (1, 2, ...): its node ids and their inputs padded with ``n`` (the zero
-    source), built with whole-array operations."""
-    n = len(inputs)
+def csr(inputs: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """Every node's input count and all inputs end to end (the form the functions below take)."""
+    lens = np.fromiter(map(len, inputs), dtype=np.int64, count=len(inputs))
+    return lens, np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64, count=int(lens.sum()))
+
+
+def padded_levels(lens: np.ndarray, flat: np.ndarray, level: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per level (1, 2, ...): its node ids and their inputs (``lens``, ``flat``: :func:`csr`)
+    padded with ``n`` (the zero source), built with whole-array operations."""
+    n = len(lens)
     if not n:
         return []
-    lens = np.fromiter(map(len, inputs), dtype=np.int64, count=n)
-    flat = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64, count=int(lens.sum()))
     owner = np.repeat(np.arange(n), lens)
     pos = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
     order = np.argsort(level, kind="stable")                 # nodes by level, ids ascending within
@@ -36,16 +40,15 @@ def padded_levels(inputs: list[tuple[int, ...]], level: np.ndarray) -> list[tupl
     return out
 
 
-def longest_path_levels(inputs: list[tuple[int, ...]]) -> np.ndarray:
+def longest_path_levels(lens: np.ndarray, src: np.ndarray) -> np.ndarray:
     """Longest-path depth of every node (inputs first: depth 1), by Kahn's algorithm run one
     frontier at a time with whole-array operations: the nodes whose inputs all lie in
     earlier frontiers form the next one, so a node's frontier is its depth (templates are a
-    few dozen levels deep and thousands of nodes wide)."""
-    n = len(inputs)
+    few dozen to a few thousand levels deep and thousands of nodes wide; ``lens``, ``src``:
+    the inputs, :func:`csr`)."""
+    n = len(lens)
     if not n:
         return np.zeros(0, dtype=np.int64)
-    lens = np.fromiter(map(len, inputs), dtype=np.int64, count=n)
-    src = np.fromiter(itertools.chain.from_iterable(inputs), dtype=np.int64, count=int(lens.sum()))
     dst = np.repeat(np.arange(n), lens)
     order = np.argsort(src, kind="stable")                 # edges grouped by their input node
     src, dst = src[order], dst[order]
@@ -53,6 +56,7 @@ def longest_path_levels(inputs: list[tuple[int, ...]]) -> np.ndarray:
     indeg = lens.copy()
     level = np.zeros(n, dtype=np.int64)
     front = np.flatnonzero(indeg == 0)
+    seen = np.empty(n, dtype=np.int64)
     depth = 0
     while len(front):
         depth += 1
@@ -65,8 +69,9 @@ def longest_path_levels(inputs: list[tuple[int, ...]]) -> np.ndarray:
         out = dst[idx]
         np.subtract.at(indeg, out, 1)
         front = out[indeg[out] == 0]
-        if len(front) > 1:
-            front = np.unique(front)    # a node reached by several frontier edges
+        if len(front) > 1:             # a node reached by several frontier edges: keep one
+            seen[front] = np.arange(len(front))
+            front = front[seen[front] == np.arange(len(front))]
     if (level == 0).any():
         raise ValueError("the compiled graph has a cycle")
     return level

@@ -28,6 +28,37 @@ from ..topology import Topology, gpu_index, gpu_node
 
 
 
+@dataclass(frozen=True, eq=False)
+class Share:
+    """GPU 0's part of a rotation-symmetric graph lowered folded
+    (:meth:`~ficco_sim.schedules.builder.GraphBuilder.build_share`), as made: ``tasks`` are GPU
+    0's in the order it made them, naming other GPUs' tasks by their ids; ``where`` gives every
+    task of every GPU as (GPU, place in that GPU's sequence). GPU g's i-th task is GPU 0's i-th
+    turned by g (GPU ids ``+ g``, mod ``ranks``); the closed form compiles the whole graph from
+    this (:func:`~ficco_sim.engine.closed_form_turned.compile_share`)."""
+
+    ranks: int
+    streams: tuple                             # GPU 0's streams
+    tasks: tuple
+    where: dict[str, tuple[int, int]] = field(repr=False)
+
+    def without_gemms(self) -> "Share":
+        """The share of :func:`~ficco_sim.metrics.comm_only_graph`'s graph: GEMM kernels
+        removed with the dependencies and tile signals through them (the other GPUs' alike:
+        their places are GPU 0's)."""
+        gemm = [isinstance(t, Kernel) and t.kind == "gemm" for t in self.tasks]
+        place, kept = [], 0
+        for g in gemm:
+            place.append(-1 if g else kept)
+            kept += not g
+        where = {x: (h, place[i]) for x, (h, i) in self.where.items() if not gemm[i]}
+        tasks = tuple(t if all(d in where for d in t.deps) and not t.signals else
+                      replace(t, deps=tuple(d for d in t.deps if d in where),
+                              signals=tuple(x for x in t.signals if x[0] in where))
+                      for t, g in zip(self.tasks, gemm) if not g)
+        return Share(self.ranks, self.streams, tasks, where)
+
+
 @dataclass
 class Folded:
     """GPU 0's share of a rotation-symmetric task graph (see module docstring)."""

@@ -26,7 +26,8 @@ def rotation_symmetric(sc: Scenario, topo: Topology) -> bool:
     return topo.kind in ("fc", "switch") and topo.num_gpus == sc.gpus and uniform
 
 
-def quotient(tpl: Template, stride: int, gpus: int) -> tuple[Template | None, np.ndarray | None]:
+def quotient(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = None
+             ) -> tuple[Template | None, np.ndarray | None]:
     """Nodes of ``tpl`` collapsed into classes that provably get the same times, and the
     node -> class map (None, None when nothing collapses).
 
@@ -38,11 +39,15 @@ def quotient(tpl: Template, stride: int, gpus: int) -> tuple[Template | None, np
     every GPU in the contention pass, so slowdowns, hence final times, follow the class
     too: the contention pass runs for one GEMM and one transfer per class. Blocks that
     fail this test keep one class per node (the full evaluation).
+
+    ``known`` (>= 0) gives the class of nodes whose block was compiled from a share
+    (:mod:`.closed_form_turned`): GPU g's node is GPU 0's turned, so its class is GPU 0's
+    node (numbered apart from the others'; -1: work it out).
     """
     N = tpl.num_nodes
     if tpl.gpu_of.min(initial=0) < 0:
         return None, None
-    cls = _classes(tpl, stride, gpus)
+    cls = _classes(tpl, stride, gpus, known)
     gpu = tpl.gpu_of
     order = np.lexsort((cls, gpu))          # by GPU, then class: each GPU's multiset of classes
     sorted_gpu, sorted_cls = gpu[order], cls[order]
@@ -90,11 +95,15 @@ def quotient(tpl: Template, stride: int, gpus: int) -> tuple[Template | None, np
     return quot, orbit
 
 
-def _classes(tpl: Template, stride: int, gpus: int) -> np.ndarray:
+def _classes(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = None) -> np.ndarray:
     """Each node's class (see :func:`quotient`), level by level: its block, kind, durations,
     relative destination and the multiset of (input class, input GPU relative to its own).
-    Nodes alike share a level (their inputs do), so classes are numbered per level."""
+    Nodes alike share a level (their inputs do), so classes are numbered per level; a
+    ``known`` class comes after all of those (a block's inputs are its own)."""
     N = tpl.num_nodes
+    if known is not None and (known >= 0).all():
+        return N + known
+    unknown = None if known is None else known < 0
     gpu = tpl.gpu_of
     grid = np.zeros(N)
     grid[tpl.comm_nodes] = tpl.comm_grid
@@ -105,6 +114,12 @@ def _classes(tpl: Template, stride: int, gpus: int) -> np.ndarray:
     gpu_ext = np.append(gpu, 0)
     count = 0
     for ids, pad in tpl.levels:
+        if unknown is not None:
+            here = unknown[ids]
+            cls[ids[~here]] = N + known[ids[~here]]
+            ids, pad = ids[here], pad[here]
+            if not len(ids):
+                continue
         code = np.where(pad != N, cls[pad] * gpus + (gpu_ext[pad] - gpu[ids][:, None]) % gpus, -1)
         rows = np.concatenate([attrs[ids], np.sort(code, axis=1)], axis=1)
         uniq, inv = np.unique(rows, axis=0, return_inverse=True)

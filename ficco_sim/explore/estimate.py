@@ -22,12 +22,15 @@ import numpy as np
 
 from ..contention import PROFILE, Weights
 from ..engine.closed_form import Template, compile_graph, evaluate, merge
+from ..engine.closed_form_turned import compile_share
+from ..engine.fold import Share, topology_turns
 from ..engine.gcpause import paused_gc
 from ..engine.symmetry import quotient, rotation_symmetric
 from ..gemm_model import gemm_times
 from ..hardware import GpuProfile, load_gpu
 from ..metrics import comm_only_graph, comm_only_key, schedule_metrics
 from ..schedules import Schedule, lower, parse_schedule
+from ..schedules.lowering import lower_share
 from ..topology import Topology, load_topology
 from ..workload import Scenario
 
@@ -99,18 +102,30 @@ def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo
         if hit is None:
             with paused_gc():
                 graph = _lowered(key, scenario, schedule, gpu, topo)
-                alias = _ALIASES[key] = (key[0], ("comm-only", *comm_only_key(graph)), *key[2:])
+                if isinstance(graph, Share):
+                    graph = graph.without_gemms()
+                    comm = ("comm-only share", graph.ranks, len(graph.tasks), hash((graph.streams, graph.tasks)))
+                else:
+                    graph = comm_only_graph(graph)
+                    comm = ("comm-only", *comm_only_key(graph))
+                alias = _ALIASES[key] = (key[0], comm, *key[2:])
                 hit = _get(alias)
                 if hit is None:
-                    tpl = compile_graph(comm_only_graph(graph), gpu, topo, scenario)
+                    tpl = _compiled(graph, gpu, topo, scenario)
                     hit = _remember(alias, (gpu, topo, tpl), tpl.num_nodes)
         return hit[2]
     hit = _get(key)
     if hit is None:
         with paused_gc():
-            tpl = compile_graph(_lowered(key, scenario, schedule, gpu, topo), gpu, topo, scenario)
+            tpl = _compiled(_lowered(key, scenario, schedule, gpu, topo), gpu, topo, scenario)
         hit = _remember(key, (gpu, topo, tpl), tpl.num_nodes)
     return hit[2]
+
+
+def _compiled(graph, gpu: GpuProfile, topo: Topology, scenario: Scenario) -> Template:
+    if isinstance(graph, Share):
+        return compile_share(graph, gpu, topo, scenario)
+    return compile_graph(graph, gpu, topo, scenario)
 
 
 _LAST: list = [None, None]      # the last lowered graph and its key: a schedule's template and its
@@ -119,9 +134,18 @@ _ALIASES: dict[tuple, tuple] = {}   # (structure, schedule, gpu, topology) -> it
 
 
 def _lowered(key: tuple, scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo: Topology):
+    """The schedule's graph, or GPU 0's share of it where every GPU's tasks are GPU 0's turned
+    on a topology that turns too (:func:`~ficco_sim.engine.closed_form_turned.compile_share`
+    compiles the same template from it, without making the other GPUs' tasks)."""
     if _LAST[0] != key:
-        _LAST[:] = [key, lower(scenario, schedule, gpu, topo)]
+        share = None
+        if SHARES and gpu.host is None and topology_turns(topo, scenario.gpus):
+            share = lower_share(scenario, schedule, gpu, topo)
+        _LAST[:] = [key, share if share is not None else lower(scenario, schedule, gpu, topo)]
     return _LAST[1]
+
+
+SHARES = True       # compile rotation-symmetric graphs from GPU 0's share (off: always the whole graph)
 
 
 def _merged(tpls: list[Template], scenario: Scenario, topo: Topology) -> tuple[Template, np.ndarray]:
@@ -132,9 +156,25 @@ def _merged(tpls: list[Template], scenario: Scenario, topo: Topology) -> tuple[T
             merged, offs = merge(tpls)
             if rotation_symmetric(scenario, topo):
                 stride = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
-                merged.quotient, merged.orbit = quotient(merged, stride, scenario.gpus)
+                merged.quotient, merged.orbit = quotient(merged, stride, scenario.gpus, _known(tpls))
         hit = _remember(key, (tpls, merged, offs), merged.num_nodes)
     return hit[1], hit[2]
+
+
+def _known(tpls: list[Template]) -> np.ndarray | None:
+    """Classes of the nodes of templates compiled from a share (GPU 0's node each stands
+    for, numbered apart per template; -1 for the others: :func:`~ficco_sim.engine.symmetry.quotient`)."""
+    if all(t.places is None for t in tpls):
+        return None
+    out, base = [], 0
+    for t in tpls:
+        if t.places is None:
+            out.append(np.full(t.num_nodes, -1, dtype=np.int64))
+        else:
+            per = t.num_nodes // len(np.unique(t.gpu_of))
+            out.append(base + np.arange(t.num_nodes, dtype=np.int64) % per)
+            base += per
+    return np.concatenate(out)
 
 
 def _part(ev: dict, a: int, b: int) -> dict[str, np.ndarray]:

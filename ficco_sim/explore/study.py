@@ -128,8 +128,6 @@ def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *
             top = max(top, max((len(j.schedules) for j in jobs), default=top))
         rows += run_sweep(confirm_jobs(rows, scenarios, top), workers=workers, ray=ray, out=out, progress=progress)
     points = ordered(pd.DataFrame(rows))
-    points.attrs["invalid"] = invalid
-    points.attrs["notes"] = notes
     summary = summarize(points[points["engine"] == "des"] if engine == "confirm" else points)
     if engine == "confirm" and len(summary):
         ranked = points[(points["engine"] == "des") & (points["status"] == "ok")]
@@ -140,6 +138,10 @@ def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *
         summary[col] = [meta.get((k, lab), {}).get(col) for k, lab in zip(summary["scenario_id"], summary["scenario"])] \
             if len(summary) else []
     summary["engine"], summary["space"] = engine, space
+    # (attached last: pandas deep-copies ``attrs`` into every frame an operation makes, and the
+    # invalid schedules of a wide sweep are thousands of entries)
+    points.attrs["invalid"] = invalid
+    points.attrs["notes"] = notes
     return points, summary
 
 

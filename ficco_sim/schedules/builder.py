@@ -77,6 +77,11 @@ class GraphBuilder:
         self.streams.setdefault((gpu, name), Stream(gpu, name, priority))
         return name
 
+    def makes(self, gpu: int) -> bool:
+        """Whether a task of ``gpu`` is made (fold mode describes the other GPUs' only: what
+        only the executor reads, such as ``io``, need not be built for them)."""
+        return not self.fold or gpu == 0
+
     def _add(self, task):
         if self.fold:
             return self._folding(task.id, task.gpu, self._describe(task), task)
@@ -126,10 +131,30 @@ class GraphBuilder:
         must agree between GPU 0's i-th task and every other GPU's i-th."""
         g, n = task.gpu, self.num_gpus
         if isinstance(task, Kernel):
-            return ("K", task.kind, task.stream, task.grid, task.block_time, task.elems,
-                    self._rel(task.deps, g, unordered=True))
+            return self._kernel_sig(g, task.kind, task.stream, task.grid, task.block, task.block_time,
+                                    task.block_hbm_bytes, task.elems, task.gemm, task.sms, task.stores, task.signals,
+                                    task.deps)
         return ("T", task.engine, (task.src - g) % n, (task.dst - g) % n, task.nbytes, task.step, task.reduce,
-                task.dma_engine, self._rel(task.drivers, g), self._rel(task.deps, g, unordered=True))
+                task.dma_engine, self._rel(task.drivers, g), self._rel(task.deps, g, unordered=True),
+                self._rel_signals(task.signals, g))
+
+    def _rel_signals(self, signals, g: int) -> tuple:
+        return tuple(zip(self._rel([k for k, _ in signals], g), [r for _, r in signals])) if signals else ()
+
+    def _kernel_sig(self, g: int, kind: str, stream: str, grid: int, block, block_time: float, hbm: float, elems,
+                    gemm, sms, stores, signals, deps) -> tuple:
+        """Fold mode: a kernel of GPU ``g`` as that GPU sees it (see :meth:`_describe`)."""
+        n = self.num_gpus
+        return ("K", kind, stream, grid, block, block_time, hbm, elems, gemm, sms,
+                tuple((r, (d - g) % n) for r, d in stores), self._rel_signals(signals, g),
+                self._rel(deps, g, unordered=True))
+
+    def _kernel(self, id: str, gpu: int, make, *sig):
+        """A kernel made by ``make()``; in fold mode another GPU's is only described (``sig``:
+        :meth:`_kernel_sig`'s fields after the GPU), never made."""
+        if self.fold and gpu != 0:
+            return self._folding(id, gpu, self._kernel_sig(gpu, *sig))
+        return self._add(make())
 
     def step(self, *key: object) -> int:
         """The concurrency step named ``key`` (e.g. ``("ag", 3)``) as a number, the same for
@@ -149,10 +174,12 @@ class GraphBuilder:
         plan = plan_gemm(self.gpu, m, n, k, dtype, extra_smem=self.extra_smem, accumulate=accumulate,
                          sms=self.gemm_sms)
         shape = GemmShape(m, n, k, dtype, accumulate, self.extra_smem, self.gemm_sms)
-        return self._add(Kernel(id, gpu, stream, "gemm", plan.grid, plan.block, plan.block_time,
-                                plan.block_hbm_bytes, tuple(deps), "compute", label or f"gemm {m}x{n}x{k}",
-                                dict(io or {}, accumulate=accumulate), gemm=shape,
-                                sms=(0, self.gemm_sms) if self.gemm_sms else None, stores=tuple(stores)))
+        sms = (0, self.gemm_sms) if self.gemm_sms else None
+        return self._kernel(id, gpu, lambda: Kernel(
+            id, gpu, stream, "gemm", plan.grid, plan.block, plan.block_time, plan.block_hbm_bytes, tuple(deps),
+            "compute", label or f"gemm {m}x{n}x{k}", dict(io or {}, accumulate=accumulate), gemm=shape, sms=sms,
+            stores=tuple(stores)), "gemm", stream, plan.grid, plan.block, plan.block_time, plan.block_hbm_bytes, None,
+            shape, sms, tuple(stores), (), deps)
 
     def reduce(self, id: str, gpu: int, rows: int, cols: int, dtype: str, inputs: int, *,
                deps: Sequence[str] = (), stream: str = COMM, label: str = "", io: dict | None = None,
@@ -166,16 +193,19 @@ class GraphBuilder:
         per_block = total_bytes / grid
         # One wave of `grid` blocks moving total_bytes at the full effective HBM rate.
         block_time = total_bytes / self.gpu.hbm_effective
-        return self._add(Kernel(id, gpu, stream, "memory", grid, block, block_time, per_block,
-                                tuple(deps), "comm", label or f"reduce x{inputs}",
-                                dict(io or {}, rows=rows, cols=cols, dtype=dtype), elems=elems,
-                                signals=tuple(signals)))
+        return self._kernel(id, gpu, lambda: Kernel(
+            id, gpu, stream, "memory", grid, block, block_time, per_block, tuple(deps), "comm",
+            label or f"reduce x{inputs}", dict(io or {}, rows=rows, cols=cols, dtype=dtype), elems=elems,
+            signals=tuple(signals)), "memory", stream, grid, block, block_time, per_block, elems, None, None, (),
+            tuple(signals), deps)
 
     def comm_kernel(self, id: str, gpu: int, *, deps: Sequence[str] = (), label: str = "",
                     signals: Sequence = (), channels: int = 0) -> Kernel:
-        spec = self.gpu.comm_kernel
-        return self._add(Kernel(id, gpu, COMM, "comm", channels or self.channels, spec.block, 0.0, 0.0, tuple(deps),
-                                "comm", label or "comm", sms=self.comm_range, signals=tuple(signals)))
+        block, grid = self.gpu.comm_kernel.block, channels or self.channels
+        return self._kernel(id, gpu, lambda: Kernel(
+            id, gpu, COMM, "comm", grid, block, 0.0, 0.0, tuple(deps), "comm", label or "comm", sms=self.comm_range,
+            signals=tuple(signals)), "comm", COMM, grid, block, 0.0, 0.0, None, None, self.comm_range, (),
+            tuple(signals), deps)
 
     # -- transfers ---------------------------------------------------------------------
     def sm_transfer(self, id: str, src: int, dst: int, nbytes: float, drivers: Iterable[str], *, step: tuple,
@@ -196,7 +226,7 @@ class GraphBuilder:
                 rel_deps = self._rel(deps, src, unordered=True)
             self._compare(i, ("T", "sm", 0, (dst - src) % n, float(nbytes),
                               self._steps.setdefault(step, len(self._steps)), reduce, 0, self._rel(drivers, src),
-                              rel_deps))
+                              rel_deps, ()))
             return TaskRef(id)
         t = Transfer(id, src, dst, float(nbytes), "sm", src, None, tuple(drivers), 0, reduce, tuple(deps), "comm",
                      label or f"{src}->{dst}", {} if io is None else io, self._steps.setdefault(step, len(self._steps)))
@@ -218,7 +248,8 @@ class GraphBuilder:
             n = self.num_gpus
             return self._folding(id, issuer, ("T", "dma", (src - issuer) % n, (dst - issuer) % n, float(nbytes),
                                               self.step(*step), False, e, (),
-                                              self._rel(deps, issuer, unordered=True)))
+                                              self._rel(deps, issuer, unordered=True),
+                                              self._rel_signals(tuple(signals), issuer)))
         stream = self.stream(issuer, f"copy{e}", 0)
         return self._add(Transfer(id, src, dst, float(nbytes), "dma", issuer, stream, (), e, False,
                                   tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {}), self.step(*step),
@@ -230,6 +261,23 @@ class GraphBuilder:
         streams = sorted(self.streams.values(), key=lambda s: (s.gpu, s.name))
         return TaskGraph.build(self.num_gpus, streams, self.tasks, buffers=self.buffers, meta=self.meta)
 
+    def _symmetric(self) -> bool:
+        """Fold mode: every GPU made GPU 0's sequence of tasks, turned."""
+        sigs = self._sigs
+        return not self._mismatch and len(set(self._made)) == 1 and all(sigs[i] == sig for i, sig in self._later)
+
+    def build_share(self):
+        """Fold mode: GPU 0's tasks as made and where every task sits
+        (:class:`~ficco_sim.engine.fold.Share`, what the closed form compiles a whole graph
+        from), or None when the GPUs did not make the same sequence of tasks turned."""
+        from ..engine.fold import Share
+        if not self.fold:
+            raise ValueError("build_share needs GraphBuilder(fold=True)")
+        if not self._symmetric():
+            return None
+        return Share(self.num_gpus, tuple(sorted((s for s in self.streams.values() if s.gpu == 0),
+                                                 key=lambda s: s.name)), tuple(self.tasks), self._where)
+
     def build_folded(self, unfold):
         """Fold mode: GPU 0's share (:class:`~ficco_sim.engine.fold.Folded`), or None when the
         GPUs did not make the same sequence of tasks turned. ``unfold()``: the whole graph,
@@ -237,8 +285,7 @@ class GraphBuilder:
         from ..engine.fold import prefolded
         if not self.fold:
             raise ValueError("build_folded needs GraphBuilder(fold=True)")
-        sigs = self._sigs
-        if self._mismatch or len(set(self._made)) != 1 or any(sigs[i] != sig for i, sig in self._later):
+        if not self._symmetric():
             return None
         streams = sorted((s for s in self.streams.values() if s.gpu == 0), key=lambda s: s.name)
         return prefolded(self.num_gpus, streams, self.tasks, self._where, unfold, buffers=self.buffers,

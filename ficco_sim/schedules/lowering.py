@@ -91,6 +91,21 @@ def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, t
           algorithm: str = "auto") -> TaskGraph:
     """The task graph of ``scenario`` under ``schedule`` (a schedule or a preset name; see
     module docstring)."""
+    with paused_gc(kept=True):      # thousands of small frozen tasks: no collector passes over them
+        return _lowered(scenario, schedule, gpu, topology, algorithm, fold=False).build()
+
+
+def lower_share(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, topology: Topology | str, *,
+                algorithm: str = "auto"):
+    """GPU 0's share of :func:`lower`'s graph (:class:`~ficco_sim.engine.fold.Share`), made
+    without the other GPUs' tasks, or None when the lowering does not give every GPU the
+    same tasks turned (then lower the whole graph)."""
+    with paused_gc(kept=True):
+        return _lowered(scenario, schedule, gpu, topology, algorithm, fold=True).build_share()
+
+
+def _lowered(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, topology: Topology | str,
+             algorithm: str, *, fold: bool) -> GraphBuilder:
     gpu = load_gpu(gpu)
     topology = load_topology(topology, gpu)
     schedule = resolve(scenario, schedule, gpu, topology)
@@ -98,14 +113,13 @@ def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, t
     if reason:
         raise InputError("schedule", schedule.name, reason)
     b = GraphBuilder(gpu, scenario.gpus, comm_priority=1 if schedule.priority == "high" else 0,
-                     extra_smem=schedule.smem, channels=schedule.channels, sm_margin=schedule.margin)
+                     extra_smem=schedule.smem, channels=schedule.channels, sm_margin=schedule.margin, fold=fold)
     algo = collectives.pick_algorithm(algorithm, scenario.spec.collective, topology.kind, schedule.engine,
                                       gpus=scenario.gpus, spec=gpu.comm_kernel, nbytes=scenario.comm_bytes_per_rank)
     b.rings = collectives.ring_orders(topology)
     b.meta.update(scenario=scenario.label(), schedule=schedule.name, gpu=gpu.name, topology=topology.name)
-    with paused_gc(kept=True):      # thousands of small frozen tasks: no collector passes over them
-        LOWERINGS[scenario.kind](b, scenario, schedule, topology, algo)
-        return b.build()
+    LOWERINGS[scenario.kind](b, scenario, schedule, topology, algo)
+    return b
 
 
 # ----------------------------------------------------------------------------------------
@@ -156,19 +170,22 @@ def _gather_pieces(b: GraphBuilder, sch: Schedule, topo: Topology, buffer: str, 
     kern = _comm_kernels(b, "ag", nsteps) if sch.engine == "sm" else None
     one_engine = 0 if sch.pattern == "p2p" else None   # p2p: one peer per step, copies in step order
     for s in range(nsteps):
-        for g in range(n):
-            for owner, j in steps[g][s]:
-                src = (g - 1) % n if forward else owner
-                deps = [arrived[(src, owner, j)]] if forward and src != owner else []
-                tid = f"ag.s{s}.{owner}.{j}->{g}"
-                io = {"src": piece(buffer, owner, j), "dst": piece(buffer, owner, j)}
-                if sch.engine == "sm":
-                    b.sm_transfer(tid, src, g, sub_rows[j] * row_bytes, (kern[src][s], kern[g][s]), step=("ag", s), deps=deps,
-                                  label=f"AG step {s}", io=io)
-                else:
-                    b.dma_transfer(tid, g, src, g, sub_rows[j] * row_bytes, step=("ag", s), deps=deps, engine=one_engine,
-                                   label=f"AG step {s}", io=io)
-                arrived[(g, owner, j)] = tid
+        # the k-th piece of every GPU, then the (k+1)-th: each sender makes its pieces of a step
+        # to its peers in turned order (the next GPU's first), as every other sender does
+        for owner, j, g in ((*steps[g][s][k], g) for k in range(len(steps[0][s])) for g in range(n)):
+            src = (g - 1) % n if forward else owner
+            deps = [arrived[(src, owner, j)]] if forward and src != owner else []
+            tid = f"ag.s{s}.{owner}.{j}->{g}"
+            # (the executor's buffers, for tasks that are made: a folding builder only describes the rest)
+            io = {"src": piece(buffer, owner, j), "dst": piece(buffer, owner, j)} \
+                if b.makes(src if sch.engine == "sm" else g) else None
+            if sch.engine == "sm":
+                b.sm_transfer(tid, src, g, sub_rows[j] * row_bytes, (kern[src][s], kern[g][s]), step=("ag", s), deps=deps,
+                              label=f"AG step {s}", io=io)
+            else:
+                b.dma_transfer(tid, g, src, g, sub_rows[j] * row_bytes, step=("ag", s), deps=deps, engine=one_engine,
+                               label=f"AG step {s}", io=io)
+            arrived[(g, owner, j)] = tid
     return steps, sub_rows, arrived, piece
 
 
@@ -332,7 +349,7 @@ def _gemm_rs_ring(b: GraphBuilder, sc: Scenario, sch: Schedule, subs: int, sub_r
             for g in range(n):
                 dst, c = (g + 1) % n, (g - t) % n
                 tid = f"rs.s{s}.{g}->{dst}"
-                io = {"src": rows_of("P", c, j), "dst": rows_of("R", c, j)}
+                io = {"src": rows_of("P", c, j), "dst": rows_of("R", c, j)} if b.makes(g) else None
                 if kern is not None:
                     b.sm_transfer(tid, g, dst, sub_rows[j] * esize, (kern[g][s], kern[dst][s]), step=("rs", s),
                                   deps=[ready[(g, c, j)]], label=f"RS step {s}", io=io)
@@ -345,7 +362,8 @@ def _gemm_rs_ring(b: GraphBuilder, sc: Scenario, sch: Schedule, subs: int, sub_r
                 c = (g - 1 - t) % n   # what g just received from g-1
                 rid = b.reduce(f"rs.sum{g}.{c}.{j}", g, sub_rows[j], cols, dt, 2, stream=COMM,
                                deps=[recv[(g, c, j)], gemm_of[(g, c, j)]], label=f"RS add step {s}",
-                               io={"inputs": [rows_of("R", c, j), rows_of("P", c, j)], "out": rows_of("P", c, j)}).id
+                               io={"inputs": [rows_of("R", c, j), rows_of("P", c, j)], "out": rows_of("P", c, j)}
+                               if b.makes(g) else None).id
                 ready[(g, c, j)] = rid
 
 
