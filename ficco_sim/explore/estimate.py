@@ -104,7 +104,8 @@ def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo
                 graph = _lowered(key, scenario, schedule, gpu, topo)
                 if isinstance(graph, Share):
                     graph = graph.without_gemms()
-                    comm = ("comm-only share", graph.ranks, len(graph.tasks), hash((graph.streams, graph.tasks)))
+                    comm = ("comm-only share", graph.ranks, len(graph.tasks),
+                            hash((graph.streams, graph.tasks, tuple(graph.where.items()))))
                 else:
                     graph = comm_only_graph(graph)
                     comm = ("comm-only", *comm_only_key(graph))
