@@ -181,6 +181,35 @@ def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology
     return out
 
 
+def task_rows(t, gpu: GpuProfile, topo: Topology, cost: tuple | None, rows: list, shapes: dict, alone: dict
+              ) -> tuple[int, int, int, int | None]:
+    """Append task ``t``'s nodes (see module docstring) to ``rows`` as (kind, GPU, const, coef,
+    bytes, shape, dst); return its (ready, begin, end, armed) nodes (armed: a communication
+    kernel's, where its transfers start; else None). ``cost``: a transfer's
+    :func:`transfer_costs` entry; ``shapes``, ``alone``: GEMM shape indices and isolated
+    kernel times, shared by the whole template."""
+    def node(kind: int, gpu_id: int, const: float = 0.0, coef: float = 0.0, nb: float = 0.0, shape: int = -1,
+             dst: int = -1) -> int:
+        rows.append((kind, gpu_id, const, coef, nb, shape, dst))
+        return len(rows) - 1
+
+    if isinstance(t, Kernel):
+        begin = node(CONST, t.gpu, gpu.launch_of(t.kind))
+        if t.kind == "gemm" and t.gemm is not None:
+            return begin, begin, node(GEMM, t.gpu, coef=store_coef(t, topo),
+                                      shape=shapes.setdefault(t.gemm, len(shapes))), None
+        if t.kind == "comm":
+            armed = node(CONST, t.gpu, gpu.handshake_of("comm"))   # transfers start here
+            return begin, begin, node(ZERO, t.gpu), armed
+        key = (t.grid, t.block, t.block_time, t.block_hbm_bytes)
+        if key not in alone:
+            alone[key] = kernel_isolated_time(gpu, t, launch=False)
+        return begin, begin, node(MEM if t.kind == "memory" else FIXED, t.gpu, alone[key]), None
+    ready = node(ZERO, t.src, dst=t.dst)
+    begin = node(ZERO, t.src, dst=t.dst) if t.engine == "sm" else ready
+    return ready, begin, node(SMX if t.engine == "sm" else XFER, t.src, cost[0], cost[1], t.nbytes, dst=t.dst), None
+
+
 def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: Scenario | None = None) -> Template:
     """The template of ``graph`` (lowered from ``scenario``, if any: then it rescales)."""
     if gpu.host is not None:
@@ -216,27 +245,12 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
                 source[i] = end[kid]
                 sig.append(i)
             signals[t.id] = tuple(sig)
-        if isinstance(t, Kernel):
-            begin[t.id] = ready[t.id] = node(CONST, t.gpu, gpu.launch_of(t.kind))
-            if t.kind == "gemm" and t.gemm is not None:
-                end[t.id] = node(GEMM, t.gpu, coef=store_coef(t, topo),
-                                 shape=shapes.setdefault(t.gemm, len(shapes)))
-            elif t.kind == "comm":
-                armed[t.id] = node(CONST, t.gpu, gpu.handshake_of("comm"))   # transfers start here
-                end[t.id] = node(ZERO, t.gpu)
-                driven[t.id] = []
-            else:
-                shape = (t.grid, t.block, t.block_time, t.block_hbm_bytes)
-                if shape not in alone:
-                    alone[shape] = kernel_isolated_time(gpu, t, launch=False)
-                end[t.id] = node(MEM if t.kind == "memory" else FIXED, t.gpu, alone[shape])
-        else:
-            ready[t.id] = node(ZERO, t.src, dst=t.dst)
-            begin[t.id] = node(ZERO, t.src, dst=t.dst) if t.engine == "sm" else ready[t.id]
-            fixed, per_byte = costs[t.id][:2]
-            end[t.id] = node(SMX if t.engine == "sm" else XFER, t.src, fixed, per_byte, t.nbytes, dst=t.dst)
-            for k in t.drivers:
-                driven[k].append(t.id)
+        ready[t.id], begin[t.id], end[t.id], arm = task_rows(t, gpu, topo, costs.get(t.id), rows, shapes, alone)
+        if arm is not None:
+            armed[t.id] = arm
+            driven[t.id] = []
+        for k in getattr(t, "drivers", ()):
+            driven[k].append(t.id)
     inputs: list[tuple[int, ...]] = [()] * len(rows)
     for kid, i in ((graph.task(x).signals[j][0], i) for x, sig in signals.items() for j, i in enumerate(sig)):
         inputs[i] = (begin[kid],)

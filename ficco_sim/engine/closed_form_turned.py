@@ -27,9 +27,9 @@ from ..hardware import GpuProfile
 from ..taskgraph import Kernel
 from ..topology import Topology
 from ..workload import Scenario
-from .closed_form import CONST, FIXED, GEMM, MEM, SIG, SMX, XFER, ZERO, Template, kernel_isolated_time
+from .closed_form import SIG, Template, task_rows
 from .closed_form_tables import comm_kernels, link_tables, memory_kernels, transfer_cost
-from .closed_form_tiles import sources, store_coef
+from .closed_form_tiles import sources
 from .dag_levels import longest_path_levels, padded_levels
 from .fold import Share
 
@@ -58,32 +58,9 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
                 add((SIG, 0, topo.path_latency(h, 0) if h else 0.0, rows_share, 0.0,
                      shapes.setdefault(tasks[i].gemm, len(shapes)), -1))
             sig_nodes[j] = sig
-        if isinstance(t, Kernel):
-            begin[j] = ready[j] = len(rows)
-            add((CONST, 0, gpu.launch_of(t.kind), 0.0, 0.0, -1, -1))
-            end[j] = len(rows)
-            if t.kind == "gemm" and t.gemm is not None:
-                add((GEMM, 0, 0.0, store_coef(t, topo), 0.0, shapes.setdefault(t.gemm, len(shapes)), -1))
-            elif t.kind == "comm":
-                armed[j] = len(rows)
-                add((CONST, 0, gpu.handshake_of("comm"), 0.0, 0.0, -1, -1))
-                end[j] = len(rows)
-                add((ZERO, 0, 0.0, 0.0, 0.0, -1, -1))
-            else:
-                key = (t.grid, t.block, t.block_time, t.block_hbm_bytes)
-                if key not in alone:
-                    alone[key] = kernel_isolated_time(gpu, t, launch=False)
-                add((MEM if t.kind == "memory" else FIXED, 0, alone[key], 0.0, 0.0, -1, -1))
-        else:
-            ready[j] = len(rows)
-            add((ZERO, t.src, 0.0, 0.0, 0.0, -1, t.dst))
-            begin[j] = ready[j]
-            if t.engine == "sm":
-                begin[j] = len(rows)
-                add((ZERO, t.src, 0.0, 0.0, 0.0, -1, t.dst))
-            fixed, per_byte = costs[j][:2]
-            end[j] = len(rows)
-            add((SMX if t.engine == "sm" else XFER, t.src, fixed, per_byte, t.nbytes, -1, t.dst))
+        ready[j], begin[j], end[j], arm = task_rows(t, gpu, topo, costs.get(j), rows, shapes, alone)
+        if arm is not None:
+            armed[j] = arm
     N0 = len(rows)
     at = lambda x, nodes: where[x][0] * N0 + nodes[where[x][1]]  # noqa: E731  (a named task's node, GPU 0's frame)
     driven: dict[int, list[int]] = {}
