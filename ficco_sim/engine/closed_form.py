@@ -114,7 +114,6 @@ class Template:
     link_bw: np.ndarray | None = None           # (links + 1,) B/s of every link, +inf for the sentinel
     xfer_links: np.ndarray | None = None        # (X, Lmax) links of each transfer's path (sentinel: links)
     xfer_cap: np.ndarray | None = None          # (X,) B/s: the copy engine / channel / HBM bound
-    link_members: np.ndarray | None = None      # (links + 1, W) positions in xfer_nodes per link (sentinel X)
     mem: MemKernels | None = None               # memory kernels, for the occupancy rule
     comm_kernels: CommKernels | None = None     # communication kernels, for the dispatch rule
     level_cache: dict = field(default_factory=dict)   # level -> positions of those kernels (built once)
@@ -290,7 +289,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         tasks=np.array([(begin[t.id], end[t.id]) for t in graph.tasks], dtype=np.int64).reshape(-1, 2),
         **link_tables([costs[t.id][3] for t in xfers], [costs[t.id][2] for t in xfers], topo),
         mem=memory_kernels(mems, ix(end, mems), ix(begin, mems), gpu, gpu_of, gemm_nodes, level, ix(begin, gemms)),
-        comm_kernels=graph_comm_kernels(graph, comms, gemms, gpu, level[ix(begin, comms)], level[ix(begin, gemms)]),
+        comm_kernels=graph_comm_kernels(graph, comms, gemms, gpu, ix(begin, comms), level, ix(begin, gemms)),
         source=sources(source, n))
 
 
@@ -334,7 +333,7 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
         xfer_begin=at("xfer_begin"), launch=tpls[0].launch, comm_launch=tpls[0].comm_launch,
         comm_scale=tpls[0].comm_scale,
-        **merged_links(tpls), mem=merged_mem(tpls, offs), comm_kernels=merged_comm(tpls),
+        **merged_links(tpls), mem=merged_mem(tpls, offs), comm_kernels=merged_comm(tpls, offs),
         source=None if all(t.source is None for t in tpls) else np.concatenate(
             [np.full(t.num_nodes, -1, dtype=np.int64) if t.source is None else np.where(t.source >= 0, t.source + o, -1)
              for t, o in zip(tpls, offs[:-1])]))
@@ -430,7 +429,7 @@ def run(tpl: Template, add: np.ndarray, hold: dict | None = None) -> np.ndarray:
     vals = np.zeros_like(add)
     cache = tpl.level_cache
     if hold and "comm" not in cache:
-        cache["comm"] = levels_of(tpl, tpl.comm_begin)
+        cache["comm"] = levels_of(tpl, tpl.comm_kernels.begin) if tpl.comm_kernels is not None else {}
         cache["mem"] = levels_of(tpl, tpl.mem.nodes) if tpl.mem is not None else {}
     comm_at = cache["comm"] if hold and "comm" in hold else {}
     mem_at = cache["mem"] if hold and "mem" in hold else {}
@@ -461,7 +460,7 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
     add = base.copy()
     add[:, xfer] = fixed + tpl.coef[xfer] * wire
     vals = run(tpl, with_signals(tpl, add, share))
-    sharing = len(tpl.xfer_nodes) > 0 and tpl.link_members is not None
+    sharing = len(tpl.xfer_nodes) > 0 and tpl.xfer_links is not None
     passes = SHARING_PASSES if sharing else int(contention)
     for p in range(passes):
         slow = hold = None

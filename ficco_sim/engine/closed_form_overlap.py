@@ -47,8 +47,8 @@ class Groups:
 
 @dataclass
 class MemKernels:
-    """A template's memory kernels (reductions and other bandwidth-bound SM work): end and
-    begin nodes, blocks at the reference sizes (scaled with the communicated shape), each
+    """A template's memory kernels (reductions and other bandwidth-bound SM work; a symmetry
+    quotient keeps one per class): end and begin nodes, blocks at the reference sizes (scaled with the communicated shape), each
     block's time, HBM bytes and SM needs (:func:`~ficco_sim.gemm_model.block_needs`), its
     occupancy on an empty SM, and the GEMMs of its GPU (positions in ``gemm_nodes``,
     padded with their count)."""
@@ -68,12 +68,14 @@ class MemKernels:
 
 @dataclass
 class CommKernels:
-    """A template's communication kernels for the dispatch rule of :func:`comm_release`
-    (in ``comm_nodes`` order): each block's SM needs, occupancy on an empty SM, stream
-    priority, the GEMMs of its GPU (positions in ``gemm_nodes``, padded with their count)
-    and the GEMMs' stream priorities; ``order`` / ``gemm_order``: positions in the graph's
-    task list (which of two kernels reaching the SMs at one instant is dispatched first)."""
+    """A template's communication kernels for the dispatch rule of :func:`comm_release`:
+    begin nodes (in ``comm_nodes`` order; a symmetry quotient keeps one kernel per class),
+    each block's SM needs, occupancy on an empty SM, stream priority, the GEMMs of its GPU
+    (positions in ``gemm_nodes``, padded with their count) and the GEMMs' stream priorities;
+    ``order`` / ``gemm_order``: positions in the graph's task list (which of two kernels
+    reaching the SMs at one instant is dispatched first)."""
 
+    begin: np.ndarray           # (C,)
     need: np.ndarray            # (C, 4)
     occupancy: np.ndarray
     priority: np.ndarray
@@ -225,32 +227,60 @@ def slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, nbytes: np.nda
     return slow
 
 
-GATHER_CELLS = 4_000_000   # (scenario, transfer, link, sharer) cells gathered at once (~32 MB each array)
+SWEEP_CELLS = 4_000_000   # (scenario, link event) cells swept at once (~32 MB each array)
 
 
 def link_coefs(tpl: "Template", vals: np.ndarray) -> np.ndarray:
     """(P, targets) seconds per byte of the target transfers from the spans of a pass
     ``vals``: each link of the path is divided by the time-averaged number of transfers on
     it over the target's span (itself included, at least one), the result capped by the
-    transfer's engine/channel/HBM bound (:attr:`Template.xfer_cap`)."""
-    inf = np.inf
+    transfer's engine/channel/HBM bound (:attr:`Template.xfer_cap`).
+
+    The average over [s, e) is (F(e) - F(s)) / (e - s), where F(t) integrates the link's
+    transfer count up to t. F is swept once per link and pass: the starts and ends of the
+    link's transfers in time order, the count stepping +1 / -1 at each (ties add nothing,
+    as F is continuous), so the cost grows with the link's transfers, not their square."""
     tx = np.arange(len(tpl.xfer_nodes)) if tpl.xfer_targets is None else tpl.xfer_targets
-    s_all = _pad(vals[:, tpl.xfer_begin], inf)
-    e_all = _pad(vals[:, tpl.xfer_nodes], inf)
-    links = tpl.xfer_links[tx]                                             # (T, Lmax)
-    P, (T, Lmax), W = len(vals), links.shape, tpl.link_members.shape[1]
-    bw = np.empty((P, T))
-    step = max(1, GATHER_CELLS // max(1, P * Lmax * W))
-    for a in range(0, T, step):
-        lk = links[a:a + step]
-        mem = tpl.link_members[lk]                                         # (t, Lmax, W)
-        s, e = s_all[:, tx[a:a + step]], e_all[:, tx[a:a + step]]          # (P, t)
-        over = np.minimum(e[..., None, None], e_all[:, mem]) - np.maximum(s[..., None, None], s_all[:, mem])
-        span = e - s
-        conc = np.maximum(over, 0.0).sum(-1) / np.where(span > 0, span, 1.0)[..., None]
-        share = tpl.link_bw[lk] / np.maximum(np.where(span[..., None] > 0, conc, 1.0), 1.0)
-        bw[:, a:a + step] = np.minimum(share.min(-1), tpl.xfer_cap[tx[a:a + step]])
-    return 1.0 / bw
+    links, L = tpl.xfer_links, len(tpl.link_bw) - 1
+    x_of, slot = np.nonzero(links < L)                    # (transfer, path slot) crossings,
+    by_link = np.argsort(links[x_of, slot], kind="stable")  # grouped by link
+    x_of, slot = x_of[by_link], slot[by_link]
+    crossing = np.full(links.shape, -1, dtype=np.int64)
+    crossing[x_of, slot] = np.arange(len(x_of))
+    ev_link = np.tile(links[x_of, slot], 2).astype(np.int16 if L < 2 ** 15 else np.int64)  # radix sort
+    out = np.empty((len(vals), len(tx)))
+    step = max(1, SWEEP_CELLS // max(1, len(ev_link)))
+    for a in range(0, len(vals), step):
+        s = vals[a:a + step, tpl.xfer_begin]
+        e = np.maximum(vals[a:a + step, tpl.xfer_nodes], s)
+        F = _swept(np.concatenate([s[:, x_of], e[:, x_of]], axis=1), ev_link)
+        idx = crossing[tx]                                                 # (T, Lmax), -1: none
+        i = np.maximum(idx, 0)
+        rows = np.arange(len(s))[:, None, None]
+        over = (F[rows, i + len(x_of)] - F[rows, i]).astype(float)         # (p, T, Lmax)
+        span = (e - s)[:, tx, None]
+        conc = np.where(span > 0, over / np.where(span > 0, span, 1.0), 1.0)
+        share = np.where(idx >= 0, tpl.link_bw[links[tx]] / np.maximum(conc, 1.0), np.inf)
+        out[a:a + step] = np.minimum(share.min(-1), tpl.xfer_cap[tx])
+    return 1.0 / out
+
+
+def _swept(t: np.ndarray, ev_link: np.ndarray) -> np.ndarray:
+    """Per row, F (see :func:`link_coefs`) at each event of ``t`` (p, 2C): the starts then
+    the ends of C link crossings, on links ``ev_link``; every crossing's events on one link."""
+    C = t.shape[1] // 2
+    bad = ~np.isfinite(t)
+    if bad.any():      # never reached: after every finite time (an open span covers them all)
+        t = np.where(bad, 2.0 * np.maximum(np.where(bad, -np.inf, t).max(1, keepdims=True), 0.0) + 1.0, t)
+    by_time = np.argsort(t, axis=1, kind="stable")   # many ties: far faster than quicksort here
+    order = np.take_along_axis(by_time, np.argsort(ev_link[by_time], axis=1, kind="stable"), 1)
+    ts = np.take_along_axis(t, order, 1)                                   # by link, then time
+    count = np.cumsum(np.where(order < C, 1, -1), axis=1)                 # 0 after each link's last
+    F = np.zeros(t.shape, dtype=np.longdouble)
+    np.cumsum(count[:, :-1] * np.diff(ts, axis=1), axis=1, dtype=np.longdouble, out=F[:, 1:])
+    out = np.empty(t.shape, dtype=np.longdouble)    # subtracted later: keep the long sums' digits
+    np.put_along_axis(out, order, F, 1)
+    return out
 
 
 RUNNING_CELLS = 4_000_000   # (scenario, kernel, candidate GEMM) cells looked at at once (~32 MB each array)
@@ -344,7 +374,7 @@ def comm_release(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: d
     any, else when the GEMM ends (mode 1 at ``frac`` of the GEMM's run): the dispatcher
     places the GEMM's pending blocks first. (P, C) arrays."""
     ck = tpl.comm_kernels
-    s = vals[:, tpl.comm_begin]                                            # (P, C)
+    s = vals[:, ck.begin]                                                  # (P, C)
     run = _running(tpl, vals, s, ck.gemms, resident)
     high = ck.priority[None, :] > np.append(ck.gemm_priority, 0)[run["j"]]
     wait = run["on"] & (_slots(gpu, run, ck.need, ck.occupancy, False) <= 0)
@@ -401,7 +431,7 @@ def apply_memory_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: 
 def apply_comm_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray) -> None:
     """Apply the release of the communication kernels ``cols`` (their begin nodes were just
     computed): the partner GEMM's begin is already known (a shallower level)."""
-    c = tpl.comm_begin[cols]
+    c = tpl.comm_kernels.begin[cols]
     s = vals[:, c]
     a = np.take_along_axis(vals, hold["begin_node"][:, cols], 1)
     dur = np.take_along_axis(add, hold["end_node"][:, cols], 1)

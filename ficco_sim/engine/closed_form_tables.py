@@ -1,7 +1,7 @@
 """The closed-form engine's per-template tables beyond the max-plus DAG, built when a graph
 is compiled (:func:`~ficco_sim.engine.closed_form.compile_graph`) and concatenated when
 templates are merged (:func:`~ficco_sim.engine.closed_form.merge`): the links each
-transfer crosses and who else crosses them (for :func:`.closed_form_overlap.link_coefs`),
+transfer crosses (for :func:`.closed_form_overlap.link_coefs`),
 and the memory and communication kernels with the GEMMs that may share their GPU's SMs
 (for :func:`.closed_form_overlap.memory_hold` and :func:`.closed_form_overlap.comm_release`).
 """
@@ -36,16 +36,18 @@ def transfer_cost(t, gpu: GpuProfile, links: list, latency: float, link_rates: l
     return fixed + latency, 1.0 / min(link_rates + [cap]), cap, links
 
 
-def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, comm_level: np.ndarray,
-                 gemm_level: np.ndarray, *, gpus: tuple[np.ndarray, np.ndarray], order: tuple[np.ndarray, np.ndarray],
+def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, begin: np.ndarray, level: np.ndarray,
+                 gemm_begin: np.ndarray, *, gpus: tuple[np.ndarray, np.ndarray], order: tuple[np.ndarray, np.ndarray],
                  priority: tuple[np.ndarray, np.ndarray]) -> CommKernels:
     """The GEMMs that may hold a communication kernel back are those of its GPU whose begin
     node lies at a shallower level of the DAG than its own (their begin time is known when its
     own is computed), or at the same level and issued before it (at one level both reach the
-    SMs together, and the earlier issued is dispatched first). ``gpus``, ``order`` (place in
-    issue order; compared within a GPU only) and ``priority`` (their streams'): of the
-    communication kernels, then of the GEMMs."""
+    SMs together, and the earlier issued is dispatched first). ``begin``, ``gemm_begin``: the
+    kernels' begin nodes; ``level``: each node's. ``gpus``, ``order`` (place in issue order;
+    compared within a GPU only) and ``priority`` (their streams'): of the communication
+    kernels, then of the GEMMs."""
     (comm_gpu, gemm_gpu), (comm_order, gemm_order) = gpus, order
+    comm_level, gemm_level = level[begin], level[gemm_begin]
     r, c = join_keys(comm_gpu, gemm_gpu)
     first = (gemm_level[c] < comm_level[r]) | ((gemm_level[c] == comm_level[r]) & (gemm_order[c] < comm_order[r]))
     shape: dict = {}         # block shape -> (SM needs, occupancy): many kernels share one
@@ -53,19 +55,19 @@ def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, comm
         if k.block not in shape:
             shape[k.block] = (block_needs(gpu.sm, k.block), blocks_per_sm(gpu.sm, k.block))
     return CommKernels(
-        need=np.array([shape[k.block][0] for k in comms], dtype=np.int64).reshape(-1, 4),
+        begin=begin, need=np.array([shape[k.block][0] for k in comms], dtype=np.int64).reshape(-1, 4),
         occupancy=np.array([shape[k.block][1] for k in comms], dtype=np.int64),
         priority=priority[0], gemms=padded_lists(r[first], c[first], len(comms), len(gemms), ordered=True),
         gemm_priority=priority[1], order=comm_order, gemm_order=gemm_order)
 
 
 def graph_comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile,
-                       comm_level: np.ndarray, gemm_level: np.ndarray) -> CommKernels:
+                       begin: np.ndarray, level: np.ndarray, gemm_begin: np.ndarray) -> CommKernels:
     """:func:`comm_kernels` of a whole graph's kernels."""
     prio = {(s.gpu, s.name): s.priority for s in graph.streams}
     order = {t.id: i for i, t in enumerate(graph.tasks)}
     col = lambda ks, f: np.array([f(k) for k in ks], dtype=np.int64)  # noqa: E731
-    return comm_kernels(comms, gemms, gpu, comm_level, gemm_level,
+    return comm_kernels(comms, gemms, gpu, begin, level, gemm_begin,
                         gpus=(col(comms, lambda k: k.gpu), col(gemms, lambda k: k.gpu)),
                         order=(col(comms, lambda k: order[k.id]), col(gemms, lambda k: order[k.id])),
                         priority=(col(comms, lambda k: prio[(k.gpu, k.stream)]),
@@ -108,18 +110,15 @@ def link_tables(paths: list[list], caps, topo: Topology) -> dict[str, np.ndarray
     xfer_links = np.full((X, max([1] + [len(p) for p in paths])), L, dtype=np.int64)
     for i, p in enumerate(paths):
         xfer_links[i, :len(p)] = p
-    rows = np.fromiter((lk for p in paths for lk in p), dtype=np.int64, count=sum(map(len, paths)))
-    cols = np.repeat(np.arange(X), [len(p) for p in paths])
     edges = topo.graph.edges
     return {"link_bw": np.array([edges[lk]["bandwidth"] for lk in ids] + [np.inf]), "xfer_links": xfer_links,
-            "xfer_cap": np.asarray(caps, dtype=float).reshape(X),
-            "link_members": padded_lists(rows, cols, L + 1, X)}   # the sentinel link L: no members
+            "xfer_cap": np.asarray(caps, dtype=float).reshape(X)}
 
 
-def merged_comm(tpls: Sequence["Template"]) -> CommKernels:
+def merged_comm(tpls: Sequence["Template"], offs: np.ndarray) -> CommKernels:
     """Communication kernels of block-diagonal templates (each meets its own template's GEMMs)."""
     cat = lambda f: np.concatenate([getattr(t.comm_kernels, f) for t in tpls])  # noqa: E731
-    return CommKernels(need=cat("need").reshape(-1, 4), occupancy=cat("occupancy"), priority=cat("priority"),
+    return CommKernels(begin=np.concatenate([t.comm_kernels.begin + o for t, o in zip(tpls, offs)]), need=cat("need").reshape(-1, 4), occupancy=cat("occupancy"), priority=cat("priority"),
                        gemms=_stacked_gemms(tpls, [t.comm_kernels.gemms for t in tpls]),
                        gemm_priority=cat("gemm_priority"), order=cat("order"), gemm_order=cat("gemm_order"))
 
@@ -154,15 +153,12 @@ def merged_links(tpls: Sequence["Template"]) -> dict[str, np.ndarray]:
     nx = np.cumsum([0] + [len(t.xfer_nodes) for t in tpls])
     L, X = int(nl[-1]), int(nx[-1])
     lmax = max(t.xfer_links.shape[1] for t in tpls)
-    wmax = max(t.link_members.shape[1] for t in tpls)
     xfer_links = np.full((X, lmax), L, dtype=np.int64)
-    link_members = np.full((L + 1, wmax), X, dtype=np.int64)
     for t, a, b in zip(tpls, nl, nx):
-        lk, mb = t.xfer_links, t.link_members[:-1]
+        lk = t.xfer_links
         xfer_links[b:b + len(lk), :lk.shape[1]] = np.where(lk == len(t.link_bw) - 1, L, lk + a)
-        link_members[a:a + len(mb), :mb.shape[1]] = np.where(mb == len(t.xfer_nodes), X, mb + b)
     return {"link_bw": np.concatenate([t.link_bw[:-1] for t in tpls] + [[np.inf]]), "xfer_links": xfer_links,
-            "xfer_cap": np.concatenate([t.xfer_cap for t in tpls]), "link_members": link_members}
+            "xfer_cap": np.concatenate([t.xfer_cap for t in tpls])}
 
 
 def _distinct_blocks(per_kernel: list) -> dict:

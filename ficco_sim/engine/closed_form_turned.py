@@ -131,7 +131,7 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
         mem=memory_kernels([tasks[j] for j in mems] * n, node([end[j] for j in mems]), node([begin[j] for j in mems]),
                            gpu, gpu_of, gemm_nodes, level, gemm_begin),
         comm_kernels=comm_kernels([tasks[j] for j in comms] * n, [tasks[j] for j in gemms] * n, gpu,
-                                  level[comm_begin], level[gemm_begin], gpus=(on(comms), on(gemms)),
+                                  comm_begin, level, gemm_begin, gpus=(on(comms), on(gemms)),
                                   order=(per_gpu(comms, int), per_gpu(gemms, int)),
                                   priority=(per_gpu(comms, lambda j: prio[tasks[j].stream]),
                                             per_gpu(gemms, lambda j: prio[tasks[j].stream]))),

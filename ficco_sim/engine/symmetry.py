@@ -86,13 +86,25 @@ def quotient(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = N
         xfer_nodes=orbit[x_nodes], xfer_begin=orbit[tpl.xfer_begin],
         launch=tpl.launch, comm_launch=tpl.comm_launch, comm_scale=tpl.comm_scale, gemm_targets=gemm_targets,
         xfer_targets=xfer_targets, link_bw=tpl.link_bw, xfer_links=tpl.xfer_links, xfer_cap=tpl.xfer_cap,
-        link_members=tpl.link_members, mem=dataclasses.replace(tpl.mem, nodes=orbit[tpl.mem.nodes],
-                                                               begin=orbit[tpl.mem.begin]),
-        comm_kernels=tpl.comm_kernels,
+        mem=_one_per_class(tpl.mem, rep, orbit, ("nodes", "begin"), shared=("blocks",)),
+        comm_kernels=_one_per_class(tpl.comm_kernels, rep, orbit, ("begin",), shared=("gemm_priority", "gemm_order")),
         source=None if tpl.source is None else np.where(tpl.source[rep] >= 0, orbit[tpl.source[rep]], -1),
         groups=groups(g_all[tpl.gemm_nodes], g_all[tpl.comm_nodes], tpl.comm_grid, g_all[x_nodes],
                        tpl.dst_of[x_nodes], gemm_targets, xfer_targets))
     return quot, orbit
+
+
+def _one_per_class(kernels, rep: np.ndarray, orbit: np.ndarray, nodes: tuple[str, ...], shared: tuple[str, ...]):
+    """Kernel rows (:class:`~.closed_form_overlap.MemKernels` or ``CommKernels``) of the first
+    node of each class only (the others would get the same hold), their ``nodes`` fields
+    renumbered as classes; ``shared`` fields are not per kernel."""
+    if kernels is None:
+        return None
+    first = getattr(kernels, nodes[0])
+    keep = rep[orbit[first]] == first
+    return dataclasses.replace(kernels, **{f.name: (orbit[v] if f.name in nodes else v)[keep]
+                                           for f in dataclasses.fields(kernels) if f.name not in shared
+                                           for v in [getattr(kernels, f.name)]})
 
 
 def _classes(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = None) -> np.ndarray:
