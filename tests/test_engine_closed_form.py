@@ -390,3 +390,41 @@ def test_groups_joins_equal_their_dense_definition():
         assert got.pair_row.tolist() == [pairs.index((int(a), int(b))) for a, b in zip(xs[tx], xd[tx])]
         p = np.array(pairs)
         assert np.array_equal(got.pair_gemms, dense((p[:, :1] == gg[None, :]) | (p[:, 1:] == gg[None, :])))
+
+
+def test_link_sweep_equals_the_pairwise_average_concurrency():
+    """:func:`link_coefs` sweeps each link once; its answer is the pairwise definition: a
+    link's rate divided by the sum over transfers on it of their overlap with the target's
+    span, over that span (at least one), capped by the transfer's own bound. Spans with
+    ties, empty spans and transfers never reached (+inf) included."""
+    from types import SimpleNamespace
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        X, L, Lmax, P = int(rng.integers(1, 40)), int(rng.integers(1, 6)), int(rng.integers(1, 4)), 3
+        links = np.full((X, Lmax), L, dtype=np.int64)
+        for x in range(X):
+            k = int(rng.integers(0, Lmax + 1))
+            links[x, :k] = rng.choice(L, min(k, L), replace=False).tolist() + [L] * (k - min(k, L))
+        s = np.round(rng.random((P, X)) * 4) / 4                       # coarse: many ties
+        e = s + np.round(rng.random((P, X)) * 4) / 4 * (rng.random((P, X)) > 0.2)
+        e[rng.random((P, X)) < 0.05] = np.inf
+        s[rng.random((P, X)) < 0.03] = np.inf
+        e = np.maximum(e, s)
+        vals = np.concatenate([s, e], axis=1)
+        tx = np.sort(rng.choice(X, int(rng.integers(1, X + 1)), replace=False))
+        tpl = SimpleNamespace(xfer_nodes=np.arange(X, 2 * X), xfer_begin=np.arange(X), xfer_links=links,
+                              link_bw=np.append(rng.uniform(1, 10, L), np.inf), xfer_cap=rng.uniform(1, 20, X),
+                              xfer_targets=tx)
+        with np.errstate(invalid="ignore"):
+            got = closed_form_overlap.link_coefs(tpl, vals)
+        for p in range(P):
+            for i, x in enumerate(tx):
+                if not np.isfinite(e[p, x]):
+                    continue            # a transfer never reached: its rate does not matter
+                span = e[p, x] - s[p, x]
+                bw = tpl.xfer_cap[x]
+                for lk in links[x][links[x] < L]:
+                    on = np.flatnonzero((links == lk).any(1))
+                    over = np.clip(np.minimum(e[p, x], e[p, on]) - np.maximum(s[p, x], s[p, on]), 0, None).sum()
+                    bw = min(bw, tpl.link_bw[lk] / max(over / span if span > 0 else 1.0, 1.0))
+                assert got[p, i] == pytest.approx(1.0 / bw, rel=1e-12)
