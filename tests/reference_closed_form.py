@@ -186,7 +186,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
     prev, driven = _order(graph)
     task_order = {t.id: i for i, t in enumerate(graph.tasks)}
 
-    def one_pass(slow: dict[str, float], seen=None, hold=None, share=None) -> dict[str, tuple[float, float]]:
+    def one_pass(slow: dict[str, float], seen=None, hold=None, share=None, wait=None) -> dict[str, tuple[float, float]]:
         start, end = {}, {}
 
         def begin(tid):
@@ -194,7 +194,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                 t = graph.task(tid)
                 ready = max([finish(d) for d in t.deps] + ([finish(prev[tid])] if prev[tid] else []) + [0.0])
                 if isinstance(t, Kernel):
-                    start[tid] = ready + gpu.launch_of(t.kind)
+                    start[tid] = ready + gpu.launch_of(t.kind) + (wait or {}).get(tid, 0.0)
                     how = (hold or {}).get(tid)
                     if how is not None:
                         a = begin(how[0])
@@ -276,6 +276,24 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                     near.append(((a, b), hbm_traffic(g.m, g.n, g.k, g.dtype, g.accumulate) / (b - a) if b > a else 0.0))
             rate = max([r for (a, b), r in near if a < e and b > s] + [0.0])
             slow[t.id] = comm_slowdown(gpu, rate, cover=_cover(s, e, [x for x, _ in near]))
-        return one_pass(slow, times if graph.transfers else None, hold, share)
+        wait: dict[str, float] = {}
+        for k in graph.kernels:      # a memory kernel keeps its SMs past the GEMM it started beside
+            if k.kind != "memory" or share[k.id] is None:
+                continue
+            x = graph.task(share[k.id][0])
+            nxt = [y for y in gemms if y.gpu == x.gpu and y.stream == x.stream and order[y.id] > order[x.id]]
+            if not nxt:
+                continue
+            y = min(nxt, key=lambda y: order[y.id]).gemm
+            s, a = times[k.id][0], times[x.id][0]
+            dur, end = _duration(gpu, x) * slow.get(x.id, 1.0), times[k.id][1]
+            if a <= s < a + dur:
+                end = s + _shared_time(_duration(gpu, k), s, a, dur, *share[k.id][1:])
+            plan = plan_gemm(gpu, y.m, y.n, y.k, y.dtype, extra_smem=y.extra_smem, accumulate=y.accumulate, sms=y.sms)
+            per_sm = min(blocks_per_sm(gpu.sm, k.block), math.ceil(k.grid / gpu.num_sms))
+            if blocks_beside(gpu.sm, block_needs(gpu.sm, plan.block), block_needs(gpu.sm, k.block), per_sm) == 0:
+                yid = min(nxt, key=lambda y: order[y.id]).id
+                wait[yid] = max(wait.get(yid, 0.0), end - times[yid][0])
+        return one_pass(slow, times if graph.transfers else None, hold, share, wait)
     finally:
         sys.setrecursionlimit(old)

@@ -23,8 +23,10 @@ def _graph(case):
     gpu = load_gpu(gpu_name)
     topo = load_topology(topo_name, gpu)
     if isinstance(what, tuple):
-        kind, schedule = what
-        return gpu, topo, lower(Scenario(kind, topo.num_gpus, 4096, 2048, 1024), schedule, gpu, topo)
+        kind, schedule, *routing = what
+        m = 1024 if routing else 4096
+        sc = Scenario(kind, topo.num_gpus, m, 2048, 1024, routing=routing[0] if routing else None)
+        return gpu, topo, lower(sc, schedule, gpu, topo)
     return gpu, topo, collective_graph(gpu, topo, what, 8 << 20)
 
 
@@ -78,7 +80,7 @@ def test_a_folded_run_gives_every_task_and_counter_the_full_runs_times(case, mon
 
 
 @pytest.mark.parametrize("case, why", [
-    (("h100", "switch:8", ("gemm-rs", "ficco-a2a-dma")), "not GPU 0's turned"),  # peers queued by absolute id
+    (("h100", "switch:4", ("a2a-gemm", "ficco-a2a-dma", ((400, 300, 200, 124),) * 4)), "not GPU 0's turned"),
     (("h100", "dgx-h100", "all-gather"), None),
 ])
 def test_graphs_that_are_not_symmetric_run_whole(case, why):

@@ -349,9 +349,34 @@ def memory_hold(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: di
         t = waves_time(gpu, grid, np.maximum(slots, 1), block_time, block_hbm, sms=1)
         return np.where(slots > 0, alone / t, 0.0)
 
-    return {"on": run["on"], **_partner_nodes(tpl, run, len(vals[0]) - 1),
+    return {"on": run["on"], "j": run["j"], **_partner_nodes(tpl, run, len(vals[0]) - 1),
             "last_at": np.where(run["waves"] > 0, (run["waves"] - 1) / run["waves"], 0.0), "alone": alone,
-            "f1": speed(False), "f2": speed(True)}
+            "f1": speed(False), "f2": speed(True), "per_sm": np.minimum(mk.occupancy, np.ceil(grid / gpu.num_sms))}
+
+
+def gemm_waits(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, add: np.ndarray, hold: dict,
+               resident: dict) -> np.ndarray:
+    """(P, nodes + 1) how long each GEMM's begin waits for SMs, from a pass ``vals``: a
+    memory kernel that started beside a GEMM (``hold``: :func:`memory_hold`) keeps the SMs it
+    took past that GEMM's end, so the GEMM issued next on that GEMM's stream, if none of its
+    blocks fits beside the kernel's (:func:`~ficco_sim.gemm_model.blocks_beside`), starts
+    only when the kernel ends (its end under the two-phase rule with the durations ``add``).
+    Read on the GEMM's begin node (the latest of several such kernels); 0 elsewhere."""
+    mk, G = tpl.mem, len(tpl.gemm_nodes)
+    out = np.zeros_like(vals)
+    if not len(mk.nodes) or not G:
+        return out
+    ends = vals.copy()
+    apply_memory_hold(tpl, ends, add, hold, np.arange(len(mk.nodes)))
+    rows = np.arange(len(vals))[:, None]
+    nxt = np.append(tpl.gemm_next, G)[hold["j"]]                          # (P, M), G: none
+    y = np.append(tpl.gemm_begin, tpl.num_nodes)[nxt]
+    need = np.concatenate([resident["need"], np.zeros((len(vals), 1, 4), dtype=np.int64)], 1)[rows, nxt]
+    shut = blocks_beside(gpu.sm, need, mk.need, hold["per_sm"]) == 0
+    wait = np.where(hold["on"] & (nxt < G) & shut, np.maximum(ends[:, mk.nodes] - vals[rows, y], 0.0), 0.0)
+    np.maximum.at(out, (np.broadcast_to(rows, y.shape), y), wait)
+    out[:, -1] = 0.0
+    return out
 
 
 def _partner_nodes(tpl: "Template", run: dict, sentinel: int) -> dict:

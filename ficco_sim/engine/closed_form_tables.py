@@ -92,6 +92,22 @@ def memory_kernels(mems: list[Kernel], nodes: np.ndarray, begin: np.ndarray, gpu
         **_distinct_blocks([k.block for k in mems]))
 
 
+def next_on_stream(keys: list) -> np.ndarray:
+    """Per kernel (in issue order, ``keys``: its stream), the position of the next one on the
+    same stream (the count: none).
+
+    >>> next_on_stream([(0, "a"), (0, "b"), (0, "a")]).tolist()
+    [2, 3, 3]
+    """
+    out = np.full(len(keys), len(keys), dtype=np.int64)
+    last: dict = {}
+    for i, k in enumerate(keys):
+        if k in last:
+            out[last[k]] = i
+        last[k] = i
+    return out
+
+
 def link_tables(paths: list[list], caps, topo: Topology) -> dict[str, np.ndarray]:
     """The template's link fields (see :class:`Template`) for transfers crossing ``paths``
     (lists of link keys; transfers of one GPU pair share their route's list) with rate caps

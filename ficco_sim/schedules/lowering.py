@@ -293,9 +293,7 @@ def _gemm_rs(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
     incoming: dict[tuple[int, int], list[str]] = {}
     for j in range(subs):
         for src in range(n):
-            for dst in range(n):
-                if src == dst:
-                    continue
+            for dst in [(src + t) % n for t in range(1, n)]:    # peers in turned order: no incast
                 tid = f"rs.s{j}.{src}->{dst}"
                 io = {"src": rows_of("P", dst, j), "dst": rows_of("R", src, j)}
                 if sch.engine == "sm":
