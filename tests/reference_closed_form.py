@@ -277,23 +277,24 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
             rate = max([r for (a, b), r in near if a < e and b > s] + [0.0])
             slow[t.id] = comm_slowdown(gpu, rate, cover=_cover(s, e, [x for x, _ in near]))
         wait: dict[str, float] = {}
-        for k in graph.kernels:      # a memory kernel keeps its SMs past the GEMM it started beside
-            if k.kind != "memory" or share[k.id] is None:
+        for k in graph.kernels:      # a memory kernel keeps its SMs until it ends
+            if k.kind != "memory":
                 continue
-            x = graph.task(share[k.id][0])
-            nxt = [y for y in gemms if y.gpu == x.gpu and y.stream == x.stream and order[y.id] > order[x.id]]
-            if not nxt:
+            s, end = times[k.id]
+            if share[k.id] is not None:
+                x = graph.task(share[k.id][0])
+                a, dur = times[x.id][0], _duration(gpu, x) * slow.get(x.id, 1.0)
+                if a <= s < a + dur:
+                    end = s + _shared_time(_duration(gpu, k), s, a, dur, *share[k.id][1:])
+            inside = [y for y in gemms if y.gpu == k.gpu and s < times[y.id][0] < end]
+            if not inside:
                 continue
-            y = min(nxt, key=lambda y: order[y.id]).gemm
-            s, a = times[k.id][0], times[x.id][0]
-            dur, end = _duration(gpu, x) * slow.get(x.id, 1.0), times[k.id][1]
-            if a <= s < a + dur:
-                end = s + _shared_time(_duration(gpu, k), s, a, dur, *share[k.id][1:])
-            plan = plan_gemm(gpu, y.m, y.n, y.k, y.dtype, extra_smem=y.extra_smem, accumulate=y.accumulate, sms=y.sms)
+            y = min(inside, key=lambda y: (times[y.id][0], gemms.index(y)))
+            g = y.gemm
+            plan = plan_gemm(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate, sms=g.sms)
             per_sm = min(blocks_per_sm(gpu.sm, k.block), math.ceil(k.grid / gpu.num_sms))
             if blocks_beside(gpu.sm, block_needs(gpu.sm, plan.block), block_needs(gpu.sm, k.block), per_sm) == 0:
-                yid = min(nxt, key=lambda y: order[y.id]).id
-                wait[yid] = max(wait.get(yid, 0.0), end - times[yid][0])
+                wait[y.id] = max(wait.get(y.id, 0.0), end - times[y.id][0])
         return one_pass(slow, times if graph.transfers else None, hold, share, wait)
     finally:
         sys.setrecursionlimit(old)

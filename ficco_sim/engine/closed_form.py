@@ -70,7 +70,7 @@ from .closed_form_overlap import (CommKernels, Groups, MemKernels, apply_comm_ho
 from .dag_levels import csr, longest_path_levels, padded_levels
 from .closed_form_tiles import residency, signal_share, sources, store_coef, with_signals
 from .closed_form_tables import (graph_comm_kernels, link_tables, memory_kernels, merged_comm, merged_links, merged_mem,
-                                 next_on_stream, transfer_cost)
+                                 transfer_cost)
 
 ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX, SIG = range(8)   # SMX: an SM transfer (XFER + its wire protocol)
 
@@ -99,7 +99,6 @@ class Template:
     dst_of: np.ndarray         # transfers: dst, else -1
     gemm_nodes: np.ndarray     # end nodes of GEMM kernels (with a shape)
     gemm_begin: np.ndarray
-    gemm_next: np.ndarray      # GEMM -> position of the next GEMM issued on its stream (the GEMM count: none)
     comm_nodes: np.ndarray     # end nodes of comm kernels
     comm_begin: np.ndarray
     comm_grid: np.ndarray
@@ -284,7 +283,6 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         ref=scenario, num_nodes=n, levels=levels, kind=np.array(kinds, dtype=np.int64), const=np.array(consts),
         coef=np.array(coefs), ref_bytes=np.array(nbytes), gemm_shape=np.array(shape_ix, dtype=np.int64),
         shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=ix(begin, gemms),
-        gemm_next=next_on_stream([(t.gpu, t.stream) for t in gemms]),
         comm_nodes=comm_nodes, comm_begin=ix(begin, comms), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
         xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
         comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
@@ -332,8 +330,6 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         ref=tpls[0].ref, num_nodes=N, levels=levels, kind=cat("kind"), const=cat("const"), coef=cat("coef"),
         ref_bytes=cat("ref_bytes"), gemm_shape=np.concatenate([r[t.gemm_shape] for r, t in zip(remap, tpls)]),
         shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=at("gemm_begin"),
-        gemm_next=np.concatenate([np.where(t.gemm_next == len(t.gemm_nodes), len(gemm_nodes), t.gemm_next + o)
-                                  for t, o in zip(tpls, np.cumsum([0] + [len(t.gemm_nodes) for t in tpls]))]),
         comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
         xfer_begin=at("xfer_begin"), launch=tpls[0].launch, comm_launch=tpls[0].comm_launch,
         comm_scale=tpls[0].comm_scale,

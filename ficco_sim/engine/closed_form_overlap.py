@@ -60,7 +60,8 @@ class MemKernels:
     block_hbm: np.ndarray
     need: np.ndarray            # (M, 4)
     occupancy: np.ndarray
-    gemms: np.ndarray           # (M, Wg)
+    gemms: np.ndarray           # (M, Wg) those it may share SMs with in a pass (see memory_kernels)
+    gpu_gemms: np.ndarray       # (M, Wa) every GEMM of its GPU
     elems: np.ndarray           # a reduction's elements per input at the reference sizes (NaN: unknown)
     blocks: list                # the distinct BlockShapes
     block_ix: np.ndarray        # each kernel's, as an index into blocks
@@ -349,7 +350,7 @@ def memory_hold(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: di
         t = waves_time(gpu, grid, np.maximum(slots, 1), block_time, block_hbm, sms=1)
         return np.where(slots > 0, alone / t, 0.0)
 
-    return {"on": run["on"], "j": run["j"], **_partner_nodes(tpl, run, len(vals[0]) - 1),
+    return {"on": run["on"], **_partner_nodes(tpl, run, len(vals[0]) - 1),
             "last_at": np.where(run["waves"] > 0, (run["waves"] - 1) / run["waves"], 0.0), "alone": alone,
             "f1": speed(False), "f2": speed(True), "per_sm": np.minimum(mk.occupancy, np.ceil(grid / gpu.num_sms))}
 
@@ -357,23 +358,34 @@ def memory_hold(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: di
 def gemm_waits(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, add: np.ndarray, hold: dict,
                resident: dict) -> np.ndarray:
     """(P, nodes + 1) how long each GEMM's begin waits for SMs, from a pass ``vals``: a
-    memory kernel that started beside a GEMM (``hold``: :func:`memory_hold`) keeps the SMs it
-    took past that GEMM's end, so the GEMM issued next on that GEMM's stream, if none of its
-    blocks fits beside the kernel's (:func:`~ficco_sim.gemm_model.blocks_beside`), starts
-    only when the kernel ends (its end under the two-phase rule with the durations ``add``).
-    Read on the GEMM's begin node (the latest of several such kernels); 0 elsewhere."""
+    memory kernel keeps the SMs it took until it ends, so the first GEMM of its GPU issued
+    while it runs, if none of that GEMM's blocks fits
+    beside the kernel's (:func:`~ficco_sim.gemm_model.blocks_beside`), starts only when the
+    kernel ends: its end in the pass, or under the two-phase rule (``hold``:
+    :func:`memory_hold`, with the durations ``add``) when it started beside a GEMM. Read on
+    the GEMM's begin node (the latest of several such kernels); 0 elsewhere."""
     mk, G = tpl.mem, len(tpl.gemm_nodes)
     out = np.zeros_like(vals)
     if not len(mk.nodes) or not G:
         return out
     ends = vals.copy()
     apply_memory_hold(tpl, ends, add, hold, np.arange(len(mk.nodes)))
-    rows = np.arange(len(vals))[:, None]
-    nxt = np.append(tpl.gemm_next, G)[hold["j"]]                          # (P, M), G: none
-    y = np.append(tpl.gemm_begin, tpl.num_nodes)[nxt]
-    need = np.concatenate([resident["need"], np.zeros((len(vals), 1, 4), dtype=np.int64)], 1)[rows, nxt]
+    P, M = len(vals), len(mk.nodes)
+    gb = _pad(vals[:, tpl.gemm_begin], np.inf)
+    j = np.full((P, M), G, dtype=np.int64)              # the first GEMM issued inside each kernel's run
+    step = max(1, RUNNING_CELLS // max(1, P * mk.gpu_gemms.shape[1]))
+    for a in range(0, M, step):
+        cand = mk.gpu_gemms[a:a + step]                                    # (k, Wa)
+        t = gb[:, cand]                                                    # (P, k, Wg)
+        inside = (t > vals[:, mk.begin[a:a + step], None]) & (t < ends[:, mk.nodes[a:a + step], None])
+        first = np.argmin(np.where(inside, t, np.inf), axis=-1)
+        hit = np.take_along_axis(inside, first[..., None], -1)[..., 0]
+        j[:, a:a + step] = np.where(hit, cand[np.arange(len(cand))[None, :], first], G)
+    rows = np.arange(P)[:, None]
+    y = np.append(tpl.gemm_begin, tpl.num_nodes)[j]
+    need = np.concatenate([resident["need"], np.zeros((P, 1, 4), dtype=np.int64)], 1)[rows, j]
     shut = blocks_beside(gpu.sm, need, mk.need, hold["per_sm"]) == 0
-    wait = np.where(hold["on"] & (nxt < G) & shut, np.maximum(ends[:, mk.nodes] - vals[rows, y], 0.0), 0.0)
+    wait = np.where((j < G) & shut, np.maximum(ends[:, mk.nodes] - vals[rows, y], 0.0), 0.0)
     np.maximum.at(out, (np.broadcast_to(rows, y.shape), y), wait)
     out[:, -1] = 0.0
     return out

@@ -88,24 +88,9 @@ def memory_kernels(mems: list[Kernel], nodes: np.ndarray, begin: np.ndarray, gpu
         need=np.array([block_needs(gpu.sm, k.block) for k in mems], dtype=np.int64).reshape(-1, 4),
         occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in mems], dtype=np.int64),
         gemms=padded_lists(r[earlier], c[earlier], len(mems), len(gemm_nodes), ordered=True),
+        gpu_gemms=padded_lists(r, c, len(mems), len(gemm_nodes), ordered=True),
         elems=np.array([np.nan if k.elems is None else k.elems for k in mems], dtype=float),
         **_distinct_blocks([k.block for k in mems]))
-
-
-def next_on_stream(keys: list) -> np.ndarray:
-    """Per kernel (in issue order, ``keys``: its stream), the position of the next one on the
-    same stream (the count: none).
-
-    >>> next_on_stream([(0, "a"), (0, "b"), (0, "a")]).tolist()
-    [2, 3, 3]
-    """
-    out = np.full(len(keys), len(keys), dtype=np.int64)
-    last: dict = {}
-    for i, k in enumerate(keys):
-        if k in last:
-            out[last[k]] = i
-        last[k] = i
-    return out
 
 
 def link_tables(paths: list[list], caps, topo: Topology) -> dict[str, np.ndarray]:
@@ -159,7 +144,8 @@ def merged_mem(tpls: Sequence["Template"], offs: np.ndarray) -> MemKernels:
     return MemKernels(nodes=np.concatenate([t.mem.nodes + o for t, o in zip(tpls, offs)]),
                       begin=np.concatenate([t.mem.begin + o for t, o in zip(tpls, offs)]), grid=cat("grid"),
                       block_time=cat("block_time"), block_hbm=cat("block_hbm"), need=cat("need").reshape(-1, 4),
-                      occupancy=cat("occupancy"), gemms=gemms, elems=cat("elems"),
+                      occupancy=cat("occupancy"), gemms=gemms,
+                      gpu_gemms=_stacked_gemms(tpls, [t.mem.gpu_gemms for t in tpls]), elems=cat("elems"),
                       **_distinct_blocks([t.mem.blocks[i] for t in tpls for i in t.mem.block_ix]))
 
 

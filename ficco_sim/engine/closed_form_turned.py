@@ -28,7 +28,7 @@ from ..taskgraph import Kernel
 from ..topology import Topology
 from ..workload import Scenario
 from .closed_form import SIG, Template, task_rows
-from .closed_form_tables import comm_kernels, link_tables, memory_kernels, next_on_stream, transfer_cost
+from .closed_form_tables import comm_kernels, link_tables, memory_kernels, transfer_cost
 from .closed_form_tiles import sources
 from .dag_levels import longest_path_levels, padded_levels
 from .fold import Share
@@ -122,7 +122,6 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
         ref_bytes=np.tile(nbytes.astype(float), n), gemm_shape=np.tile(shape.astype(np.int64), n),
         shapes=list(shapes), gpu_of=gpu_of.astype(np.int64), dst_of=dst_of.astype(np.int64),
         gemm_nodes=gemm_nodes, gemm_begin=gemm_begin, comm_nodes=comm_nodes, comm_begin=comm_begin,
-        gemm_next=_turned_next(next_on_stream([tasks[j].stream for j in gemms]), n),
         comm_grid=np.tile(np.array([tasks[j].grid for j in comms], dtype=float), n),
         xfer_nodes=node([end[j] for j in xfers]), xfer_begin=node([begin[j] for j in xfers]),
         launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
@@ -192,9 +191,3 @@ def _costs(share: Share, gpu: GpuProfile, topo: Topology) -> tuple[dict[int, tup
             route((t.src + g) % n, (t.dst + g) % n)
     return out, routes
 
-
-def _turned_next(local: np.ndarray, n: int) -> np.ndarray:
-    """:attr:`Template.gemm_next` of ``n`` GPUs from GPU 0's (GPU g's GEMMs follow GPU g-1's)."""
-    G0 = len(local)
-    turned = np.where(local == G0, n * G0, local[None, :] + G0 * np.arange(n)[:, None])
-    return turned.reshape(-1).astype(np.int64)
