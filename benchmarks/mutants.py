@@ -64,6 +64,13 @@ MUTANTS = {
                    'if kind == "comm" and self.comm_kernel.launch is not None:',
                    'if False:',
                    "the collective call floor of communication kernels"),
+    "gemm-waits": ("ficco_sim/engine/closed_form_overlap.py",
+                   "wait = np.where((j < G) & shut,", "wait = np.where((j < G) & shut & False,",
+                   "closed form: a GEMM waiting for the SMs a memory kernel of its GPU holds"),
+    "link-sweep": ("ficco_sim/engine/closed_form_overlap.py",
+                   "count = np.cumsum(np.where(order < C, 1, -1), axis=1)",
+                   "count = np.cumsum(np.where(order < C, 1, 0), axis=1)",
+                   "closed form: a link's transfer count stepping down as transfers end"),
 }
 
 
