@@ -61,7 +61,8 @@ class MemKernels:
     need: np.ndarray            # (M, 4)
     occupancy: np.ndarray
     gemms: np.ndarray           # (M, Wg) those it may share SMs with in a pass (see memory_kernels)
-    gpu_gemms: np.ndarray       # (M, Wa) every GEMM of its GPU
+    gpu_row: np.ndarray         # (M,) its GPU's row in gpu_gemms
+    gpu_gemms: np.ndarray       # (U, Wa) every GEMM of each GPU (shared by the GPU's kernels)
     elems: np.ndarray           # a reduction's elements per input at the reference sizes (NaN: unknown)
     blocks: list                # the distinct BlockShapes
     block_ix: np.ndarray        # each kernel's, as an index into blocks
@@ -375,7 +376,7 @@ def gemm_waits(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, add: np.ndarr
     j = np.full((P, M), G, dtype=np.int64)              # the first GEMM issued inside each kernel's run
     step = max(1, RUNNING_CELLS // max(1, P * mk.gpu_gemms.shape[1]))
     for a in range(0, M, step):
-        cand = mk.gpu_gemms[a:a + step]                                    # (k, Wa)
+        cand = mk.gpu_gemms[mk.gpu_row[a:a + step]]                        # (k, Wa)
         t = gb[:, cand]                                                    # (P, k, Wg)
         inside = (t > vals[:, mk.begin[a:a + step], None]) & (t < ends[:, mk.nodes[a:a + step], None])
         first = np.argmin(np.where(inside, t, np.inf), axis=-1)

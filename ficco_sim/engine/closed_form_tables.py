@@ -88,7 +88,7 @@ def memory_kernels(mems: list[Kernel], nodes: np.ndarray, begin: np.ndarray, gpu
         need=np.array([block_needs(gpu.sm, k.block) for k in mems], dtype=np.int64).reshape(-1, 4),
         occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in mems], dtype=np.int64),
         gemms=padded_lists(r[earlier], c[earlier], len(mems), len(gemm_nodes), ordered=True),
-        gpu_gemms=padded_lists(r, c, len(mems), len(gemm_nodes), ordered=True),
+        **_gpu_gemms(gpu_of[nodes], gpu_of[gemm_nodes]),
         elems=np.array([np.nan if k.elems is None else k.elems for k in mems], dtype=float),
         **_distinct_blocks([k.block for k in mems]))
 
@@ -124,6 +124,14 @@ def merged_comm(tpls: Sequence["Template"], offs: np.ndarray) -> CommKernels:
                        gemm_priority=cat("gemm_priority"), order=cat("order"), gemm_order=cat("gemm_order"))
 
 
+def _gpu_gemms(kernel_gpu: np.ndarray, gemm_gpu: np.ndarray) -> dict:
+    """``gpu_row`` and ``gpu_gemms`` of :class:`MemKernels`: each kernel's GPU as a row of a
+    table of every GEMM (position) on that GPU."""
+    gpus, row = np.unique(kernel_gpu, return_inverse=True)
+    r, c = join_keys(gpus, gemm_gpu)
+    return {"gpu_row": row.reshape(-1), "gpu_gemms": padded_lists(r, c, len(gpus), len(gemm_gpu), ordered=True)}
+
+
 def _stacked_gemms(tpls: Sequence["Template"], lists: list[np.ndarray]) -> np.ndarray:
     """Padded GEMM position lists of block-diagonal templates, one below the other: each
     template's positions shifted past the GEMMs before it, its padding the merged count."""
@@ -145,6 +153,8 @@ def merged_mem(tpls: Sequence["Template"], offs: np.ndarray) -> MemKernels:
                       begin=np.concatenate([t.mem.begin + o for t, o in zip(tpls, offs)]), grid=cat("grid"),
                       block_time=cat("block_time"), block_hbm=cat("block_hbm"), need=cat("need").reshape(-1, 4),
                       occupancy=cat("occupancy"), gemms=gemms,
+                      gpu_row=np.concatenate([t.mem.gpu_row + u for t, u in
+                                              zip(tpls, np.cumsum([0] + [len(t.mem.gpu_gemms) for t in tpls]))]),
                       gpu_gemms=_stacked_gemms(tpls, [t.mem.gpu_gemms for t in tpls]), elems=cat("elems"),
                       **_distinct_blocks([t.mem.blocks[i] for t in tpls for i in t.mem.block_ix]))
 

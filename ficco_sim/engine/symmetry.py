@@ -86,7 +86,7 @@ def quotient(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = N
         xfer_nodes=orbit[x_nodes], xfer_begin=orbit[tpl.xfer_begin],
         launch=tpl.launch, comm_launch=tpl.comm_launch, comm_scale=tpl.comm_scale, gemm_targets=gemm_targets,
         xfer_targets=xfer_targets, link_bw=tpl.link_bw, xfer_links=tpl.xfer_links, xfer_cap=tpl.xfer_cap,
-        mem=_one_per_class(tpl.mem, rep, orbit, ("nodes", "begin"), shared=("blocks",)),
+        mem=_one_per_class(tpl.mem, rep, orbit, ("nodes", "begin"), shared=("blocks", "gpu_gemms")),
         comm_kernels=_one_per_class(tpl.comm_kernels, rep, orbit, ("begin",), shared=("gemm_priority", "gemm_order")),
         source=None if tpl.source is None else np.where(tpl.source[rep] >= 0, orbit[tpl.source[rep]], -1),
         groups=groups(g_all[tpl.gemm_nodes], g_all[tpl.comm_nodes], tpl.comm_grid, g_all[x_nodes],
