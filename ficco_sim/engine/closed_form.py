@@ -34,9 +34,11 @@ where the pass before shows overlap, and the dispatcher's rules for kernels that
 beside a running GEMM (:mod:`.closed_form_overlap`): a memory kernel gets the SM slots
 the GEMM's blocks leave it, a communication kernel with none waits for the GEMM's last
 or next wave; the GEMM is the one the pass before saw, its times those of this pass
-(:func:`run`). Without overlap the answer is exact for isolated GEMMs and alpha-beta
-collectives. Not seen: a GEMM slowed by a memory kernel already resident, and a
-communication kernel running on part of its blocks.
+(:func:`run`). A GEMM issued while a memory kernel of its GPU runs, with no room beside
+its blocks, waits for it (:func:`.closed_form_overlap.gemm_waits`, from the pass before).
+Without overlap the answer is exact for isolated GEMMs and alpha-beta collectives. Not
+seen: a GEMM sharing HBM with a memory kernel beside it (the DES shares it max-min), and
+a communication kernel running on part of its blocks.
 
 A template compiled from a :class:`~ficco_sim.workload.Scenario` evaluates any scenario of
 the same :meth:`~ficco_sim.workload.Scenario.structure` exactly: GEMM dimensions scale

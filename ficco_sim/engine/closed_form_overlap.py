@@ -48,10 +48,11 @@ class Groups:
 @dataclass
 class MemKernels:
     """A template's memory kernels (reductions and other bandwidth-bound SM work; a symmetry
-    quotient keeps one per class): end and begin nodes, blocks at the reference sizes (scaled with the communicated shape), each
-    block's time, HBM bytes and SM needs (:func:`~ficco_sim.gemm_model.block_needs`), its
-    occupancy on an empty SM, and the GEMMs of its GPU (positions in ``gemm_nodes``,
-    padded with their count)."""
+    quotient keeps one per class): end and begin nodes, blocks at the reference sizes
+    (scaled with the communicated shape), each block's time, HBM bytes and SM needs
+    (:func:`~ficco_sim.gemm_model.block_needs`), its occupancy on an empty SM, and GEMMs of
+    its GPU (positions in ``gemm_nodes``, padded with their count): those it may share SMs
+    with, and, through its GPU's row of one table, all of them."""
 
     nodes: np.ndarray
     begin: np.ndarray
@@ -360,11 +361,11 @@ def gemm_waits(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, add: np.ndarr
                resident: dict) -> np.ndarray:
     """(P, nodes + 1) how long each GEMM's begin waits for SMs, from a pass ``vals``: a
     memory kernel keeps the SMs it took until it ends, so the first GEMM of its GPU issued
-    while it runs, if none of that GEMM's blocks fits
-    beside the kernel's (:func:`~ficco_sim.gemm_model.blocks_beside`), starts only when the
-    kernel ends: its end in the pass, or under the two-phase rule (``hold``:
-    :func:`memory_hold`, with the durations ``add``) when it started beside a GEMM. Read on
-    the GEMM's begin node (the latest of several such kernels); 0 elsewhere."""
+    while it runs, if none of that GEMM's blocks fits beside the kernel's
+    (:func:`~ficco_sim.gemm_model.blocks_beside`), starts only when the kernel ends: its end
+    in the pass, or under the two-phase rule (``hold``: :func:`memory_hold`, with the
+    durations ``add``) when it started beside a GEMM. Read on the GEMM's begin node (the
+    latest of several such kernels); 0 elsewhere."""
     mk, G = tpl.mem, len(tpl.gemm_nodes)
     out = np.zeros_like(vals)
     if not len(mk.nodes) or not G:
@@ -377,7 +378,7 @@ def gemm_waits(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, add: np.ndarr
     step = max(1, RUNNING_CELLS // max(1, P * mk.gpu_gemms.shape[1]))
     for a in range(0, M, step):
         cand = mk.gpu_gemms[mk.gpu_row[a:a + step]]                        # (k, Wa)
-        t = gb[:, cand]                                                    # (P, k, Wg)
+        t = gb[:, cand]                                                    # (P, k, Wa)
         inside = (t > vals[:, mk.begin[a:a + step], None]) & (t < ends[:, mk.nodes[a:a + step], None])
         first = np.argmin(np.where(inside, t, np.inf), axis=-1)
         hit = np.take_along_axis(inside, first[..., None], -1)[..., 0]

@@ -119,7 +119,8 @@ def link_tables(paths: list[list], caps, topo: Topology) -> dict[str, np.ndarray
 def merged_comm(tpls: Sequence["Template"], offs: np.ndarray) -> CommKernels:
     """Communication kernels of block-diagonal templates (each meets its own template's GEMMs)."""
     cat = lambda f: np.concatenate([getattr(t.comm_kernels, f) for t in tpls])  # noqa: E731
-    return CommKernels(begin=np.concatenate([t.comm_kernels.begin + o for t, o in zip(tpls, offs)]), need=cat("need").reshape(-1, 4), occupancy=cat("occupancy"), priority=cat("priority"),
+    return CommKernels(begin=np.concatenate([t.comm_kernels.begin + o for t, o in zip(tpls, offs)]),
+                       need=cat("need").reshape(-1, 4), occupancy=cat("occupancy"), priority=cat("priority"),
                        gemms=_stacked_gemms(tpls, [t.comm_kernels.gemms for t in tpls]),
                        gemm_priority=cat("gemm_priority"), order=cat("order"), gemm_order=cat("gemm_order"))
 
