@@ -10,7 +10,8 @@ import pytest
 
 from ficco_sim import Scenario, collective_time, lower, simulate
 from ficco_sim.engine import closed_form_overlap
-from ficco_sim.engine.closed_form import closed_form_timeline, compile_graph, evaluate, kernel_isolated_time, merge
+from ficco_sim.engine.closed_form import closed_form_timeline, compile_graph, evaluate, kernel_isolated_time
+from ficco_sim.engine.closed_form_merge import merge
 from ficco_sim.engine.des import simulate_graph
 from ficco_sim.gemm_model import isolated_time, plan_gemm
 from ficco_sim.hardware import load_gpu

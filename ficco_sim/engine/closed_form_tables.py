@@ -1,6 +1,6 @@
 """The closed-form engine's per-template tables beyond the max-plus DAG, built when a graph
 is compiled (:func:`~ficco_sim.engine.closed_form.compile_graph`) and concatenated when
-templates are merged (:func:`~ficco_sim.engine.closed_form.merge`): the links each
+templates are merged (:func:`~ficco_sim.engine.closed_form_merge.merge`): the links each
 transfer crosses (for :func:`.closed_form_overlap.link_coefs`),
 and the memory and communication kernels with the GEMMs that may share their GPU's SMs
 (for :func:`.closed_form_overlap.memory_hold` and :func:`.closed_form_overlap.comm_release`).

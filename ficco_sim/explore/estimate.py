@@ -21,7 +21,8 @@ from typing import Sequence
 import numpy as np
 
 from ..contention import PROFILE, Weights
-from ..engine.closed_form import Template, compile_graph, evaluate, merge
+from ..engine.closed_form import Template, compile_graph, evaluate
+from ..engine.closed_form_merge import merge
 from ..engine.closed_form_turned import compile_share
 from ..engine.fold import Share, topology_turns
 from ..engine.gcpause import paused_gc

@@ -1,0 +1,60 @@
+"""Templates of one scenario structure merged into one block-diagonal template, so a sweep
+evaluates them all in one call of :func:`~ficco_sim.engine.closed_form.evaluate` (numpy's
+per-call cost is paid once)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..gemm_model import GemmShape
+from .closed_form import Template
+from .closed_form_tables import merged_comm, merged_links, merged_mem
+
+
+def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
+    """Templates of one scenario structure as one block-diagonal template (one evaluation for
+    all: numpy's per-call cost is paid once), and each one's first node (plus the total).
+
+    GPUs (and source/destination pairs) of different templates stay apart in the
+    contention pass: they are renumbered ``gpu + i * G`` for template ``i``. All must be
+    compiled from the same reference scenario (sizes rescale from it)."""
+    if any(t.ref != tpls[0].ref for t in tpls):
+        raise ValueError("merging templates compiled from different reference scenarios")
+    offs = np.cumsum([0] + [t.num_nodes for t in tpls])
+    N = int(offs[-1])
+    shapes: dict[GemmShape, int] = {}
+    remap = [np.array([shapes.setdefault(sh, len(shapes)) for sh in t.shapes] + [-1], dtype=np.int64) for t in tpls]
+    depth = max(len(t.levels) for t in tpls)
+    levels = []
+    for lv in range(depth):
+        got = [(t, o) for t, o in zip(tpls, offs) if lv < len(t.levels)]
+        width = max(t.levels[lv][1].shape[1] for t, _ in got)
+        ids = np.concatenate([t.levels[lv][0] + o for t, o in got])
+        pad = np.full((len(ids), width), N, dtype=np.int64)
+        r = 0
+        for t, o in got:
+            i, p = t.levels[lv]
+            pad[r:r + len(i), :p.shape[1]] = np.where(p == t.num_nodes, N, p + o)
+            r += len(i)
+        levels.append((ids, pad))
+    cat = lambda f: np.concatenate([getattr(t, f) for t in tpls])  # noqa: E731
+    at = lambda f: np.concatenate([getattr(t, f) + o for t, o in zip(tpls, offs)])  # noqa: E731
+    G = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
+    gpu_of = np.concatenate([np.where(t.gpu_of >= 0, t.gpu_of + i * G, -1) for i, t in enumerate(tpls)])
+    dst_of = np.concatenate([np.where(t.dst_of >= 0, t.dst_of + i * G, -1) for i, t in enumerate(tpls)])
+    gemm_nodes, comm_nodes, xfer_nodes = at("gemm_nodes"), at("comm_nodes"), at("xfer_nodes")
+    comm_grid = cat("comm_grid")
+    out = Template(
+        ref=tpls[0].ref, num_nodes=N, levels=levels, kind=cat("kind"), const=cat("const"), coef=cat("coef"),
+        ref_bytes=cat("ref_bytes"), gemm_shape=np.concatenate([r[t.gemm_shape] for r, t in zip(remap, tpls)]),
+        shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=at("gemm_begin"),
+        comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
+        xfer_begin=at("xfer_begin"), launch=tpls[0].launch, comm_launch=tpls[0].comm_launch,
+        comm_scale=tpls[0].comm_scale,
+        **merged_links(tpls), mem=merged_mem(tpls, offs), comm_kernels=merged_comm(tpls, offs),
+        source=None if all(t.source is None for t in tpls) else np.concatenate(
+            [np.full(t.num_nodes, -1, dtype=np.int64) if t.source is None else np.where(t.source >= 0, t.source + o, -1)
+             for t, o in zip(tpls, offs[:-1])]))
+    return out, offs
