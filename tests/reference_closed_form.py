@@ -49,15 +49,26 @@ def _memory_hold(gpu, k: Kernel, s: float, gemms):
     waves = math.ceil(plan.grid / (S * occ))
     last = plan.grid - (waves - 1) * S * occ
     alone = kernel_isolated_time(gpu, k, launch=False)
-    own = blocks_per_sm(gpu.sm, k.block)
 
-    def speed(used, count):
-        beside = int(blocks_beside(gpu.sm, block_needs(gpu.sm, k.block), block_needs(gpu.sm, plan.block), count))
-        slots = (gpu.num_sms - used) * own + used * beside
+    def speed(blocks):
+        slots = _slots_beside(gpu, k, plan, S, blocks)
         return alone / waves_time(gpu, k.grid, slots, k.block_time, k.block_hbm_bytes, sms=1) if slots > 0 else 0.0
 
-    return x.id, waves, speed(min(S, plan.grid), min(occ, math.ceil(plan.grid / S))), \
-        speed(min(S, last), min(occ, math.ceil(last / S)))
+    return x.id, waves, speed(min(plan.grid, S * occ)), speed(last)
+
+
+def _slots_beside(gpu, k: Kernel, plan, S: int, blocks: int) -> int:
+    """Slots for ``k``'s blocks on a GPU whose S SMs hold ``blocks`` of a GEMM's blocks spread
+    evenly (some SMs one more than the others), the other SMs empty."""
+    q, r = divmod(blocks, S)
+
+    def beside(held: int) -> int:
+        return int(blocks_beside(gpu.sm, block_needs(gpu.sm, k.block), block_needs(gpu.sm, plan.block), held))
+
+    own = blocks_per_sm(gpu.sm, k.block)
+    if blocks < S:
+        return (gpu.num_sms - blocks) * own + blocks * beside(1)
+    return (gpu.num_sms - S) * own + r * beside(q + 1) + (S - r) * beside(q)
 
 
 def _shared_time(alone: float, s: float, a: float, dur: float, waves: int, f1: float, f2: float) -> float:
@@ -87,17 +98,11 @@ def _comm_hold(gpu, k: Kernel, s: float, gemms, priority: int):
     S, occ = g.sms or gpu.num_sms, plan.occupancy
     waves = math.ceil(plan.grid / (S * occ))
     last = plan.grid - (waves - 1) * S * occ
-    own = blocks_per_sm(gpu.sm, k.block)
-
-    def slots(used, count):
-        return (gpu.num_sms - used) * own + used * int(blocks_beside(gpu.sm, block_needs(gpu.sm, k.block),
-                                                           block_needs(gpu.sm, plan.block), count))
-
-    if slots(min(S, plan.grid), min(occ, math.ceil(plan.grid / S))) > 0:
+    if _slots_beside(gpu, k, plan, S, min(plan.grid, S * occ)) > 0:
         return None
     if priority > prio:
         return x.id, waves, None
-    return x.id, waves, (waves - 1) / waves if slots(min(S, last), min(occ, math.ceil(last / S))) > 0 else 1.0
+    return x.id, waves, (waves - 1) / waves if _slots_beside(gpu, k, plan, S, last) > 0 else 1.0
 
 
 def _order(graph: TaskGraph) -> tuple[dict, dict]:

@@ -318,16 +318,19 @@ def _running(tpl: "Template", vals: np.ndarray, start: np.ndarray, gemms: np.nda
     need = np.concatenate([resident["need"], np.zeros((P, 1, 4), dtype=np.int64)], 1)[rows, j]
     return {"on": on, "j": j, "begin": begin, "end": end,
             "split": np.where(on, begin + (end - begin) * at("last_at"), start), "waves": np.maximum(at("waves"), 1.0),
-            "used": at("used"), "count": at("count").astype(np.int64), "used_last": at("used_last"),
-            "count_last": at("count_last").astype(np.int64), "need": need}
+            "used": at("used"), "count": at("count").astype(np.int64), "full": at("full"),
+            "used_last": at("used_last"), "count_last": at("count_last").astype(np.int64), "full_last": at("full_last"),
+            "need": need}
 
 
 def _slots(gpu: GpuProfile, run: dict, need: np.ndarray, occupancy: np.ndarray, last: bool) -> np.ndarray:
     """Block slots a kernel (SM needs ``need``, ``occupancy`` on an empty SM) has beside the
     running GEMM ``run`` (:func:`_running`) before or in its last wave: the SMs it leaves
     empty, plus what still fits beside its blocks on the others."""
-    used, count = (run["used_last"], run["count_last"]) if last else (run["used"], run["count"])
-    return (gpu.num_sms - used) * occupancy + used * blocks_beside(gpu.sm, need, run["need"], count)
+    key = "_last" if last else ""
+    used, count, full = run["used" + key], run["count" + key], run["full" + key]
+    return ((gpu.num_sms - used) * occupancy + full * blocks_beside(gpu.sm, need, run["need"], count)
+            + (used - full) * blocks_beside(gpu.sm, need, run["need"], np.maximum(count - 1, 0)))
 
 
 def memory_hold(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: dict, comm: np.ndarray) -> dict:

@@ -74,19 +74,22 @@ def with_signals(tpl: Template, add: np.ndarray, share: np.ndarray | None) -> np
 
 
 def residency(gpu: GpuProfile, shapes: list[GemmShape], sizes: list, picked: list, of_gemm: np.ndarray) -> dict:
-    """Per GEMM node and scenario, where its blocks sit (spread one per SM first, as the
-    dispatcher does) while it still has blocks to place (``used`` SMs, ``count`` blocks on
-    each) and in its last wave (``used_last``, ``count_last``), when that wave starts (a
-    share ``last_at`` of its run), and a block's SM needs (``need``)."""
+    """Per GEMM node and scenario, where its blocks sit (spread evenly, one per SM first, as
+    the dispatcher does) while it still has blocks to place (``used`` SMs, ``full`` of them
+    holding ``count`` blocks, the others one fewer) and in its last wave (``used_last``,
+    ``full_last``, ``count_last``), when that wave starts (a share ``last_at`` of its run),
+    and a block's SM needs (``need``)."""
     P = len(picked[0])
-    out = {k: np.zeros((P, len(shapes))) for k in ("used", "count", "used_last", "count_last", "last_at", "waves")}
+    out = {k: np.zeros((P, len(shapes))) for k in ("used", "count", "full", "used_last", "count_last", "full_last",
+                                                   "last_at", "waves")}
     need = np.zeros((P, len(shapes), 4), dtype=np.int64)
     for j, (sh, size, best) in enumerate(zip(shapes, sizes, picked)):
         for rows, tile, grid, occ, S in _picked_tiles(gpu, sh, size, best):
             waves = np.ceil(grid / (S * occ))
             last = grid - (waves - 1) * S * occ
-            out["used"][rows, j], out["count"][rows, j] = np.minimum(S, grid), np.minimum(occ, np.ceil(grid / S))
-            out["used_last"][rows, j], out["count_last"][rows, j] = np.minimum(S, last), np.minimum(occ, np.ceil(last / S))
+            for key, n in (("", np.minimum(grid, S * occ)), ("_last", last)):
+                out["used" + key][rows, j], out["count" + key][rows, j] = np.minimum(S, n), np.ceil(n / S)
+                out["full" + key][rows, j] = np.where(n % S > 0, n % S, np.minimum(S, n))
             out["last_at"][rows, j], out["waves"][rows, j] = (waves - 1) / waves, waves
             need[rows, j] = block_needs(gpu.sm, BlockShape(tile.block.threads, tile.block.registers,
                                                            tile.block.smem + sh.extra_smem))
