@@ -421,7 +421,7 @@ def test_link_sweep_equals_the_pairwise_average_concurrency():
         tx = np.sort(rng.choice(X, int(rng.integers(1, X + 1)), replace=False))
         tpl = SimpleNamespace(xfer_nodes=np.arange(X, 2 * X), xfer_begin=np.arange(X), xfer_links=links,
                               link_bw=np.append(rng.uniform(1, 10, L), np.inf), xfer_cap=rng.uniform(1, 20, X),
-                              xfer_targets=tx)
+                              xfer_targets=tx, level_cache={})
         with np.errstate(invalid="ignore"):
             got = closed_form_overlap.link_coefs(tpl, vals)
         for p in range(P):

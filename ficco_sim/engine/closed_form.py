@@ -117,7 +117,7 @@ class Template:
     xfer_cap: np.ndarray | None = None          # (X,) B/s: the copy engine / channel / HBM bound
     mem: MemKernels | None = None               # memory kernels, for the occupancy rule
     comm_kernels: CommKernels | None = None     # communication kernels, for the dispatch rule
-    level_cache: dict = field(default_factory=dict)   # level -> positions of those kernels (built once)
+    level_cache: dict = field(default_factory=dict)   # built once: kernels per level, link crossings
     quotient: "Template | None" = None          # evaluated instead when set (:mod:`.symmetry`)
     orbit: np.ndarray | None = None             # node (and sentinel) -> quotient node
     source: np.ndarray | None = None            # SIG node -> its producer GEMM's end node (else -1)

@@ -244,13 +244,10 @@ def link_coefs(tpl: "Template", vals: np.ndarray) -> np.ndarray:
     link's transfers in time order, the count stepping +1 / -1 at each (ties add nothing,
     as F is continuous), so the cost grows with the link's transfers, not their square."""
     tx = np.arange(len(tpl.xfer_nodes)) if tpl.xfer_targets is None else tpl.xfer_targets
-    links, L = tpl.xfer_links, len(tpl.link_bw) - 1
-    x_of, slot = np.nonzero(links < L)                    # (transfer, path slot) crossings,
-    by_link = np.argsort(links[x_of, slot], kind="stable")  # grouped by link
-    x_of, slot = x_of[by_link], slot[by_link]
-    crossing = np.full(links.shape, -1, dtype=np.int64)
-    crossing[x_of, slot] = np.arange(len(x_of))
-    ev_link = np.tile(links[x_of, slot], 2).astype(np.int16 if L < 2 ** 15 else np.int64)  # radix sort
+    links = tpl.xfer_links
+    if "crossings" not in tpl.level_cache:
+        tpl.level_cache["crossings"] = _crossings(links, len(tpl.link_bw) - 1)
+    x_of, crossing, ev_link = tpl.level_cache["crossings"]
     out = np.empty((len(vals), len(tx)))
     step = max(1, SWEEP_CELLS // max(1, len(ev_link)))
     for a in range(0, len(vals), step):
@@ -266,6 +263,18 @@ def link_coefs(tpl: "Template", vals: np.ndarray) -> np.ndarray:
         share = np.where(idx >= 0, tpl.link_bw[links[tx]] / np.maximum(conc, 1.0), np.inf)
         out[a:a + step] = np.minimum(share.min(-1), tpl.xfer_cap[tx])
     return 1.0 / out
+
+
+def _crossings(links: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (transfer, path slot) crossing of a link, grouped by link: the transfer of each,
+    each slot's crossing (-1: none), and the link of each start then each end event."""
+    x_of, slot = np.nonzero(links < L)
+    by_link = np.argsort(links[x_of, slot], kind="stable")
+    x_of, slot = x_of[by_link], slot[by_link]
+    crossing = np.full(links.shape, -1, dtype=np.int64)
+    crossing[x_of, slot] = np.arange(len(x_of))
+    ev_link = np.tile(links[x_of, slot], 2).astype(np.int16 if L < 2 ** 15 else np.int64)  # radix sort
+    return x_of, crossing, ev_link
 
 
 def _swept(t: np.ndarray, ev_link: np.ndarray) -> np.ndarray:
@@ -373,16 +382,15 @@ def gemm_waits(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, add: np.ndarr
     out = np.zeros_like(vals)
     if not len(mk.nodes) or not G:
         return out
-    ends = vals.copy()
-    apply_memory_hold(tpl, ends, add, hold, np.arange(len(mk.nodes)))
     P, M = len(vals), len(mk.nodes)
+    ends = held_ends(tpl, vals, add, hold, np.arange(M))                   # (P, M)
     gb = _pad(vals[:, tpl.gemm_begin], np.inf)
     j = np.full((P, M), G, dtype=np.int64)              # the first GEMM issued inside each kernel's run
     step = max(1, RUNNING_CELLS // max(1, P * mk.gpu_gemms.shape[1]))
     for a in range(0, M, step):
         cand = mk.gpu_gemms[mk.gpu_row[a:a + step]]                        # (k, Wa)
         t = gb[:, cand]                                                    # (P, k, Wa)
-        inside = (t > vals[:, mk.begin[a:a + step], None]) & (t < ends[:, mk.nodes[a:a + step], None])
+        inside = (t > vals[:, mk.begin[a:a + step], None]) & (t < ends[:, a:a + step, None])
         first = np.argmin(np.where(inside, t, np.inf), axis=-1)
         hit = np.take_along_axis(inside, first[..., None], -1)[..., 0]
         j[:, a:a + step] = np.where(hit, cand[np.arange(len(cand))[None, :], first], G)
@@ -390,7 +398,7 @@ def gemm_waits(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, add: np.ndarr
     y = np.append(tpl.gemm_begin, tpl.num_nodes)[j]
     need = np.concatenate([resident["need"], np.zeros((P, 1, 4), dtype=np.int64)], 1)[rows, j]
     shut = blocks_beside(gpu.sm, need, mk.need, hold["per_sm"]) == 0
-    wait = np.where((j < G) & shut, np.maximum(ends[:, mk.nodes] - vals[rows, y], 0.0), 0.0)
+    wait = np.where((j < G) & shut, np.maximum(ends - vals[rows, y], 0.0), 0.0)
     np.maximum.at(out, (np.broadcast_to(rows, y.shape), y), wait)
     out[:, -1] = 0.0
     return out
@@ -452,6 +460,12 @@ def levels_of(tpl: "Template", nodes: np.ndarray) -> dict[int, np.ndarray]:
 def apply_memory_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray) -> None:
     """End the memory kernels ``cols`` (their end nodes were just computed) by the two-phase
     rule of :func:`.closed_form_overlap.memory_hold` against their GEMM's times in this pass."""
+    vals[:, tpl.mem.nodes[cols]] = held_ends(tpl, vals, add, hold, cols)
+
+
+def held_ends(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray) -> np.ndarray:
+    """(P, cols) ends of the memory kernels ``cols`` under the two-phase rule (see
+    :func:`apply_memory_hold`), their ends in ``vals`` where no GEMM holds them."""
     mk = tpl.mem
     s = vals[:, mk.begin[cols]]
     a = np.take_along_axis(vals, hold["begin_node"][:, cols], 1)
@@ -467,7 +481,7 @@ def apply_memory_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: 
         t = np.where(w1 >= alone, alone / f1,
                      np.where(w1 + w2 >= alone, d1 + (alone - w1) / f2, d1 + d2 + alone - w1 - w2))
     got = add[:, mk.nodes[cols]] * np.where(alone > 0, t / np.where(alone > 0, alone, 1.0), 1.0)
-    vals[:, mk.nodes[cols]] = np.where(on, s + got, vals[:, mk.nodes[cols]])
+    return np.where(on, s + got, vals[:, mk.nodes[cols]])
 
 
 def apply_comm_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray) -> None:
