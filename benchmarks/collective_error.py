@@ -9,7 +9,9 @@ error of every row, per (GPU, collective, size band).
 Protocol payload shares are NCCL's design (LL 4 B flag per 4 B, LL128 8 B per 128 B line); what is
 fitted is the latencies and the SM share of the link. A fit on one NVIDIA source is scored on the
 other (held out): that is the validation figure; the shipped numbers are fitted on both, and the
-rows they were fitted on are marked ``used_for_fit`` in ``validation/public/nccl_tests.csv``.
+rows they were fitted on are marked ``used_for_fit`` in ``validation/public/nccl_tests.csv``. The raw
+runs of :data:`HELD_OUT` (``validation/nccl-tests/``, e.g. NVIDIA's own 8x H100 all-reduce sample) are
+never fitted on: every fit is scored on them.
 """
 
 from __future__ import annotations
@@ -24,8 +26,15 @@ import pandas as pd
 from ficco_sim import load_gpu
 from ficco_sim.calibrate.fit_nccl import FIT_FROM, fit, predict, summary, tidy, with_params
 from ficco_sim.calibrate.nccl_tests import KIND
+from ficco_sim.calibrate.nccl_tests import read as read_nccl_tests
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "measurements" / "nccl-tests" / "nccl_tests.csv"
+RAW = Path(__file__).resolve().parents[1] / "validation" / "nccl-tests"
+# raw nccl-tests output from sources no fit ever sees (validation/nccl-tests/README.md):
+# file -> (source URL, GPU as the shared table names it, topology kind)
+HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
+    "https://github.com/NVIDIA/exemplar-performance/blob/e249aa3c788284d1575379ccf73568c383d4c91e/"
+    "microbenchmarks/nccl/README.md", "H100-SXM-80GB", "switch")}
 SYSTEMS = {"H100-SXM-80GB": ("h100", "switch"), "A100-SXM4-40GB": ("a100", "switch"), "MI300X": ("mi300x", "fc")}
 VENDOR = {"h100": "nccl", "a100": "nccl", "mi300x": "rccl"}
 
@@ -36,6 +45,16 @@ def load(path: Path = DATA) -> pd.DataFrame:
     d = d[d["data_quality"] == "measured_oop"]
     d = d[d["collective"].isin(list(KIND))]
     return pd.concat([tidy(part, *SYSTEMS[g]) for g, part in d.groupby("gpu", sort=False)], ignore_index=True)
+
+
+def held_out() -> pd.DataFrame:
+    """The raw runs of :data:`HELD_OUT`, read as ``calibrate --from`` reads them: rows for
+    scoring only (never fitted on)."""
+    parts = []
+    for name, (url, gpu, kind) in HELD_OUT.items():
+        raw = read_nccl_tests(RAW / name).assign(source_url=url, gpu=gpu, algo="auto")
+        parts.append(tidy(raw, SYSTEMS[gpu][0], kind))
+    return pd.concat(parts, ignore_index=True)
 
 
 def nvls_holdout(rows: pd.DataFrame) -> None:
@@ -62,7 +81,9 @@ def main() -> None:
         nv = big[big["gpu_profile"].map(VENDOR) == "nccl"]
         for held in nv["source_url"].map(lambda u: u.split("/")[3]).unique():
             train = nv[~nv["source_url"].str.contains(held)]
-            test = rows[rows["source_url"].str.contains(held)].copy()
+            extra = held_out()      # never fitted on: scored by every fit of its vendor
+            test = pd.concat([rows[rows["source_url"].str.contains(held)],
+                              extra[extra["gpu_profile"].map(VENDOR) == "nccl"]], ignore_index=True)
             p, e = fit(train)
             test["predicted_s"] = predict(test, {g: with_params(load_gpu(g), **p) for g in test["gpu_profile"].unique()})
             print(f"NCCL fitted without {held}: {p} (train mean |log err| {e:.3f}); held out:")
@@ -72,7 +93,14 @@ def main() -> None:
         for vendor, part in rows.groupby(rows["gpu_profile"].map(VENDOR)):
             p, e = fit(part)
             print(f"{vendor} fitted on all its rows: {p} (mean |log err| {e:.3f})")
+            test = held_out()
+            test = test[test["gpu_profile"].map(VENDOR) == vendor].copy()
+            if len(test):
+                test["predicted_s"] = predict(test, {g: with_params(load_gpu(g), **p) for g in test["gpu_profile"].unique()})
+                print("  held out (never fitted on):")
+                print(summary(test).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         return
+    rows = pd.concat([rows, held_out()], ignore_index=True)
     gpus = {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
     rows["predicted_s"] = predict(rows, gpus, sim="des")
     refused = rows["predicted_s"].isna()
@@ -85,8 +113,9 @@ def main() -> None:
                        for r in rows.itertuples()]
     used = {g: str(load_gpu(g).provenance("comm_kernel.launch_us").source) if load_gpu(g).comm_kernel.launch
             is not None else "" for g in gpus}
-    rows["used_for_fit"] = [bool(used[g]) and "nccl-tests" in used[g] and s >= FIT_FROM
-                            for g, s in zip(rows["gpu_profile"], rows["size_bytes"])]
+    never = {url for url, _, _ in HELD_OUT.values()}
+    rows["used_for_fit"] = [bool(used[g]) and "nccl-tests" in used[g] and s >= FIT_FROM and u not in never
+                            for g, s, u in zip(rows["gpu_profile"], rows["size_bytes"], rows["source_url"])]
     cols = ["source_url", "gpu", "gpus", "collective", "algo", "size_bytes", "measured_s", "predicted_s", "error",
             "used_for_fit", "command"]
     table = rows[cols + ["gpu_profile"]]

@@ -17,6 +17,7 @@ from ficco_sim.hardware import load_gpu
 DIR = Path(__file__).resolve().parents[1] / "validation" / "nccl-tests"
 QUIET = {c: DIR / f"h100x4_quiet_{c}.txt" for c in ("all_reduce", "all_gather", "reduce_scatter")}
 DEBUG = DIR / "h100x4_ring_debug_all_reduce.log"
+EXEMPLAR = DIR / "h100x8_exemplar_all_reduce.txt"     # NVIDIA's sample: 8 processes, a forked header
 
 
 @pytest.mark.parametrize("coll,rows", [("all_reduce", 31), ("all_gather", 28), ("reduce_scatter", 28)])
@@ -27,6 +28,18 @@ def test_real_runs_read_every_row(coll, rows):
     assert set(d["device"]) == {"NVIDIA H100 80GB HBM3"}
     assert d["size_bytes"].is_monotonic_increasing and (d["time_us_oop"] > 0).all()
     # nccl-tests' own columns agree with each other: algbw = size / time (GB/s, us), to its rounding
+    big = d[d["size_bytes"] >= 1 << 20]
+    assert ((big["size_bytes"] / big["time_us_oop"] / 1e3) / big["algbw_oop"] - 1).abs().max() < 0.01
+
+
+def test_a_run_of_one_process_per_gpu_with_extra_header_fields_reads_as_one_host():
+    """NVIDIA's exemplar sample: 8 ranks in 8 processes on one host, its header carrying the
+    fork's extra fields (side_work, work_sms, direction), sizes from 8 B to 16 GiB."""
+    d = read(EXEMPLAR)
+    assert looks_like(EXEMPLAR)
+    assert len(d) == 32 and set(d["collective"]) == {"all_reduce"} and set(d["gpus"]) == {8}
+    assert set(d["hosts"]) == {1} and set(d["device"]) == {"NVIDIA H100 80GB HBM3"}
+    assert d["size_bytes"].tolist() == [2 ** p for p in range(3, 35)]
     big = d[d["size_bytes"] >= 1 << 20]
     assert ((big["size_bytes"] / big["time_us_oop"] / 1e3) / big["algbw_oop"] - 1).abs().max() < 0.01
 
