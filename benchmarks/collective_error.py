@@ -79,11 +79,11 @@ def main() -> None:
     if args.fit:
         big = rows[rows["size_bytes"] >= FIT_FROM]
         nv = big[big["gpu_profile"].map(VENDOR) == "nccl"]
+        extra = held_out()      # never fitted on: scored by every fit of its vendor
+        extra = extra[extra["gpu_profile"].map(VENDOR) == "nccl"]
         for held in nv["source_url"].map(lambda u: u.split("/")[3]).unique():
             train = nv[~nv["source_url"].str.contains(held)]
-            extra = held_out()      # never fitted on: scored by every fit of its vendor
-            test = pd.concat([rows[rows["source_url"].str.contains(held)],
-                              extra[extra["gpu_profile"].map(VENDOR) == "nccl"]], ignore_index=True)
+            test = pd.concat([rows[rows["source_url"].str.contains(held)], extra], ignore_index=True)
             p, e = fit(train)
             test["predicted_s"] = predict(test, {g: with_params(load_gpu(g), **p) for g in test["gpu_profile"].unique()})
             print(f"NCCL fitted without {held}: {p} (train mean |log err| {e:.3f}); held out:")
