@@ -324,12 +324,20 @@ def _running(tpl: "Template", vals: np.ndarray, start: np.ndarray, gemms: np.nda
     rows = np.arange(P)[:, None]
     at = lambda key: np.concatenate([resident[key], np.zeros((P, 1))], 1)[rows, j]  # noqa: E731
     begin, end = np.where(on, gb[rows, j], 0.0), np.where(on, gen[rows, j], 0.0)
-    need = np.concatenate([resident["need"], np.zeros((P, 1, 4), dtype=np.int64)], 1)[rows, j]
+    need = _gemm_need(resident, j)
     return {"on": on, "j": j, "begin": begin, "end": end,
             "split": np.where(on, begin + (end - begin) * at("last_at"), start), "waves": np.maximum(at("waves"), 1.0),
             "used": at("used"), "count": at("count").astype(np.int64), "full": at("full"),
             "used_last": at("used_last"), "count_last": at("count_last").astype(np.int64), "full_last": at("full_last"),
             "need": need}
+
+
+def _gemm_need(resident: dict, j: np.ndarray) -> np.ndarray:
+    """(P, K, 4) SM needs of a block of GEMM ``j`` (P, K positions; the GEMM count: none,
+    needing nothing) per scenario (``resident``: :func:`~.closed_form_tiles.residency`)."""
+    need = resident["need"]
+    padded = np.concatenate([need, np.zeros((len(need), 1, 4), dtype=np.int64)], 1)
+    return padded[np.arange(len(need))[:, None], j]
 
 
 def _slots(gpu: GpuProfile, run: dict, need: np.ndarray, occupancy: np.ndarray, last: bool) -> np.ndarray:
@@ -396,7 +404,7 @@ def gemm_waits(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, add: np.ndarr
         j[:, a:a + step] = np.where(hit, cand[np.arange(len(cand))[None, :], first], G)
     rows = np.arange(P)[:, None]
     y = np.append(tpl.gemm_begin, tpl.num_nodes)[j]
-    need = np.concatenate([resident["need"], np.zeros((P, 1, 4), dtype=np.int64)], 1)[rows, j]
+    need = _gemm_need(resident, j)
     shut = blocks_beside(gpu.sm, need, mk.need, hold["per_sm"]) == 0
     wait = np.where((j < G) & shut, np.maximum(ends - vals[rows, y], 0.0), 0.0)
     np.maximum.at(out, (np.broadcast_to(rows, y.shape), y), wait)
