@@ -195,3 +195,15 @@ def test_a_profile_from_another_host_is_never_used(tmp_path, monkeypatch):
     path.write_text("{{not yaml")
     vw.host_profile(tmp_path, 2)
     assert len(calls) == 3
+
+
+def test_the_schedules_of_one_scenario_take_turns_run_by_run():
+    """A slow spell of the host must fall on every schedule of a scenario alike: runs go
+    round by round, each round every job once, the starting job rotating."""
+    from ficco_sim.validate.launch import groups_of, turns
+    order = turns(3, 6)
+    assert all(sorted(r) == [0, 1, 2] for r in order)
+    assert [r[0] for r in order] == [0, 1, 2, 0, 1, 2]
+    g = TaskGraph(1, (), ())
+    jobs = [Job("a", g, "s1"), Job("b", g, "s1"), Job("c", g, "s2"), Job("d", g), Job("e", g)]
+    assert [[j.name for j in b] for b in groups_of(jobs)] == [["a", "b"], ["c"], ["d"], ["e"]]

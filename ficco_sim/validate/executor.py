@@ -86,10 +86,13 @@ class ReplayOptions:
 
 @dataclass(frozen=True)
 class Job:
-    """One task graph to replay, under a name that ends up in the CSV."""
+    """One task graph to replay, under a name that ends up in the CSV. Consecutive jobs of
+    one ``group`` (the schedules of one scenario) are timed taking turns, run by run, so
+    that their ranking is not decided by when each ran (distributed replays)."""
 
     name: str
     graph: TaskGraph
+    group: str | None = None
 
 
 @dataclass

@@ -65,49 +65,103 @@ def _init(rank: int, world: int, port: int, opts: ReplayOptions, high_prio: bool
                             timeout=INIT_TIMEOUT, **kw)
 
 
-def _replay_rank(job: Job, rank: int, opts: ReplayOptions, feats: dict) -> dict:
-    graph = job.graph
-    notes: list[str] = []
-    program = plan_rank(graph, rank)
-    if program.dropped_deps:
-        notes.append(f"{program.dropped_deps} cross-rank dependencies left to the transfers that carry the data")
-    dev = torch.device("cuda", rank) if opts.device == "cuda" else torch.device("cpu")
-    dtype = reference.exec_dtype(graph, opts.device)
-    inputs = reference.input_buffers(graph)
-    bufs = reference.make_inputs(graph, rank, inputs, dtype, dev, opts.seed)
-    if opts.device == "cuda":
-        from .cuda import CudaRunner
-        runner = CudaRunner(graph, program, {rank: bufs}, {rank: dev}, notes, distributed=True)
-    else:
-        from .cpu import CpuRankRunner
-        runner = CpuRankRunner(graph, program, bufs, notes)
-    from .single_gpu import _restorer
-    restore = _restorer({rank: bufs}, graph, inputs, opts)   # GPU: a device copy, not new host inputs
-    times, parts = [], []
-    for i in range(opts.warmup + opts.repeats):
-        restore()
+class _RankReplay:
+    """One job prepared on this rank (program, buffers, runner), timed one run at a time so
+    that the jobs of a group can take turns (:func:`_replay_group`)."""
+
+    def __init__(self, job: Job, rank: int, opts: ReplayOptions):
+        self.job, self.rank, self.opts = job, rank, opts
+        graph = job.graph
+        self.notes: list[str] = []
+        program = plan_rank(graph, rank)
+        if program.dropped_deps:
+            self.notes.append(f"{program.dropped_deps} cross-rank dependencies left to the transfers that carry "
+                              "the data")
+        dev = torch.device("cuda", rank) if opts.device == "cuda" else torch.device("cpu")
+        dtype = reference.exec_dtype(graph, opts.device)
+        inputs = reference.input_buffers(graph)
+        self.bufs = reference.make_inputs(graph, rank, inputs, dtype, dev, opts.seed)
         if opts.device == "cuda":
+            from .cuda import CudaRunner
+            self.runner = CudaRunner(graph, program, {rank: self.bufs}, {rank: dev}, self.notes, distributed=True)
+        else:
+            from .cpu import CpuRankRunner
+            self.runner = CpuRankRunner(graph, program, self.bufs, self.notes)
+        from .single_gpu import _restorer
+        self.restore = _restorer({rank: self.bufs}, graph, inputs, opts)   # GPU: a device copy
+        self.times: list[float] = []
+        self.parts: list[dict] = []
+
+    def once(self, timed: bool) -> None:
+        """One replay from a barrier; ``timed``: keep its span (every rank's, on CPU)."""
+        self.restore()
+        if self.opts.device == "cuda":
             torch.cuda.synchronize()
         dist.barrier()
-        if opts.device == "cuda":
-            span = runner.run()
+        if self.opts.device == "cuda":
+            span = self.runner.run()
         else:
-            t0, t1 = runner.run()
+            t0, t1 = self.runner.run()
             spans: list = [None] * dist.get_world_size()
             dist.all_gather_object(spans, (t0, t1))
             span = max(e for _, e in spans) - min(s for s, _ in spans)
-        if i >= opts.warmup:
-            times.append(span)
-            if opts.device != "cuda":
-                parts.append(runner.parts)
-    ref_bufs = None if reference.ref_spec(graph) else oracle(graph, opts.seed)[rank]
-    ok, err = verify(graph, rank, bufs, opts.seed, ref_bufs)
-    if ref_bufs is not None:
-        notes.append("no meta.reference: checked against a sequential CPU replay of the same graph")
-    if opts.profile_dir:
-        _profile_rank(job, rank, opts, runner, restore)
-    mid = {k: float(sorted(p[k] for p in parts)[len(parts) // 2]) for k in (parts[0] if parts else {})}
-    return {"times": times, "ok": ok, "err": err, "notes": notes, "parts": mid}
+        if timed:
+            self.times.append(span)
+            if self.opts.device != "cuda":
+                self.parts.append(self.runner.parts)
+
+    def finish(self) -> dict:
+        """Check the result (of the last run), profile once if asked, and summarise."""
+        graph, opts = self.job.graph, self.opts
+        ref_bufs = None if reference.ref_spec(graph) else oracle(graph, opts.seed)[self.rank]
+        ok, err = verify(graph, self.rank, self.bufs, opts.seed, ref_bufs)
+        if ref_bufs is not None:
+            self.notes.append("no meta.reference: checked against a sequential CPU replay of the same graph")
+        if opts.profile_dir:
+            _profile_rank(self.job, self.rank, opts, self.runner, self.restore)
+        parts = self.parts
+        mid = {k: float(sorted(p[k] for p in parts)[len(parts) // 2]) for k in (parts[0] if parts else {})}
+        return {"times": self.times, "ok": ok, "err": err, "notes": self.notes, "parts": mid}
+
+
+def _replay_group(group: list[Job], rank: int, opts: ReplayOptions) -> list[dict]:
+    """Replay the jobs of one group taking turns: every round runs each job once, starting
+    one job later than the round before, so a slow spell of the host (another process, a
+    frequency change) falls on all of them alike and their ranking compares like with like.
+    Warm-up rounds first; the result check sees each job's last run."""
+    prepared = [_RankReplay(job, rank, opts) for job in group]
+    for i, order in enumerate(turns(len(prepared), opts.warmup + opts.repeats)):
+        for j in order:
+            prepared[j].once(timed=i >= opts.warmup)
+    return [p.finish() for p in prepared]
+
+
+def turns(jobs: int, rounds: int) -> list[list[int]]:
+    """The order in which a group's ``jobs`` run, round by round: each round runs every job
+    once, and round ``i`` starts with job ``i mod jobs`` (no job always runs first, right
+    after the barrier, or last).
+
+    >>> turns(3, 4)
+    [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 1, 2]]
+    """
+    return [[(i + j) % jobs for j in range(jobs)] for i in range(rounds)]
+
+
+def groups_of(jobs: list[Job]) -> list[list[Job]]:
+    """Consecutive jobs with the same :attr:`Job.group` (``None``: a job on its own).
+
+    >>> from ficco_sim.validate.testing import tiny_ag_gemm
+    >>> g = tiny_ag_gemm()
+    >>> [[j.name for j in b] for b in groups_of([Job("a", g, "x"), Job("b", g, "x"), Job("c", g), Job("d", g)])]
+    [['a', 'b'], ['c'], ['d']]
+    """
+    out: list[list[Job]] = []
+    for job in jobs:
+        if out and job.group is not None and out[-1][-1].group == job.group:
+            out[-1].append(job)
+        else:
+            out.append([job])
+    return out
 
 
 def _profile_rank(job: Job, rank: int, opts: ReplayOptions, runner, restore) -> None:
@@ -132,14 +186,9 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], opts: ReplayOptio
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     _init(rank, world, port, opts, _wants_high_priority_comm(jobs))
     try:
-        feats = {}
-        if opts.device == "cuda":
-            from .cuda import features
-            feats = features()
         dist.barrier()
         results = []
-        for job in jobs:
-            mine = _replay_rank(job, rank, opts, feats)
+        for job, mine in ((j, m) for g in groups_of(jobs) for j, m in zip(g, _replay_group(g, rank, opts))):
             every: list = [None] * world
             dist.all_gather_object(every, mine)
             if opts.device == "cuda":

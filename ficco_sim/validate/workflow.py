@@ -202,7 +202,7 @@ def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None =
         except InputError as e:   # a lowering the executor cannot replay: say so, keep going
             pair_notes.append(f"not replayed: {sc.label()} / {s.name}: {e.line()}")
             continue
-        jobs.append(Job(f"{sc.key()}|{s.name}", graph))
+        jobs.append(Job(f"{sc.key()}|{s.name}", graph, sc.key()))
     if not jobs:
         raise InputError("--schedules", None, "no replayable (scenario, schedule) pair: " + "; ".join(pair_notes))
     results = {r.name: r for r in replay(jobs, opts)}
