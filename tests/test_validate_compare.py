@@ -68,3 +68,27 @@ def test_importer_bad_input(tmp_path, text, field):
 def test_importer_missing_file(tmp_path):
     with pytest.raises(InputError):
         read_measured(tmp_path / "nope.csv")
+
+
+def test_differences_the_measurement_cannot_resolve_are_not_a_ranking():
+    """Two schedules whose medians sit within each other's notches are a measured tie: the
+    resolved tau and top-1 do not count them, the strict ones do."""
+    from ficco_sim.validate.compare import median_notch
+    assert median_notch([1.0]) != median_notch([1.0])          # NaN: no spread from one timing
+    assert median_notch([1.0, 1.0, 1.0, 1.0]) == 0.0
+    df = pd.DataFrame({"scenario": ["s"] * 3, "schedule": ["a", "b", "c"],
+                       "predicted_s": [1.0, 1.01, 2.0], "measured_s": [1.02, 1.0, 2.0],
+                       "measured_notch_s": [0.03, 0.03, 0.03]})
+    per, overall = summarize(df)
+    assert per["kendall_tau"].iloc[0] == pytest.approx(1 / 3, abs=1e-4)     # a and b swapped
+    assert not per["top1"].iloc[0]
+    assert per["kendall_tau_resolved"].iloc[0] == pytest.approx(2 / math.sqrt(6), abs=1e-4)
+    assert per["top1_resolved"].iloc[0]
+    # resolvable differences still count: with tight notches the swap is a swap
+    per, _ = summarize(df.assign(measured_notch_s=0.001))
+    assert per["kendall_tau_resolved"].iloc[0] == pytest.approx(1 / 3, abs=1e-4)
+    assert not per["top1_resolved"].iloc[0]
+    # without notches (an imported CSV of medians only) there is no resolved figure
+    per, overall = summarize(df.drop(columns="measured_notch_s"))
+    assert per["kendall_tau_resolved"].isna().all() and overall["mean_kendall_tau_resolved"] != \
+        overall["mean_kendall_tau_resolved"]

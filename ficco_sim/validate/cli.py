@@ -132,6 +132,9 @@ def cmd_validate(args) -> int:
     print(df[["scenario", "schedule", "predicted_s", "measured_s", "err", "correct"]].to_string(index=False))
     print(f"MAPE {overall['mape'] * 100:.1f}%  mean Kendall tau {overall['mean_kendall_tau']:.3f}  "
           f"top-1 {overall['top1_rate'] * 100:.0f}%")
+    if overall["mean_kendall_tau_resolved"] == overall["mean_kendall_tau_resolved"]:
+        print(f"counting only differences the measurement resolves (median notches): Kendall tau "
+              f"{overall['mean_kendall_tau_resolved']:.3f}  top-1 {overall['top1_resolved_rate'] * 100:.0f}%")
     for kind, path in paths.items():
         print(f"wrote {path}")
     return 0

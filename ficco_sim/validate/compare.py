@@ -36,12 +36,39 @@ def mape(predicted: Sequence[float], measured: Sequence[float]) -> float:
     return sum(errs) / len(errs) if errs else float("nan")
 
 
-def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
+def median_notch(times: Sequence[float]) -> float:
+    """Half-width of the 95% notch of a median of repeated timings, ``1.58 IQR / sqrt(n)``
+    (McGill, Tukey and Larsen 1978, "Variations of box plots"): two medians whose notches
+    overlap are not told apart by the measurement. NaN with fewer than 2 timings.
+
+    >>> round(median_notch([1.0, 2.0, 3.0, 4.0]), 4)
+    1.185
+    """
+    import numpy as np
+    t = np.asarray(times, dtype=float)
+    if len(t) < 2:
+        return float("nan")
+    q1, q3 = np.percentile(t, [25, 75])
+    return float(1.58 * (q3 - q1) / np.sqrt(len(t)))
+
+
+def _apart(y: Sequence[float], tol: Sequence[float] | None, i: int, j: int) -> int:
+    """The sign of ``y[i] - y[j]``, 0 when their notches ``tol`` overlap (a measured tie)."""
+    if tol is not None and abs(y[i] - y[j]) <= tol[i] + tol[j]:
+        return 0
+    return (y[i] > y[j]) - (y[i] < y[j])
+
+
+def kendall_tau(x: Sequence[float], y: Sequence[float], y_tol: Sequence[float] | None = None) -> float:
     """Kendall's tau-b between two orderings (ties handled); NaN with fewer than 2 items
-    or when one side is all ties.
+    or when one side is all ties. ``y_tol``: half-widths of the ``y`` values' notches
+    (:func:`median_notch`); pairs whose notches overlap count as ties (differences the
+    measurement cannot resolve are not a ranking).
 
     >>> kendall_tau([1, 1, 2], [1, 2, 3])
     0.8165
+    >>> kendall_tau([1, 2, 3], [10, 10.5, 20]), kendall_tau([1, 2, 3], [10, 10.5, 20], [1, 1, 1])
+    (1.0, 0.8165)
     """
     n = len(x)
     if n != len(y):
@@ -50,7 +77,7 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
     for i in range(n):
         for j in range(i + 1, n):
             dx = (x[i] > x[j]) - (x[i] < x[j])
-            dy = (y[i] > y[j]) - (y[i] < y[j])
+            dy = _apart(y, y_tol, i, j)
             if dx == 0 and dy == 0:
                 continue
             if dx == 0:
@@ -65,33 +92,39 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
     return round((conc - disc) / denom, 4) if denom else float("nan")
 
 
-def top1_match(predicted: Sequence[float], measured: Sequence[float]) -> bool:
-    """Whether the fastest predicted item is also the fastest measured one."""
+def top1_match(predicted: Sequence[float], measured: Sequence[float], tol: Sequence[float] | None = None) -> bool:
+    """Whether the fastest predicted item is also the fastest measured one (``tol``: or
+    measures within the notches of it, :func:`median_notch`)."""
     if not predicted:
         return False
     best_p = min(range(len(predicted)), key=lambda i: predicted[i])
     best_m = min(range(len(measured)), key=lambda i: measured[i])
-    return best_p == best_m or measured[best_p] == measured[best_m]
+    return best_p == best_m or _apart(measured, tol, best_p, best_m) == 0
 
 
 def summarize(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """Per-scenario accuracy (scenario, schedules, MAPE, tau, top1, predicted/measured
-    best) and overall figures (rows, MAPE, mean tau, top-1 rate)."""
+    best) and overall figures (rows, MAPE, mean tau, top-1 rate). With a
+    ``measured_notch_s`` column (:func:`median_notch`), also tau and top-1 counting only the
+    differences the measurement resolves (``kendall_tau_resolved``, ``top1_resolved``)."""
     rows = []
     for scen, g in df.groupby("scenario", sort=False):
         g = g.dropna(subset=["predicted_s", "measured_s"])
         if g.empty:
             continue
         p, m = list(g["predicted_s"]), list(g["measured_s"])
+        tol = list(g["measured_notch_s"].fillna(0.0)) if "measured_notch_s" in g else None
         rows.append({
             "scenario": scen, "schedules": len(g), "mape": mape(p, m),
             "kendall_tau": kendall_tau(p, m) if len(g) > 1 else float("nan"),
             "top1": top1_match(p, m) if len(g) > 1 else float("nan"),
+            "kendall_tau_resolved": kendall_tau(p, m, tol) if len(g) > 1 and tol else float("nan"),
+            "top1_resolved": top1_match(p, m, tol) if len(g) > 1 and tol else float("nan"),
             "predicted_best": g["schedule"].iloc[min(range(len(p)), key=p.__getitem__)],
             "measured_best": g["schedule"].iloc[min(range(len(m)), key=m.__getitem__)],
         })
     per = pd.DataFrame(rows, columns=["scenario", "schedules", "mape", "kendall_tau", "top1", "predicted_best",
-                                      "measured_best"])
+                                      "measured_best", "kendall_tau_resolved", "top1_resolved"])
     ranked = per[per["schedules"] > 1]
     taus = ranked.dropna(subset=["kendall_tau"])
     overall = {
@@ -99,6 +132,10 @@ def summarize(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         "mape": mape(list(df["predicted_s"]), list(df["measured_s"])),
         "mean_kendall_tau": float(taus["kendall_tau"].mean()) if not taus.empty else float("nan"),
         "top1_rate": float(ranked["top1"].astype(float).mean()) if not ranked.empty else float("nan"),
+        "mean_kendall_tau_resolved": float(ranked["kendall_tau_resolved"].dropna().mean())
+        if ranked["kendall_tau_resolved"].notna().any() else float("nan"),
+        "top1_resolved_rate": float(ranked["top1_resolved"].dropna().astype(float).mean())
+        if ranked["top1_resolved"].notna().any() else float("nan"),
         "scenarios_ranked": int(ranked.shape[0]),
     }
     return per, overall

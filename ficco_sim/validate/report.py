@@ -6,8 +6,10 @@ but letters, digits and dashes replaced. CSV columns (times in seconds):
 
 ``scenario, schedule, predicted_s, measured_s, err, correct, not_honoured, torch,
 device, date`` then ``kind, gpus, m, n, k, dtype, mode, world_size, gpu_profile,
-topology, repeats, measured_min_s, measured_max_s`` (``err`` = (predicted - measured) /
-measured; ``not_honoured`` = the knobs the device could not apply, ``;``-separated).
+topology, repeats, measured_min_s, measured_max_s, measured_notch_s`` (``err`` = (predicted -
+measured) / measured; ``not_honoured`` = the knobs the device could not apply, ``;``-separated;
+``measured_notch_s`` = the half-width of the median's 95% notch,
+:func:`~ficco_sim.validate.compare.median_notch`).
 
 >>> sanitize("NVIDIA H100 80GB HBM3")
 'nvidia-h100-80gb-hbm3'
@@ -100,6 +102,16 @@ def scatter(df: pd.DataFrame, path: Path, title: str) -> None:
     save_figure(fig, path)
 
 
+def _resolved(overall: dict) -> list[str]:
+    """The ranking figures counting only differences the measurement resolves."""
+    if overall.get("mean_kendall_tau_resolved") != overall.get("mean_kendall_tau_resolved"):
+        return []
+    return [f"- the same, counting only the differences the measurement resolves (two medians whose 95% "
+            f"notches, 1.58 IQR / sqrt(repeats), overlap are a measured tie): Kendall tau "
+            f"**{overall['mean_kendall_tau_resolved']:.3f}**, top-1 (the predicted best measures within the "
+            f"notches of the measured best) **{_fmt_pct(overall['top1_resolved_rate'])}**"]
+
+
 def markdown(df: pd.DataFrame, context: dict, png_name: str | None) -> str:
     """The accuracy report (see module docstring for the columns it draws on)."""
     per, overall = summarize(df)
@@ -116,15 +128,18 @@ def markdown(df: pd.DataFrame, context: dict, png_name: str | None) -> str:
               if overall["mean_kendall_tau"] == overall["mean_kendall_tau"] else
               "- Kendall tau: - (undefined: no scenario with two or more schedules, or predictions all tied)",
               f"- top-1 (predicted best schedule is the measured best): **{_fmt_pct(overall['top1_rate'])}**",
+              *_resolved(overall),
               "", "Accuracy is reported, never asserted: a measured number is only ever written by running "
               "the executor.", "", "### Per scenario", "",
-              "| scenario | schedules | MAPE | Kendall tau | top-1 | predicted best | measured best |",
-              "|---|---|---|---|---|---|---|"]
+              "| scenario | schedules | MAPE | Kendall tau | top-1 | predicted best | measured best | "
+              "tau, resolved | top-1, resolved |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    yes_no = lambda v: "-" if v != v else ("yes" if v else "no")  # noqa: E731
+    num = lambda v: "-" if v != v else f"{v:.3f}"  # noqa: E731
     for r in per.itertuples():
-        top1 = "-" if r.top1 != r.top1 else ("yes" if r.top1 else "no")
-        tau = "-" if r.kendall_tau != r.kendall_tau else f"{r.kendall_tau:.3f}"
-        lines.append(f"| {r.scenario} | {r.schedules} | {_fmt_pct(r.mape)} | {tau} | {top1} | "
-                     f"{r.predicted_best} | {r.measured_best} |")
+        lines.append(f"| {r.scenario} | {r.schedules} | {_fmt_pct(r.mape)} | {num(r.kendall_tau)} | {yes_no(r.top1)} | "
+                     f"{r.predicted_best} | {r.measured_best} | {num(r.kendall_tau_resolved)} | "
+                     f"{yes_no(r.top1_resolved)} |")
     lines += ["", "### Per schedule (ms)", "",
               "| scenario | schedule | predicted | measured | error | correct | not honoured | gap (measured - "
               "predicted, ms) |",
