@@ -337,7 +337,7 @@ def cmd_formats(args) -> int:
             print(f"\nThe whole file, every source included: {path}\n")
             print("A CPU replay's profile (ficco-sim calibrate --device cpu writes one for this host; "
                   "hw_profiles/cpu.yaml)\nadds a host section: the cores every rank shares, the core time a "
-                  "transfer costs per byte, and\nthe ranks' start spread:\n")
+                  "transfer costs per byte,\nwhat posting a message costs the issuing thread, and the ranks' start spread:\n")
             for line in _profile_outline({"host": read_yaml(PROFILE_DIR / "cpu.yaml")["host"]}):
                 print("  " + line)
             print()

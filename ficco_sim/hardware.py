@@ -200,16 +200,27 @@ class CommKernelSpec:
 class HostSpec:
     """A device whose ranks are processes on one host (the CPU replay): each rank has its
     share ``cores / ranks`` of the host's cores for its compute thread and its library's
-    (gloo's) threads. A compute cohort takes one core per resident block, first (compute
-    threads do not yield; the thread that must copy a message waits behind them, measured);
-    a transfer moves with the cores compute leaves at both ends, ``core_s_per_byte``
-    core-seconds per byte (half at each end). So with no spare core, a message whose sender
-    or receiver computes does not move until that compute ends. Communication kernels hold
-    no compute slot (the library's own threads run them)."""
+    (gloo's) threads. A compute cohort wants one core per resident block; a transfer wants
+    ``core_s_per_byte`` core-seconds per byte, half at each end. Where they want more than a
+    rank's share, the share is split evenly between the threads that want it (the kernel's
+    fair scheduler): a message beside a computing thread gets half a core and slows the
+    compute as much. Communication kernels hold no compute slot (the library's own threads
+    run them).
+
+    Each rank has one issuing thread (the replay's loop): a compute op holds it while it
+    runs, and posting a message (its send at one end, its receive at the other) holds it for
+    :meth:`post_cost`; a message that becomes ready while the thread computes is posted when
+    the op ends, before the next compute op, and moves once both its ends have posted it."""
 
     cores: int
     core_s_per_byte: float
     start_skew: float = 0.0     # s between the first and the last rank starting a run (the replay's timing)
+    post_s: float = 0.0         # s the issuing thread spends posting one message ...
+    post_s_per_byte: float = 0.0    # ... plus this per byte
+
+    def post_cost(self, nbytes: float) -> float:
+        """Seconds the issuing thread spends posting one message of ``nbytes``."""
+        return self.post_s + self.post_s_per_byte * nbytes
 
 
 @dataclass(frozen=True)
@@ -518,7 +529,10 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
         host=HostSpec(cores=r.number("host.cores", integer=True),
                       core_s_per_byte=r.number("host.transfer_core_ns_per_byte", scale=1e-9, positive=False),
                       start_skew=r.number("host.start_skew_us", scale=1e-6, positive=False)
-                      if r.has("host.start_skew_us") else 0.0)
+                      if r.has("host.start_skew_us") else 0.0,
+                      post_s=r.number("host.post_us", scale=1e-6, positive=False) if r.has("host.post_us") else 0.0,
+                      post_s_per_byte=r.number("host.post_ns_per_byte", scale=1e-9, positive=False)
+                      if r.has("host.post_ns_per_byte") else 0.0)
         if r.has("host") else None,
         sources=r.sources,
         path=where,

@@ -3,10 +3,13 @@
 Ranks are processes on one host with ``cores`` cores, ``cores / ranks`` each. A transfer
 costs ``c`` core-seconds per byte, half at each end, so alone it moves at
 ``min(link, share / (c / 2))`` and an exchange shares each rank's cores between its send and
-its receive. Compute threads run first: transfers move only with the cores compute leaves
-at both ends, so with no spare core a message waits for its sender's (or receiver's)
-compute to end. Communication kernels hold no compute slot. Switching any of these off in
-the engine turns a test here red.
+its receive. Where a rank's compute thread and a message's thread want more than its share,
+they split it evenly (the kernel's fair scheduler): the message moves at ``1 / c`` on a
+1-core share and the compute runs at half speed meanwhile. Communication kernels hold no
+compute slot. Each rank has one issuing thread: a compute op holds it while it runs; a
+message is posted on it at both ends (``post_s + bytes x post_s_per_byte``) once no compute
+op holds it, before the next compute op, and moves once both ends have posted it.
+Switching any of these off in the engine turns a test here red.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ LINK, LAT, C = 3e9, 100e-6, 1e-9         # gloo stream B/s, latency s, core-seco
 B = 8e6
 
 
-def host_gpu(cores=2, host=True):
+def host_gpu(cores=2, host=True, post=0.0, post_per_byte=0.0):
     g = ideal("cpu")
     return dataclasses.replace(
-        g, host=HostSpec(cores, C) if host else None, hbm_bandwidth=1e15,
+        g, host=HostSpec(cores, C, post_s=post, post_s_per_byte=post_per_byte) if host else None, hbm_bandwidth=1e15,
         dma=dataclasses.replace(g.dma, engines=64, bandwidth=LINK, command_overhead=0.0),
         comm_kernel=dataclasses.replace(g.comm_kernel, channels=1, channel_bandwidth=LINK))
 
@@ -63,29 +66,35 @@ def test_an_exchange_shares_the_host_cores():
     assert end(gr, host_gpu(cores=8), "x0") == pytest.approx(LAT + B / LINK, rel=1e-9)   # cores to spare
 
 
-def test_compute_runs_first_and_transfers_take_the_cores_left():
-    gpu = host_gpu()
-    alone = end(graph(gemm(gpu, 0)), gpu, "g0")
-    assert alone > LAT
-    gr = graph(gemm(gpu, 0), gemm(gpu, 1), copy(0, 0, 1))
+def test_compute_and_a_message_split_a_ranks_cores_evenly():
+    gpu = host_gpu()                          # 2 cores, 2 ranks: one core each
+    alone = end(graph(gemm(gpu, 0, m=4096)), gpu, "g0")
+    assert alone > LAT + B * C / 2            # the message ends while the GEMMs still run
+    gr = graph(gemm(gpu, 0, m=4096), gemm(gpu, 1, m=4096), copy(0, 0, 1))
     tl = simulate_graph(gr, gpu, switch(2, LINK, LAT)).by_id()
-    assert tl["g0"].end == pytest.approx(alone, rel=1e-9) and tl["g1"].end == pytest.approx(alone, rel=1e-9)
-    # both cores compute: no byte moves until they are free, then a core at each end
-    assert tl["x0"].end == pytest.approx(alone + B / min(LINK, 2 / C), rel=1e-9)
-    # three cores, 1.5 a rank: half a core at each end moves bytes during the GEMMs, then 1.5
-    moved = (alone - LAT) * min(LINK, 0.5 / (C / 2))
-    assert 0 < moved < B
-    assert end(gr, host_gpu(cores=3), "x0") == pytest.approx(alone + (B - moved) / min(LINK, 1.5 / (C / 2)),
-                                                             rel=1e-9)
+    # after the path latency, half a core at each end moves the bytes at 1/c (below the link)
+    # and each GEMM runs at half speed until they have crossed
+    assert 1 / C < LINK
+    assert tl["x0"].end == pytest.approx(LAT + B * C, rel=1e-9)
+    assert tl["g0"].end == pytest.approx(alone + B * C / 2, rel=1e-9)
+    assert tl["g1"].end == pytest.approx(alone + B * C / 2, rel=1e-9)
+    # three cores, 1.5 a rank: each thread gets 0.75 of a core (neither can use more than the
+    # other's leftover); the message moves at 0.75 / (c / 2) and the GEMMs run at 0.75
+    tl = simulate_graph(gr, host_gpu(cores=3), switch(2, LINK, LAT)).by_id()
+    span = B / (0.75 / (C / 2))
+    assert tl["x0"].end == pytest.approx(LAT + span, rel=1e-9)
+    assert tl["g0"].end == pytest.approx(alone + 0.25 * span, rel=1e-9)
 
 
-def test_a_message_waits_for_its_senders_compute_not_for_a_bystanders():
+def test_a_message_shares_its_senders_core_not_a_bystanders():
     gpu = host_gpu(cores=4)                       # a core per rank
-    alone = end(graph(gemm(gpu, 1), ranks=4), gpu, "g1")
-    gr = graph(gemm(gpu, 1), copy(0, 1, 0), copy(1, 2, 3), ranks=4)
+    alone = end(graph(gemm(gpu, 1, m=4096), ranks=4), gpu, "g1")
+    gr = graph(gemm(gpu, 1, m=4096), copy(0, 1, 0), copy(1, 2, 3), ranks=4)
     tl = simulate_graph(gr, gpu, switch(4, LINK, LAT)).by_id()
-    assert tl["x0"].end == pytest.approx(alone + B / min(LINK, 2 / C), rel=1e-9)    # rank 1 computes
+    assert alone > LAT + B * C / 2
+    assert tl["x0"].end == pytest.approx(LAT + B * C, rel=1e-9)                     # rank 1 computes
     assert tl["x1"].end == pytest.approx(LAT + B / min(LINK, 2 / C), rel=1e-9)      # rank 2 does not
+    assert tl["g1"].end == pytest.approx(alone + B * C / 2, rel=1e-9)
 
 
 def test_a_communication_kernel_holds_no_compute_slot():
@@ -101,3 +110,56 @@ def test_a_communication_kernel_holds_no_compute_slot():
     gpu_like = dataclasses.replace(gpu, host=None)
     tl = simulate_graph(graph(k, gemm(gpu_like, 0), t), gpu_like, switch(2, LINK, LAT)).by_id()
     assert tl["g0"].start >= tl["c"].end - 1e-12
+
+
+def _sm_message(name, src, dst, deps=()):
+    k = Kernel(f"c{name}", src, "comm", "comm", 1, ideal("cpu").comm_kernel.block, 0.0, 0.0, deps, "comm")
+    r = Kernel(f"r{name}", dst, "comm", "comm", 1, ideal("cpu").comm_kernel.block, 0.0, 0.0, deps, "comm")
+    return k, r, Transfer(f"s{name}", src, dst, B, "sm", src, None, (k.id, r.id))
+
+
+def test_posting_a_message_takes_the_issuing_thread_before_the_next_compute_op():
+    P, Q = 300e-6, 0.25e-9                   # s per message, s per byte
+    gpu = host_gpu(cores=8, post=P, post_per_byte=Q)
+    alone = end(graph(gemm(gpu, 0)), gpu, "g0")
+    k, r, t = _sm_message(1, 0, 1)
+    tl = simulate_graph(graph(gemm(gpu, 0), k, r, t), gpu, switch(2, LINK, LAT)).by_id()
+    assert tl["g0"].end == pytest.approx(P + B * Q + alone, rel=1e-9)     # ready together: the post goes first
+    assert tl["s1"].end == pytest.approx(P + B * Q + LAT + B / LINK, rel=1e-9)
+    # a copy-engine message is posted at both its ends too
+    tl = simulate_graph(graph(gemm(gpu, 1), copy(0, 0, 1)), gpu, switch(2, LINK, LAT)).by_id()
+    assert tl["g1"].end == pytest.approx(P + B * Q + alone, rel=1e-9)
+    assert tl["x0"].end == pytest.approx(P + B * Q + LAT + B / LINK, rel=1e-9)
+    # on a GPU (no host section) a kernel's launch does not hold up another stream's GEMM
+    gpu_like = dataclasses.replace(gpu, host=None)
+    k, r, t = _sm_message(1, 0, 1)
+    tl = simulate_graph(graph(gemm(gpu_like, 0), k, r, t), gpu_like, switch(2, LINK, LAT)).by_id()
+    assert tl["g0"].start < P
+
+
+def test_a_message_that_becomes_ready_during_a_compute_op_is_posted_when_it_ends():
+    gpu = host_gpu(cores=8)                  # cores to spare: the GEMM does not slow the bytes
+    alone = end(graph(gemm(gpu, 0, m=2048)), gpu, "g0")
+    k1, r1, t1 = _sm_message(1, 0, 1)
+    k2, r2, t2 = _sm_message(2, 0, 1, deps=("c1",))     # the second step waits for the first
+    assert LAT + B / LINK < alone                        # ... which ends while the GEMM runs
+    tl = simulate_graph(graph(k1, r1, t1, k2, r2, t2, gemm(gpu, 0, m=2048)), gpu, switch(2, LINK, LAT)).by_id()
+    assert tl["s1"].end == pytest.approx(LAT + B / LINK, rel=1e-9)
+    assert tl["s2"].end == pytest.approx(tl["g0"].end + LAT + B / LINK, rel=1e-9)
+
+
+def test_each_message_moves_as_soon_as_both_its_ends_have_posted_it():
+    P = 300e-6
+    gpu = host_gpu(cores=16, post=P)          # cores to spare: only the posts hold the messages
+    blk = ideal("cpu").comm_kernel.block
+    # rank 0 posts a send and a receive (its uplink and its downlink), one per kernel, on its
+    # one thread: a first
+    ka = Kernel("ca", 0, "comm", "comm", 1, blk, 0.0, 0.0, (), "comm")
+    kb = Kernel("cb", 0, "copy0", "comm", 1, blk, 0.0, 0.0, (), "comm")
+    r1 = Kernel("r1", 1, "comm", "comm", 1, blk, 0.0, 0.0, (), "comm")
+    r2 = Kernel("r2", 2, "comm", "comm", 1, blk, 0.0, 0.0, (), "comm")
+    a = Transfer("a", 0, 1, B, "sm", 0, None, ("ca", "r1"))
+    b = Transfer("b", 2, 0, B, "sm", 2, None, ("r2", "cb"))
+    tl = simulate_graph(graph(ka, kb, r1, r2, a, b, ranks=3), gpu, switch(3, LINK, LAT)).by_id()
+    assert tl["a"].end == pytest.approx(P + LAT + B / LINK, rel=1e-9)         # posted first at both ends
+    assert tl["b"].end == pytest.approx(2 * P + LAT + B / LINK, rel=1e-9)     # rank 0 posts it second

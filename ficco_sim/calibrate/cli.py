@@ -22,8 +22,10 @@ Two ways in:
                      host: --world-size gloo processes, one compute thread each, measure a
                      thread's GEMM rate while every rank computes, gloo latency and one
                      stream's rate (one-way), the host cores per byte moved (all-ranks
-                     exchange), the issue loop's per-op cost, the ranks' start spread, and
-                     a GEMM beside an exchange (kept as a check). Raw rows: <out>_bench.csv.
+                     exchange), the issue loop's per-op cost, what posting a send and a
+                     receive costs the issuing thread while the ranks compute (fitted per
+                     message, alpha-beta), the ranks' start spread, and a GEMM beside an
+                     exchange (kept as a check). Raw rows: <out>_bench.csv.
   from files         --from FILE... --gpu a100 [--base PROFILE]
                      vidur gemm_times.csv / collective_times.csv (see shared/measurements)
                      or a benchmark CSV written by an earlier --device run,

@@ -49,12 +49,14 @@ def render_cpu_profile(m: dict[str, Any], raw_csv: str, date: str) -> str:
     (SI units; see :func:`.host_ranks.fit_host`) and the raw CSV's path.
 
     ``m`` keys: device_name, host, cores, ranks, peak_flops, copy_bytes_per_s, op_s, latency,
-    stream_bandwidth, core_s_per_byte, skew, efficiency, k_overhead, gemm_source, host_source.
+    stream_bandwidth, core_s_per_byte, skew, efficiency, k_overhead, gemm_source, host_source;
+    optionally post_s, post_s_per_byte and post_source ((kind, source) of both).
     """
     f = cpu_facts()
     meas = f"measured by ficco-sim calibrate --device cpu --world-size {m['ranks']} on {m['host']} {date}, " \
            f"raw rows {raw_csv}"
     hs = m["host_source"]
+    post = m.get("post_source") or ("assumption", "no post rows measured: posting costs launch_overhead_us only")
     L = lambda v, kind, src: leaf_text(v, kind, src)  # noqa: E731
     lines = [
         f"# CPU profile: one replay rank on {m['device_name']} ({m['cores']} cores), host {m['host']}.",
@@ -76,6 +78,8 @@ def render_cpu_profile(m: dict[str, Any], raw_csv: str, date: str) -> str:
         f"  cores: {L(m['cores'], 'measured', 'os.cpu_count() ' + meas)}",
         f"  transfer_core_ns_per_byte: {L(round(m['core_s_per_byte'] * 1e9, 4), 'fitted', hs)}",
         f"  start_skew_us: {L(round(m['skew'] * 1e6, 1), 'measured', 'median spread of the ranks leaving a barrier, ' + meas)}",
+        f"  post_us: {L(round(m.get('post_s', 0.0) * 1e6, 2), *post)}",
+        f"  post_ns_per_byte: {L(round(m.get('post_s_per_byte', 0.0) * 1e9, 5), *post)}",
         "",
         "sm:",
         f"  max_blocks: {L(1, 'assumption', 'a thread runs one GEMM tile at a time')}",

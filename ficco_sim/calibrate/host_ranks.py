@@ -1,7 +1,8 @@
 """What the CPU replay is made of, measured the way it runs: ``world_size`` gloo processes
 on this host, one compute thread each (as :mod:`ficco_sim.validate.launch` sets them up).
 
-Rows (kind, then what varies), every time the median over repeats of the slowest rank:
+Rows (kind, then what varies), every time the median over repeats of the slowest rank
+(``post``: over every rank's repeats):
 
 * ``gemm``: ``torch.mm`` float32 on every rank at once (whole shapes and the pieces of a
   decomposed one, as :func:`.bench.gemm_points`): a rank's compute thread while the others'
@@ -16,6 +17,9 @@ Rows (kind, then what varies), every time the median over repeats of the slowest
   the replay times a run from the first rank's start to the last rank's end.
 * ``overlap``: a GEMM on every rank while its exchange is in flight (``alone_s``: the GEMM
   alone): not fitted, it checks the shared-core mechanism.
+* ``post``: every rank posts a send and a receive of ``bytes`` to its partner, then runs a
+  GEMM while they move, as the replay does; the time is that of the two posting calls alone,
+  on the issuing thread (``count`` messages).
 
 :func:`fit_host` turns the rows into the profile's numbers (see :mod:`.cpu_profile`).
 """
@@ -36,12 +40,13 @@ from .fit_links import fit_alpha_beta
 
 PLAN: dict[str, dict[str, Any]] = {
     "tiny": dict(whole=[64, 128, 256], base=(256, 256, 256), nbytes=[4, 1 << 12, 1 << 16, 1 << 20, 1 << 22],
-                 copy=1 << 22, overlap=(256, 1 << 20), repeats=5),
+                 copy=1 << 22, overlap=(256, 1 << 20), post=[1 << 16, 1 << 20], repeats=5),
     "small": dict(whole=[64, 128, 256, 384, 512, 768], base=(768, 768, 768),
                   grid=[(m, n, k) for m in (256, 1024, 4096) for n in (64, 256, 1024) for k in (128, 512, 2048)
                         if m * n * k <= 1 << 30],
                   nbytes=[4, 1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24],
-                  copy=1 << 25, overlap=(768, 1 << 22), repeats=7),
+                  copy=1 << 25, overlap=(768, 1 << 22), post=[1 << 16, 1 << 18, 1 << 20, 1 << 21, 1 << 22, 1 << 23],
+                  repeats=7),
 }
 TIMEOUT_S = 600.0
 
@@ -116,6 +121,20 @@ def _bench_rank(rank: int, world: int, port: int, plan: dict[str, Any], out: str
             y.wait()
 
     timed(overlap, kind="overlap", m=m, n=m, k=m, bytes=nb)
+    for nb in plan.get("post", ()):
+        s, r = torch.zeros(nb // 4), torch.empty(nb // 4)
+        times = []
+        for i in range(plan["repeats"] + 1):
+            dist.barrier()
+            t0 = time.perf_counter()
+            w = [dist.isend(s, peer), dist.irecv(r, peer)] if peer != rank else []
+            t1 = time.perf_counter()
+            torch.mm(a, b, out=c)
+            for y in w:
+                y.wait()
+            if i:
+                times.append(t1 - t0)
+        rows.append(dict(kind="post", bytes=nb, count=2, m=m, n=m, k=m, times=times))
     every: list = [None] * world
     dist.all_gather_object(every, rows)
     if rank == 0:
@@ -145,7 +164,9 @@ def measure(world_size: int = 2, sizes: str = "small") -> list[dict[str, Any]]:
             rows.append({"kind": "skew", "time_s": float(np.median(spread)), "p20_s": float(np.quantile(spread, 0.2)),
                          "p80_s": float(np.quantile(spread, 0.8)), "repeats": len(spread), "ranks": world_size})
             continue
-        slowest = np.max([r[i]["times"] for r in every], axis=0)    # per repeat, the last rank to finish
+        # per repeat, the last rank to finish; a post costs each rank's own thread (pooled)
+        slowest = np.ravel([r[i]["times"] for r in every]) if row["kind"] == "post" else \
+            np.max([r[i]["times"] for r in every], axis=0)
         rows.append({k: v for k, v in row.items() if k != "times"} |
                     {"time_s": float(np.median(slowest)), "p20_s": float(np.quantile(slowest, 0.2)),
                      "p80_s": float(np.quantile(slowest, 0.8)), "repeats": len(slowest), "ranks": world_size})
@@ -160,6 +181,8 @@ def fit_host(rows: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     * ``core_s_per_byte``: the slope of the ``exchange`` rows, ``ranks x bytes`` moved by
       the host's ``cores`` at once, i.e. ``slope x cores / ranks``;
     * ``op_s``: one tiny operation of the replay loop;
+    * ``post_s`` and ``post_s_per_byte``: the same alpha-beta fit of the ``post`` rows, per
+      message (0 and 0 from a benchmark without such rows);
     * ``skew``: the ranks' median barrier-exit spread;
     * ``copy_bytes_per_s``: a rank's ``copy_`` (read + write bytes).
     """
@@ -184,7 +207,17 @@ def fit_host(rows: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     # no believable slope (a host too noisy to tell): the largest message's rate, latency included
     raw = float(x.max() / y[x.argmax()])
     bw = fitted if fitted < 10 * raw else raw
-    return dict(skew=kind("skew")[0]["time_s"], latency=lat, stream_bandwidth=bw,
+    post = kind("post")
+    post_s = post_per_byte = 0.0
+    post_err = np.array([])
+    if len(post) >= 2:
+        xp = np.array([r["bytes"] for r in post], float)
+        yp = np.array([r["time_s"] / r["count"] for r in post], float)
+        post_s, rate = fit_alpha_beta(xp, yp)
+        post_per_byte = 1.0 / rate
+        post_err = (post_s + xp * post_per_byte - yp) / yp
+    return dict(skew=kind("skew")[0]["time_s"], latency=lat, stream_bandwidth=bw, post_s=post_s,
+                post_s_per_byte=post_per_byte, post_err=post_err, post_rows=len(post),
                 p2p_err=err, core_s_per_byte=core_s, exchange_rows=int(big.sum()),
                 binding=bool(slope > 1.1 / bw), op_s=op["time_s"] / op["count"],
                 copy_bytes_per_s=2.0 * cp["bytes"] / cp["time_s"], ranks=ranks)

@@ -307,12 +307,18 @@ def _calibrate_cpu(raw: Path, out: Path, force: bool, report_dir: Any, sizes: st
                    f"(|error| median {100 * np.median(err):.0f}% max {100 * err.max():.0f}%); cores per byte = "
                    f"slope of {host['exchange_rows']} all-ranks exchange rows x cores / ranks "
                    f"({'binding' if host['binding'] else 'not binding: exchange no slower than one stream'})")
+    perr = np.abs(host["post_err"])
+    post_source = ("fitted", f"fitted {date} on {raw}: per message, t = post_us + bytes x post_ns_per_byte on "
+                             f"{host['post_rows']} rows of both ranks posting a send and a receive, then computing "
+                             f"(|error| median {100 * np.median(perr):.0f}% max {100 * perr.max():.0f}%)") \
+        if len(perr) else ("assumption", f"no post rows in {raw}: posting costs launch_overhead_us only")
     g = [r for r in rows if r["kind"] == "gemm"]
     peak = max(2.0 * r["m"] * r["n"] * r["k"] / r["time_s"] for r in g)
     values = dict(device_name=env["device_name"], host=env["host"], cores=env["cores"], ranks=world_size,
                   peak_flops=peak, efficiency=0.8, k_overhead=0.0, gemm_source="seed", host_source=host_source,
+                  post_source=post_source,
                   **{k: host[k] for k in ("copy_bytes_per_s", "op_s", "latency", "stream_bandwidth",
-                                          "core_s_per_byte", "skew")})
+                                          "core_s_per_byte", "skew", "post_s", "post_s_per_byte")})
     # A first profile with guessed GEMM numbers gives the fit its hardware; then refit.
     seed_gpu = parse_profile(yaml.safe_load(render_cpu_profile(values, str(raw), date)), str(out))
     cal = Calibration(gpu="cpu")
@@ -327,5 +333,7 @@ def _calibrate_cpu(raw: Path, out: Path, force: bool, report_dir: Any, sizes: st
         u[key] = (round(host[name] * scale, 4), "fitted", host_source)
     u["launch_overhead_us"] = (round(host["op_s"] * 1e6, 3), "measured", f"one tiny op in the replay loop, {raw}")
     u["host.start_skew_us"] = (round(host["skew"] * 1e6, 1), "measured", f"ranks' barrier-exit spread, {raw}")
+    u["host.post_us"] = (round(host["post_s"] * 1e6, 2), *post_source)
+    u["host.post_ns_per_byte"] = (round(host["post_s_per_byte"] * 1e9, 5), *post_source)
     cal.written.append(write_profile(out, render_cpu_profile(values, str(raw), date), force=force))
     return cal

@@ -9,7 +9,9 @@ driver kernels have a resident block, after the path latency. A task with tile
 signals also waits for the producer GEMM's blocks covering those rows (blocks are
 dispatched in index order, so done blocks form a prefix) and the flag's path latency;
 a fused GEMM's blocks with epilogue stores hold their SMs until their tiles have crossed
-the links to their peers.
+the links to their peers. On a host device (the CPU replay, :class:`~ficco_sim.hardware.HostSpec`)
+a rank's compute ops and its message posts take turns on its one issuing thread, and compute
+and messages share the rank's cores evenly.
 
 Whatever moves (waves of compute blocks, transfers) is a fluid
 :class:`~ficco_sim.engine.fluid.Activity` sharing links, HBM, copy engines and the
@@ -76,7 +78,6 @@ class Simulation:
         self.fluid = FluidPool()
         for i in range(graph.num_gpus):
             self.fluid.set_capacity(f"hbm{i}", gpu.hbm_effective)
-        self.host_busy = [0] * graph.num_gpus     # compute threads running per rank (a host device only)
         if gpu.host is not None:      # ranks are processes on one host: each has its share of the cores
             for i in range(graph.num_gpus):
                 self.fluid.set_capacity(f"host{i}", gpu.host.cores / graph.num_gpus)
@@ -155,7 +156,20 @@ class Simulation:
                 for d in t.deps:
                     if d not in done:
                         done[d] = env.event()
-        self.sm = SmTransfers(self, sm)
+        self.threads: list | None = None     # a host device: each rank's issuing thread (HostSpec)
+        # a host's communication kernel: the SM transfers its rank posts (index, seconds), in order
+        self.posts: dict[str, list[tuple[int, float]]] = {}
+        waits = None
+        if self.gpu.host is not None:
+            self.threads = [simpy.PriorityResource(env, 1) for _ in range(self.g.num_gpus)]
+            rank_of = {k.id: k.gpu for k in self.g.kernels}
+            waits = np.zeros(len(sm), dtype=np.int64)
+            for j, t in enumerate(sm):
+                for d in dict.fromkeys(t.drivers):
+                    if rank_of.get(d) in (t.src, t.dst):
+                        self.posts.setdefault(d, []).append((j, self.gpu.host.post_cost(t.nbytes)))
+                        waits[j] += 1
+        self.sm = SmTransfers(self, sm, waits)
         for key, tasks in per_stream.items():
             self.env.process(self._stream(self.g.stream(*key).priority, tasks))
 
@@ -167,7 +181,17 @@ class Simulation:
                 yield simpy.AllOf(env, [self.done[d] for d in t.deps] + self.signal_events.get(t.id, []))
             rec = self.records[t.id]
             rec.ready = env.now
+            thread = self.threads[t.gpu] if self.threads is not None else None
             if isinstance(t, Kernel):
+                held = None
+                if thread is not None:      # the rank's issuing thread: posts first, then compute ops one at a time
+                    if t.kind == "comm":
+                        if t.id in self.posts:      # posted one by one; each moves once both ends posted it
+                            env.process(self._post_all(thread, self.posts[t.id]))
+                    else:
+                        yield env.timeout(0)    # a post that became ready at this instant goes first
+                        held = thread.request(priority=(1, -priority))
+                        yield held
                 launch = self.gpu.launch_of(t.kind)
                 if launch:
                     yield env.timeout(launch)
@@ -176,7 +200,13 @@ class Simulation:
                 self.seq += 1
                 self._dirty(t.gpu)
                 yield self.done[t.id]
+                if held is not None:
+                    thread.release(held)
             else:
+                if thread is not None and t.src != t.dst:     # a message: both its ends' threads post it
+                    cost = self.gpu.host.post_cost(t.nbytes)
+                    peer = t.dst if t.gpu == t.src else t.src
+                    yield simpy.AllOf(env, [env.process(self._post(self.threads[g], cost)) for g in (t.gpu, peer)])
                 engine = self.engines[t.gpu][t.dma_engine % len(self.engines[t.gpu])]
                 with engine.request() as req:
                     yield req
@@ -188,6 +218,23 @@ class Simulation:
                     self._start_transfer(t)
                     yield self.done[t.id]
                     self._count(f"gpu{t.gpu}.dma_busy", -1)
+
+    def _post(self, thread, seconds: float):
+        """Post a message on a rank's issuing thread: once no compute op holds it, ``seconds``."""
+        with thread.request(priority=(0, 0)) as req:
+            yield req
+            if seconds:
+                yield self.env.timeout(seconds)
+
+    def _post_all(self, thread, posts: list[tuple[int, float]]):
+        """A communication kernel's SM transfers posted on its rank's thread in order, each
+        released to move (once its other end has posted it too) as its post ends."""
+        with thread.request(priority=(0, 0)) as req:
+            yield req
+            for j, seconds in posts:
+                if seconds:
+                    yield self.env.timeout(seconds)
+                self.sm.release(np.array([j], dtype=np.int64))
 
     # -- fluid activities ------------------------------------------------------------------
     def _start_transfer(self, t: Transfer) -> None:
@@ -296,26 +343,17 @@ class Simulation:
             return
         hbm_rate = n * k.block_hbm_bytes / k.block_time   # bytes/s at full speed
         usage = {f"hbm{gpu}": hbm_rate} if hbm_rate > 0 else {}
-        done = lambda k=k, c=counts, f=first: self._computed(k, c, f)  # noqa: E731
+        weight = 1.0 / hbm_rate if hbm_rate > 0 else 1.0
         if self.gpu.host is not None:
-            usage["host_compute"] = float(n)      # a core per resident block (the rank's compute thread)
-            done = lambda k=k, c=counts, f=first, n=n: (  # noqa: E731
-                self._host_threads(k.gpu, -n), self._computed(k, c, f))
-        act = Activity(f"{k.id}@{self.seq}", k.block_time, usage, cap=1.0,
-                       weight=1.0 / hbm_rate if hbm_rate > 0 else 1.0, gpu=gpu, kind="compute", on_done=done)
+            # a core per resident block (the rank's compute thread), from the rank's share of
+            # the host's cores; weighted so that a compute thread and a message's thread get
+            # equal cores when they want more than the share (a transfer's weight is 1 per byte)
+            usage[f"host{gpu}"] = usage["host_compute"] = float(n)
+            weight = self.gpu.host.core_s_per_byte / 2 or 1.0
+        act = Activity(f"{k.id}@{self.seq}", k.block_time, usage, cap=1.0, weight=weight, gpu=gpu, kind="compute",
+                       on_done=lambda k=k, c=counts, f=first: self._computed(k, c, f))
         self.seq += 1
         self._add_activity(act)
-        if self.gpu.host is not None:
-            self._host_threads(gpu, n)
-
-    def _host_threads(self, rank: int, delta: int) -> None:
-        """A rank's compute threads changed: its transfers move with the cores they leave of
-        its share (compute threads run first; the library thread that must copy a message's
-        bytes waits behind them, at either end)."""
-        self.host_busy[rank] += delta
-        share = self.gpu.host.cores / self.g.num_gpus
-        self.fluid.set_capacity(f"host{rank}", max(0.0, share - self.host_busy[rank]))
-        self._request_settle()
 
     def _computed(self, k: Kernel, counts: np.ndarray, first: int) -> None:
         """A cohort's blocks ``[first, first + n)`` finished computing: fused epilogue stores

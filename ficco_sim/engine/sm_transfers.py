@@ -73,7 +73,9 @@ def last_occurrences(a: np.ndarray) -> np.ndarray:
 class SmTransfers:
     """Every SM transfer of a :class:`~ficco_sim.engine.des.Simulation`, as arrays."""
 
-    def __init__(self, sim, transfers: list) -> None:
+    def __init__(self, sim, transfers: list, posts: np.ndarray | None = None) -> None:
+        """``posts``: per transfer, the posts it also waits for (a host device's issuing
+        threads post each message at both its ends; the simulation releases them)."""
         self.sim = sim
         self.tasks = transfers
         n = len(transfers)
@@ -85,6 +87,8 @@ class SmTransfers:
         ndrivers = np.fromiter(map(len, drivers_of), np.int64, n)
         # the waits each has left: dependencies, drivers' first blocks, tile signals
         self.need = ndeps + ndrivers + np.fromiter(map(len, signals), np.int64, n)
+        if posts is not None:
+            self.need += posts
         self.ready = np.full(n, NAN)
         self.end = np.full(n, NAN)
         self.nbytes = np.array(nbytes, dtype=float)

@@ -39,9 +39,11 @@ NCCL, copy-engine transfers across processes are refused unless --allow-fallback
 On a CPU the predictions use this host's own profile, <out>/<machine>/cpu.yaml: when it is
 missing (or names another host) `ficco-sim calibrate --device cpu` runs first (about 10 s,
 --world-size gloo ranks): per-thread GEMM rate, gloo latency and stream rate, host cores per
-byte moved, per-op issue cost, the ranks' start spread. Compute and gloo's threads share the
-cores, so overlap mostly disappears on a small host; the report says per case which part of a
-rank's time (compute, issue, wait, imbalance) is furthest from the prediction.
+byte moved, per-op issue cost, what posting a message costs the issuing thread, the ranks'
+start spread. Compute and gloo's threads share the cores evenly and a rank's compute ops and
+posts take turns on its one thread, so overlap mostly disappears on a small host; the report
+says per case which part of a rank's time (compute, issue, wait, imbalance) is furthest from
+the prediction.
 
 Outputs: <out>/<machine>/<date>.csv (scenario, schedule, predicted_s, measured_s, err,
 correct, not_honoured, torch, device, date, ...), <date>.md (MAPE, Kendall tau of the

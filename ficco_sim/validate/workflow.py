@@ -144,12 +144,14 @@ GAP_PARTS = ("compute", "issue", "wait", "imbalance")
 def predicted_parts(tl, graph, gpu, fold: bool = False) -> dict[str, float]:
     """Where the prediction says a rank's time goes, mean over ranks, in the CPU runner's
     terms (:attr:`.cpu.CpuRankRunner.parts`): ``compute`` (compute kernels' spans), ``issue``
-    (an op's issue cost per task), ``wait`` (the rest of the rank's run) and ``imbalance``
+    (an op's issue cost per task, and on a host posting its messages), ``wait`` (the rest of the rank's run) and ``imbalance``
     (the span beyond the mean rank's run: ranks ending apart, plus the start spread a
     distributed CPU replay adds to its measured span)."""
     ranks = max(1, graph.num_gpus)
     compute = sum(r.end - r.start for r in tl.records if r.role == "compute" and r.kind != "transfer") / ranks
     issue = gpu.launch_overhead * sum(1 for t in graph.tasks if not (hasattr(t, "kind") and t.kind == "comm")) / ranks
+    if gpu.host is not None:     # every message is posted by the threads at both its ends
+        issue += sum(2 * gpu.host.post_cost(t.nbytes) for t in graph.transfers if t.src != t.dst) / ranks
     ends = [max((r.end for r in tl.records if r.gpu == g), default=0.0) for g in range(graph.num_gpus)]
     wait = max(0.0, sum(ends) / ranks - compute - issue)
     skew = gpu.host.start_skew if gpu.host is not None and not fold else 0.0
