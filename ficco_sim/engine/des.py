@@ -81,7 +81,6 @@ class Simulation:
         if gpu.host is not None:      # ranks are processes on one host: each has its share of the cores
             for i in range(graph.num_gpus):
                 self.fluid.set_capacity(f"host{i}", gpu.host.cores / graph.num_gpus)
-            self.fluid.set_capacity("host_compute", gpu.host.cores)
         self.records: dict[str, TaskRecord] = {}
         self.dirty: set[int] = set()
         self.settle_pending = False
@@ -348,7 +347,7 @@ class Simulation:
             # a core per resident block (the rank's compute thread), from the rank's share of
             # the host's cores; weighted so that a compute thread and a message's thread get
             # equal cores when they want more than the share (a transfer's weight is 1 per byte)
-            usage[f"host{gpu}"] = usage["host_compute"] = float(n)
+            usage[f"host{gpu}"] = float(n)
             weight = self.gpu.host.core_s_per_byte / 2 or 1.0
         act = Activity(f"{k.id}@{self.seq}", k.block_time, usage, cap=1.0, weight=weight, gpu=gpu, kind="compute",
                        on_done=lambda k=k, c=counts, f=first: self._computed(k, c, f))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 
@@ -44,7 +45,6 @@ def median_notch(times: Sequence[float]) -> float:
     >>> round(median_notch([1.0, 2.0, 3.0, 4.0]), 4)
     1.185
     """
-    import numpy as np
     t = np.asarray(times, dtype=float)
     if len(t) < 2:
         return float("nan")

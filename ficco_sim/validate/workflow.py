@@ -144,7 +144,8 @@ GAP_PARTS = ("compute", "issue", "wait", "imbalance")
 def predicted_parts(tl, graph, gpu, fold: bool = False) -> dict[str, float]:
     """Where the prediction says a rank's time goes, mean over ranks, in the CPU runner's
     terms (:attr:`.cpu.CpuRankRunner.parts`): ``compute`` (compute kernels' spans), ``issue``
-    (an op's issue cost per task, and on a host posting its messages), ``wait`` (the rest of the rank's run) and ``imbalance``
+    (an op's issue cost per task, and on a host posting its messages), ``wait`` (the rest of
+    the rank's run) and ``imbalance``
     (the span beyond the mean rank's run: ranks ending apart, plus the start spread a
     distributed CPU replay adds to its measured span)."""
     ranks = max(1, graph.num_gpus)
