@@ -57,9 +57,12 @@ def start(work: Path, out: str) -> subprocess.Popen:
     f = work / "sweep.yaml"
     if not f.exists():
         f.write_text(SWEEP)
+    # SIGINT as a terminal's foreground command has it: a shell without job control starts
+    # background jobs with SIGINT ignored, and a child inherits that (Ctrl-C would then be lost)
     return subprocess.Popen([sys.executable, "-m", "ficco_sim.cli", "explore", "--scenarios", str(f), "--topology",
                              "switch:8", "--jobs", "2", "--out", str(work / out), "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for_workers(p: subprocess.Popen, n: int = 2, timeout: float = 60.0) -> list[int]:

@@ -6,7 +6,11 @@ is one thread block. A block's duration when ``o`` blocks share an SM is
     t_block = o * 2 * tile.m * tile.n * (k + k_overhead) / (peak_per_sm * efficiency)
 
 (the SM's tensor throughput is shared by its resident blocks; ``k_overhead`` is the
-per-block prologue/epilogue). The kernel's HBM traffic, ``(m*k + k*n + m*n) * bytes``
+per-block prologue/epilogue). Occupancy costs something: a kernel is tuned for the blocks
+per SM it reaches as the library launches it (``o_lib``), and fewer resident blocks hide
+less latency, so occupancy shaping (extra shared memory, ``o < o_lib``) divides the SM's
+throughput by ``hiding(o_lib) / hiding(o)`` with ``hiding(o) = 1 - (1 - a)**o`` and ``a``
+the profile's ``gemm.one_block_share`` (:func:`latency_hiding`). The kernel's HBM traffic, ``(m*k + k*n + m*n) * bytes``
 (L2 reuse assumed ideal), is spread evenly over its blocks; a wave that asks more HBM
 bandwidth than the GPU has is stretched to the bandwidth bound. Wave quantization
 comes from ``ceil(blocks / (SMs * o))``. The library picks the kernel with the smallest
@@ -135,13 +139,29 @@ def _efficiency(gpu: GpuProfile, dtype: str) -> float:
 SPLIT_K_BYTES = 4   # split-K partial sums accumulate in float32 whatever the GEMM's dtype
 
 
+def latency_hiding(gpu: GpuProfile, occupancy):
+    """Share of an SM's GEMM throughput ``occupancy`` resident blocks of one kernel sustain,
+    ``1 - (1 - a)**occupancy`` with ``a = gemm.one_block_share`` (1: one block saturates the
+    SM). Works on numbers and arrays.
+
+    >>> from ficco_sim.hardware import load_gpu
+    >>> g = load_gpu("h100")
+    >>> a = g.gemm.one_block_share
+    >>> bool(abs(latency_hiding(g, 1) - a) < 1e-12 and latency_hiding(g, 2) > latency_hiding(g, 1))
+    True
+    """
+    return 1.0 - (1.0 - gpu.gemm.one_block_share) ** np.asarray(occupancy, dtype=float)
+
+
 def tile_costs(gpu: GpuProfile, tile: GemmTile, m, n, k, dtype: str, *, extra_smem: int = 0,
                accumulate: bool = False, sms: int | None = None) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
     """(grid, occupancy, block time s, block HBM bytes) of GEMMs of shapes ``m, n, k`` (arrays)
     cut into ``tile`` with ``extra_smem`` of shaping; occupancy 0 when the block does not fit.
     A split-K tile (``tile.split_k = s > 1``) has ``s`` blocks per output tile, each running
     ``ceil(k / s)`` of the K loop (and paying ``k_overhead`` again), and moves ``s`` float32
-    partial tiles through HBM and back for the reduction."""
+    partial tiles through HBM and back for the reduction. Shaped below the library's own
+    occupancy, the SM's throughput drops by :func:`latency_hiding` (the efficiency is the
+    library kernel's, at its own occupancy)."""
     block = replace(tile.block, smem=tile.block.smem + extra_smem)
     occ = blocks_per_sm(gpu.sm, block) if block.smem <= gpu.sm.max_smem_per_block else 0
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
@@ -149,6 +169,9 @@ def tile_costs(gpu: GpuProfile, tile: GemmTile, m, n, k, dtype: str, *, extra_sm
     grid = np.ceil(m / tile.m) * np.ceil(n / tile.n) * split
     block_time = occ * 2.0 * tile.m * tile.n * (np.ceil(k / split) + gpu.gemm.k_overhead) / (
         gpu.flops_per_sm(dtype) * _efficiency(gpu, dtype))
+    if extra_smem and occ >= 1:
+        block_time = block_time * float(latency_hiding(gpu, blocks_per_sm(gpu.sm, tile.block)) /
+                                         latency_hiding(gpu, occ))
     if split > 1:
         # each block writes its float32 partial tile and the reduction reads it back, after
         # the block's K loop (not hidden under it), sharing HBM with the blocks of its wave: over

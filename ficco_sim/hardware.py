@@ -86,13 +86,16 @@ class GemmModel:
 
     ``efficiency[dtype]`` is the fraction of the per-SM peak a full block sustains;
     ``k_overhead`` is the per-block prologue/epilogue cost expressed in K elements,
-    which is what makes short-K pieces inefficient.
+    which is what makes short-K pieces inefficient. ``one_block_share`` is the share of
+    an SM's GEMM throughput one resident block of a kernel sustains alone (latency
+    hiding: ``o`` blocks reach ``1 - (1 - share)**o``; 1: occupancy costs nothing).
     """
 
     tiles: tuple[GemmTile, ...]
     efficiency: Mapping[str, float]
     k_overhead: float
     max_split_k: int = 1
+    one_block_share: float = 1.0
 
     @functools.cached_property
     def configs(self) -> tuple[GemmTile, ...]:
@@ -519,7 +522,9 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
         gemm=GemmModel(tiles=tuple(tiles), efficiency=efficiency,
                        k_overhead=r.number("gemm.k_overhead", positive=False),
                        max_split_k=r.number("gemm.max_split_k", integer=True, at_most=64) if r.has("gemm.max_split_k")
-                       else 1),
+                       else 1,
+                       one_block_share=r.number("gemm.one_block_share", at_most=1.0)
+                       if r.has("gemm.one_block_share") else 1.0),
         contention=Contention(
             compute_per_hbm_util=r.number("contention.compute_per_hbm_util", positive=False),
             comm_per_hbm_util=r.number("contention.comm_per_hbm_util", positive=False),

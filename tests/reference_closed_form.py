@@ -98,9 +98,12 @@ def _comm_hold(gpu, k: Kernel, s: float, gemms, priority: int):
     S, occ = g.sms or gpu.num_sms, plan.occupancy
     waves = math.ceil(plan.grid / (S * occ))
     last = plan.grid - (waves - 1) * S * occ
-    if _slots_beside(gpu, k, plan, S, min(plan.grid, S * occ)) > 0:
+    blocks = min(plan.grid, S * occ)
+    if _slots_beside(gpu, k, plan, S, blocks) > 0:
         return None
-    if priority > prio:
+    lightest = blocks // S          # the SMs holding fewest of its blocks (blocks >= S here)
+    handoff = blocks_beside(gpu.sm, block_needs(gpu.sm, k.block), block_needs(gpu.sm, plan.block), lightest - 1) > 0
+    if priority > prio and handoff:     # one retiring block makes room: it takes the next wave's slots
         return x.id, waves, None
     return x.id, waves, (waves - 1) / waves if _slots_beside(gpu, k, plan, S, last) > 0 else 1.0
 

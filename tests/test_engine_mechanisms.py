@@ -89,3 +89,47 @@ def test_reducing_a_received_chunk_costs_destination_hbm_traffic():
     t_copy = simulate_graph(plain.build(), gpu, topo).makespan
     assert t_reduce == pytest.approx(size / (20e9 / 4), rel=1e-6)
     assert t_copy == pytest.approx(size / (20e9 / 2), rel=1e-6)
+
+
+def _gemm_then_collective(gpu, extra_smem: int):
+    """GPU 0 runs a 4096^3 A100 GEMM (64x64 tiles, 2 per SM as the library launches it); a
+    high-priority NCCL-like kernel reaches the GPU a copy command later, once the GEMM holds
+    every SM. Returns the timeline, the GEMM's plan and its wave count."""
+    from ficco_sim.engine.closed_form import closed_form_timeline
+    from ficco_sim.topology import load_topology
+    topo = load_topology("ring:2", gpu)
+    b = GraphBuilder(gpu, 2, comm_priority=1, extra_smem=extra_smem)
+    b.gemm("g", 0, 4096, 4096, 4096, "float16")
+    b.dma_transfer("late", 0, 0, 1, 1 << 20, step=("late", 0))
+    b.comm_kernel("c", 0, deps=["late"])
+    graph = b.build()
+    plan = plan_gemm(gpu, 4096, 4096, 4096, extra_smem=extra_smem)
+    waves = -(-plan.grid // (gpu.num_sms * plan.occupancy))
+    return simulate_graph(graph, gpu, topo), closed_form_timeline(graph, gpu, topo), plan, waves
+
+
+def test_blocks_retire_one_at_a_time_so_a_big_block_waits_for_the_last_wave_unless_shaped():
+    """The starvation Cui & Pericas cure (shared/reference/resource_aware.md 2.3): an NCCL block
+    (86.5 KiB of shared memory, 52k registers on an A100) does not fit where one GEMM block of
+    two (81 KiB, 16k registers) retired, so however high its priority, the GEMM's pending
+    blocks refill each freed slot and the collective gets SMs only once the GEMM has no
+    blocks left to place (here when it ends: its last wave leaves no SM with room either).
+    Shaped to one GEMM block per SM, each retirement frees a whole SM and the collective takes
+    SMs at the end of the first wave. The closed form follows the DES (which also counts
+    the copy command's HBM traffic against the GEMM)."""
+    from ficco_sim.hardware import load_gpu
+    gpu = load_gpu("a100")
+    des, cf, plan, waves = _gemm_then_collective(gpu, 0)
+    assert plan.occupancy == 2 and waves > 3
+    g, c = des.by_id()["g"], des.by_id()["c"]
+    assert c.ready > g.start + 1e-7                      # arrives once the GEMM holds the SMs
+    assert c.ready < g.start + plan.block_time           # ... before its first wave ends
+    assert c.start == pytest.approx(g.end, rel=1e-9)
+    assert cf.by_id()["c"].start == pytest.approx(c.start, rel=1e-3)
+    des, cf, plan, waves = _gemm_then_collective(gpu, 2 * 1024)
+    assert plan.occupancy == 1
+    g, c = des.by_id()["g"], des.by_id()["c"]
+    # the first wave's end (its blocks slowed a little by the copy's HBM traffic)
+    assert c.start == pytest.approx(g.start + plan.block_time, rel=1e-2)
+    assert c.start < g.start + 2 * plan.block_time < g.end / 10
+    assert cf.by_id()["c"].start == pytest.approx(c.start, rel=1e-2)

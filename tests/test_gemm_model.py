@@ -153,3 +153,70 @@ def test_profile_split_k_limit_is_read_and_bounded(tmp_path):
                                "  k_overhead:", 1))
     with pytest.raises(InputError, match="max_split_k"):
         load_gpu(str(bad))
+
+
+def _one_block_share(gpu_name: str, share: float):
+    g = load_gpu(gpu_name)
+    return dataclasses.replace(g, gemm=dataclasses.replace(g.gemm, one_block_share=share))
+
+
+def test_shaping_below_the_kernels_own_occupancy_costs_sm_throughput():
+    """Occupancy costs something: the A100 4096^3 kernel (64x64 tiles, 2 blocks per SM as the
+    library launches it) shaped to 1 block per SM keeps hiding(1) / hiding(2) = 1 / (2 - a)
+    of the SM's throughput, so each block runs (2 - a) / 2 of the native block time, and full
+    waves of the shaped kernel take (2 - a) times the native rate's time."""
+    from ficco_sim.gemm_model import latency_hiding, waves_time
+    g = load_gpu("a100")
+    a = g.gemm.one_block_share
+    assert 0.5 < a < 1.0                       # shipped: occupancy is not free
+    m = n = k = 4096
+    native = plan_gemm(g, m, n, k)
+    assert native.occupancy == 2
+    extra = 2 * 1024
+    shaped = plan_gemm(g, m, n, k, extra_smem=extra)
+    assert shaped.tile == native.tile and shaped.occupancy == 1
+    assert latency_hiding(g, 2) / latency_hiding(g, 1) == pytest.approx(2 - a, rel=1e-12)
+    assert shaped.block_time == pytest.approx(native.block_time * (2 - a) / 2, rel=1e-12)
+    # per SM: native 2 blocks per native block time, shaped 1 per shaped block time
+    rate = lambda p: p.occupancy / p.block_time  # noqa: E731
+    assert rate(shaped) / rate(native) == pytest.approx(1 / (2 - a), rel=1e-12)
+    expect = waves_time(g, shaped.grid, 1, shaped.block_time, shaped.block_hbm_bytes)
+    assert isolated_time(g, shaped, launch=False) == pytest.approx(float(expect), rel=1e-12)
+    assert isolated_time(g, shaped) > 1.1 * isolated_time(g, native)
+    # with one block saturating the SM (a = 1) shaping costs only waves, as before
+    free = _one_block_share("a100", 1.0)
+    assert plan_gemm(free, m, n, k, extra_smem=extra).block_time == pytest.approx(
+        plan_gemm(free, m, n, k).block_time / 2, rel=1e-12)
+
+
+def test_shaped_gemm_des_equals_closed_form():
+    from ficco_sim.engine.closed_form import closed_form_timeline
+    from ficco_sim.engine.des import simulate_graph
+    from ficco_sim.schedules.builder import GraphBuilder
+    from ficco_sim.topology import load_topology
+    for name, (m, n, k), extra in (("a100", (4096, 4096, 4096), 2048), ("mi250x", (2048, 2048, 2048), 6144),
+                                   ("mi250x", (2048, 2048, 2048), 1024)):
+        g = load_gpu(name)
+        topo = load_topology("switch:2" if name == "a100" else "fc:2", g)
+        b = GraphBuilder(g, 2, extra_smem=extra)
+        b.gemm("g", 0, m, n, k, "float16")
+        graph = b.build()
+        plan = plan_gemm(g, m, n, k, extra_smem=extra)
+        assert plan.occupancy < plan_gemm(g, m, n, k).occupancy
+        des = simulate_graph(graph, g, topo).makespan
+        assert des == pytest.approx(isolated_time(g, plan), rel=1e-6), name
+        assert closed_form_timeline(graph, g, topo).makespan == pytest.approx(des, rel=1e-6), name
+
+
+def test_profile_one_block_share_is_read_and_bounded(tmp_path):
+    from ficco_sim.errors import InputError
+    src = Path(load_gpu("h100").path).read_text()
+    assert load_gpu("h100").gemm.one_block_share == pytest.approx(0.85)
+    lines = [ln for ln in src.splitlines() if not ln.startswith("  one_block_share:")]
+    absent = tmp_path / "absent.yaml"
+    absent.write_text("\n".join(lines) + "\n")
+    assert load_gpu(str(absent)).gemm.one_block_share == 1.0       # absent: occupancy is free
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(src.replace("  one_block_share: {value: 0.85", "  one_block_share: {value: 1.5", 1))
+    with pytest.raises(InputError, match="one_block_share"):
+        load_gpu(str(bad))

@@ -427,14 +427,19 @@ def comm_release(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: d
     ``end_node``: that GEMM's nodes) and the rule (``mode``), applied in the next pass by
     :func:`~ficco_sim.engine.closed_form.run` against that GEMM's times there. It starts at
     once (mode 0) if :func:`_slots` leaves it any; else a kernel of a higher-priority
-    stream takes the slots of the GEMM's next finishing wave (mode 2, ``waves``), and one
-    of equal or lower priority starts when the GEMM's last wave starts if that one leaves it
-    any, else when the GEMM ends (mode 1 at ``frac`` of the GEMM's run): the dispatcher
-    places the GEMM's pending blocks first. (P, C) arrays."""
+    stream takes the slots of the GEMM's next finishing wave (mode 2, ``waves``) if one
+    retiring GEMM block leaves room for one of its blocks (blocks retire one at a time, and
+    the GEMM's pending blocks refill a slot the kernel cannot use:
+    :meth:`~ficco_sim.engine.dispatcher.SmPool.settle`), and otherwise, or at equal or lower
+    priority, it starts when the GEMM's last wave starts if that one leaves it any, else
+    when the GEMM ends (mode 1 at ``frac`` of the GEMM's run): the dispatcher places the
+    GEMM's pending blocks first. (P, C) arrays."""
     ck = tpl.comm_kernels
     s = vals[:, ck.begin]                                                  # (P, C)
     run = _running(tpl, vals, s, ck.gemms, resident)
-    high = ck.priority[None, :] > np.append(ck.gemm_priority, 0)[run["j"]]
+    lightest = run["count"] - (run["used"] > run["full"])                  # blocks on the lightest SMs it holds
+    handoff = blocks_beside(gpu.sm, ck.need, run["need"], np.maximum(lightest - 1, 0)) > 0
+    high = (ck.priority[None, :] > np.append(ck.gemm_priority, 0)[run["j"]]) & handoff
     wait = run["on"] & (_slots(gpu, run, ck.need, ck.occupancy, False) <= 0)
     frac = np.where(_slots(gpu, run, ck.need, ck.occupancy, True) > 0,
                     np.where(run["waves"] > 0, (run["waves"] - 1) / run["waves"], 0.0), 1.0)

@@ -390,7 +390,7 @@ class Simulation:
                     self.env.timeout(latency).callbacks.append(lambda _e, ev=ev: ev.succeed())
                 else:
                     ev.succeed()
-        self.pools[k.gpu].release(k.block, counts)
+        self.pools[k.gpu].retire(k.block, counts)
         self.resident[k.id] -= n
         self.blocks_done[k.id] += n
         self._count(f"gpu{k.gpu}.blocks.{k.role}", -n)
@@ -406,7 +406,7 @@ class Simulation:
         k = self.g.kernel(kid)
         if self.gpu.host is None:         # on a host device the library's threads held nothing
             for counts in self.cohorts[kid]:
-                self.pools[k.gpu].release(k.block, counts)
+                self.pools[k.gpu].retire(k.block, counts)
         self._count(f"gpu{k.gpu}.blocks.comm", -self.resident[kid])
         self.comm_blocks[k.gpu] -= self.resident[kid]
         self.resident[kid] = 0
@@ -436,7 +436,7 @@ class Simulation:
         self._advance()
         while self.dirty:
             gpu = self.dirty.pop()
-            for w, counts in self.pools[gpu].dispatch(self.waiting[gpu]):
+            for w, counts in self.pools[gpu].settle(self.waiting[gpu]):
                 self._placed(gpu, w, counts)
             self.waiting[gpu] = [w for w in self.waiting[gpu] if w.unplaced > 0]
         self._recompute()

@@ -6,6 +6,13 @@ dispatcher walks the waiting kernels in policy order and places on each SM as ma
 a kernel's blocks as the SM's free resources allow, spreading them evenly across SMs
 (one per SM first, then a second, ...). Nothing is ever preempted.
 
+Blocks the engine sees ending at one instant retire one at a time per SM, a dispatch pass
+after each (:meth:`SmPool.settle`): real blocks never end in the same cycle, and the
+dispatcher acts on every retirement. So a waiting kernel whose block needs more than one
+retiring block frees (an NCCL block beside a GEMM's two per SM) is passed over while the
+GEMM's pending blocks refill each freed slot, however its priority: the starvation that
+occupancy shaping cures (one retiring shaped block frees a whole SM).
+
 Policies:
 
 * ``backfill`` (default): higher stream priority first, then launch order; a kernel whose
@@ -62,6 +69,7 @@ class SmPool:
         self.policy = policy
         self.num_sms = num_sms
         self._needs: dict[BlockShape, np.ndarray] = {}
+        self._retiring: list[tuple[BlockShape, np.ndarray]] = []
         self.free = np.tile(np.array([limits.max_blocks, limits.max_threads, limits.registers, limits.smem],
                                      dtype=np.int64), (num_sms, 1))
 
@@ -119,6 +127,45 @@ class SmPool:
 
     def release(self, block: BlockShape, counts: np.ndarray) -> None:
         self.free += np.outer(counts, self.need(block))
+
+    def retire(self, block: BlockShape, counts: np.ndarray) -> None:
+        """Blocks ending now (per-SM ``counts``); their resources free in :meth:`settle`."""
+        self._retiring.append((block, counts))
+
+    def settle(self, waiting: list[Waiting]) -> list[tuple[Waiting, np.ndarray]]:
+        """Free what retired since the last settle, one block per SM at a time (each SM's
+        retiring blocks in the order they were reported), with a dispatch pass after each;
+        returns every placement made. With fewer than two kernels waiting the order of
+        retirements cannot matter, and everything frees before one pass.
+
+        >>> from ficco_sim.hardware import SmLimits, BlockShape
+        >>> pool = SmPool(1, SmLimits(4, 2048, 65536, 100 << 10, 100 << 10, 0, 32))
+        >>> gemm, comm = BlockShape(128, 32, 40 << 10), BlockShape(512, 32, 64 << 10)
+        >>> g = Waiting("gemm", gemm, blocks=4, priority=0, seq=0)
+        >>> [int(c.sum()) for _, c in pool.dispatch([g])]
+        [2]
+        >>> c = Waiting("comm", comm, blocks=1, priority=1, seq=1)     # higher priority
+        >>> pool.retire(gemm, np.array([2]))
+        >>> [(w.id, int(n.sum())) for w, n in pool.settle([c, g])]   # each freed slot refilled
+        [('gemm', 1), ('gemm', 1)]
+        """
+        retired, self._retiring = self._retiring, []
+        if len(waiting) < 2 or not retired:
+            for block, counts in retired:
+                self.release(block, counts)
+            return self.dispatch(waiting)
+        spans, before = [], np.zeros(self.num_sms, dtype=np.int64)
+        for block, counts in retired:
+            spans.append((block, counts, before))
+            before = before + counts
+        placed = []
+        for j in range(int(before.max())):
+            for block, counts, start in spans:
+                one = ((start <= j) & (j < start + counts)).astype(np.int64)
+                if one.any():
+                    self.release(block, one)
+            placed += self.dispatch(waiting)
+        return placed
 
     def order(self, waiting: list[Waiting]) -> list[Waiting]:
         if self.policy == "fifo":
