@@ -8,16 +8,23 @@ model answers them, beside what the papers measured.
    ``par-sm-hi-m<N>`` (high priority, the GEMM kept off the N CUs the collective's channels
    need) and ``par-dma``.
 2. Cui & Pericàs (arXiv 2606.09200; A40 / A100 / H100 / MI250X): shared-memory occupancy
-   shaping of the GEMM plus a high-priority communication stream gain up to ~25% over
-   naive concurrency; naive concurrency gains little. The model's counterpart: every
-   ``par-sm[-hi][-smem<N>k]`` point of the full space for a GEMM beside an all-reduce,
-   the gain of the best over ``par-sm``, and the makespan at each shaping size (is there
-   an interior optimum?).
+   shaping of the GEMM plus a high-priority communication stream cut total execution time
+   by up to 25.5% (against running them one after the other); naive concurrency gains
+   little, because the GEMM, already holding the SMs, refills every slot a retiring block
+   frees before the collective's larger blocks fit (shared/reference/resource_aware.md 2.1,
+   2.3). The model's counterpart: a GEMM of 2048^3, 4096^3 and 8192^3 (fp16) issued first
+   beside an all-reduce of X (m x k) on 8 GPUs: ``none`` (sequential), ``par-sm-gf``
+   (naive), ``par-sm-hi-gf`` (priority alone), ``par-sm-smem<N>k-gf`` (shaping alone, at
+   each size that drops one GEMM block per SM) and ``par-sm-hi-smem<N>k-gf`` at every
+   2 KiB of extra shared memory the GEMM's blocks take: the time against extra shared
+   memory, and whether it has an interior optimum (strictly below both ends).
 
-3. Characterizing compute-communication overlap (arXiv 2507.03114; A100, H100, MI250, MI210):
-   overlapping slows compute by 18.9% on average and 40% at most against running it alone.
-   The model's counterpart: ``cil_compute`` (the GEMM's slowdown against its isolated time)
-   of a GEMM beside an all-reduce, naive (``par-sm``) and with the collective at high priority
+3. Characterizing compute-communication overlap (arXiv 2507.03114; 4 x A100, H100, MI250,
+   MI210): overlapping slows compute by 18.9% on average and 40% at most against running it
+   alone, and running compute and communication one after the other is 10.2% slower than
+   overlapping on average, 26.6% at most. The model's counterpart: ``cil_compute`` (the
+   GEMM's slowdown against its isolated time) and the speedup over ``none`` of a GEMM beside
+   an all-reduce on 4 GPUs, naive (``par-sm``) and with the collective at high priority
    (``par-sm-hi``), over five GEMM shapes.
 
 Every number on the model side comes from ``simulate`` (discrete-event engine) here; the
@@ -41,7 +48,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from ficco_sim import Scenario, simulate  # noqa: E402
-from ficco_sim.explore.space import valid_schedules  # noqa: E402
+from ficco_sim.errors import InputError  # noqa: E402
+from ficco_sim.explore.space import smem_sizes  # noqa: E402
 from ficco_sim.files import write_text_atomic  # noqa: E402
 from ficco_sim.hardware import load_gpu  # noqa: E402
 from ficco_sim.schedules.lowering import margin_for  # noqa: E402
@@ -75,35 +83,59 @@ def conccl_rows() -> list[dict]:
     return rows
 
 
+CUI_PAIRS = (("a40", "ring:8"), ("a100", "switch:8"), ("h100", "switch:8"), ("mi250x", "fc:8"))
+CUI_SIZES = (2048, 4096, 8192)
+
+
 def cui_rows() -> list[dict]:
-    """GEMM 8192 x 8192 x 8192 (fp16) beside an all-reduce of X (8192 x 8192) on 8 GPUs."""
+    """GEMM s x s x s (fp16) issued first, beside an all-reduce of X (s x s) on 8 GPUs."""
     rows = []
-    for gpu, topo in (("a40", "ring:8"), ("a100", "switch:8"), ("h100", "switch:8"), ("mi250x", "fc:8")):
-        sc = Scenario("ar-par-gemm", 8, 8192, 8192, 8192)
-        scheds = [s for s in valid_schedules(sc, gpu, topo) if s.granularity == "par" and s.engine == "sm"
-                  and s.channels is None]
-        naive = simulate(sc, "par-sm", gpu, topo).makespan
-        none = simulate(sc, "none", gpu, topo).makespan
-        for s in scheds:
-            t = simulate(sc, s, gpu, topo).makespan
-            rows.append({"setting": "Cui & Pericas", "gpu": gpu, "topology": topo, "scenario": sc.label(),
-                         "schedule": s.name, "smem_kib": s.smem // 1024, "priority": s.priority, "margin": s.margin,
-                         "makespan_s": t, "gain_over_naive": naive / t - 1.0, "speedup": none / t,
-                         "source": CUI_URL})
+    for gpu, topo in CUI_PAIRS:
+        g = load_gpu(gpu)
+        for size in CUI_SIZES:
+            sc = Scenario("ar-par-gemm", 8, size, size, size)
+            none = simulate(sc, "none", gpu, topo).makespan
+            naive = simulate(sc, "par-sm-gf", gpu, topo).makespan
+            shaping_only = [f"par-sm-smem{x // 1024}k-gf" for x in smem_sizes(sc, g)]
+            swept = [f"par-sm-hi-smem{kib}k-gf" for kib in range(2, g.sm.max_smem_per_block // 1024 + 1, 2)]
+            for name in ("par-sm-gf", "par-sm-hi-gf", *shaping_only, *swept):
+                try:
+                    r = simulate(sc, name, gpu, topo)
+                except InputError:      # the GEMM's blocks no longer fit an SM: the end of the sweep
+                    continue
+                s = r.schedule
+                rows.append({"setting": "Cui & Pericas", "gpu": gpu, "topology": topo, "scenario": sc.label(),
+                             "schedule": s.name, "smem_kib": s.smem // 1024, "priority": s.priority,
+                             "margin": s.margin, "makespan_s": r.makespan, "gain_over_naive": naive / r.makespan - 1.0,
+                             "reduction": 1.0 - r.makespan / none, "speedup": none / r.makespan,
+                             "published_reduction_max": 0.255, "source": CUI_URL})
     return rows
 
 
+def interior_optimum(times: list[float]) -> bool:
+    """Is the smallest of ``times`` (a curve in order) strictly below both of its ends?
+
+    >>> interior_optimum([3.0, 2.0, 2.5]), interior_optimum([3.0, 2.0, 2.0]), interior_optimum([2.0, 3.0])
+    (True, False, False)
+    """
+    low = min(times)
+    return len(times) > 2 and low < times[0] * (1 - 1e-9) and low < times[-1] * (1 - 1e-9)
+
+
 def slowdown_rows() -> list[dict]:
-    """GEMM slowdown beside an all-reduce of X (8 GPUs), per GPU, shape and schedule."""
+    """GEMM slowdown and speedup over ``none`` beside an all-reduce on 4 GPUs, per GPU, shape
+    and schedule."""
     rows = []
-    for gpu, topo in (("a100", "switch:8"), ("h100", "switch:8"), ("mi250x", "fc:8")):
+    for gpu, topo in (("a100", "switch:4"), ("h100", "switch:4"), ("mi250x", "fc:4")):
         for m, n, k in SHAPES:
-            sc = Scenario("ar-par-gemm", 8, m, n, k)
+            sc = Scenario("ar-par-gemm", 4, m, n, k)
             for s in ("par-sm", "par-sm-hi"):
                 r = simulate(sc, s, gpu, topo)
                 rows.append({"setting": "compute slowdown", "gpu": gpu, "topology": topo, "scenario": sc.label(),
                              "schedule": s, "cil_compute": float(r.metrics["cil_compute"]),
-                             "published_mean": 0.189, "published_max": 0.40, "source": SLOWDOWN_URL})
+                             "speedup": float(r.metrics["speedup"]), "published_mean": 0.189, "published_max": 0.40,
+                             "published_sequential_mean": 0.102, "published_sequential_max": 0.266,
+                             "source": SLOWDOWN_URL})
     return rows
 
 
@@ -124,29 +156,37 @@ def main() -> None:
                  f"-{con['comm_over_compute'].max():.2f}x the GEMM); published best speedup 1.67x")
     Console(width=130).print(t)
     cui = pd.DataFrame(cui_rows())
-    t = Table(title=f"Cui & Pericas setting: GEMM || all-reduce, gain over naive concurrency ({CUI_URL})")
-    for c in ("gpu", "best schedule", "best gain", "priority alone", "makespan (ms) by extra smem KiB, high priority",
-              "interior optimum"):
+    t = Table(title=f"Cui & Pericas setting: GEMM issued first || all-reduce, 8 GPUs ({CUI_URL})")
+    for c in ("gpu", "GEMM", "naive vs sequential", "priority alone", "shaping alone", "best", "best vs sequential",
+              "best vs naive", "time (ms) by extra smem KiB, high priority", "interior optimum"):
         t.add_column(c, justify="right")
-    for gpu, x in cui.groupby("gpu", sort=False):
-        best = x.loc[x["gain_over_naive"].idxmax()]
-        hi = x[(x["priority"] == "high") & (x["margin"] == 0)].sort_values("smem_kib")
-        prio = hi[hi["smem_kib"] == 0]["gain_over_naive"]
-        curve = " ".join(f"{int(r.smem_kib)}:{r.makespan_s * 1e3:.3f}" for r in hi.itertuples())
-        ms = hi["makespan_s"].to_numpy()
-        interior = len(ms) > 2 and ms.argmin() not in (0, len(ms) - 1)
-        t.add_row(gpu, best["schedule"], f"{best['gain_over_naive']:+.1%}",
-                  f"{prio.iloc[0]:+.1%}" if len(prio) else "-", curve, "yes" if interior else "no")
-    t.caption = "published: shaping + priority up to ~25% over naive concurrency; shaping has an interior optimum"
-    Console(width=150).print(t)
+    for (gpu, scen), x in cui.groupby(["gpu", "scenario"], sort=False):
+        naive = x[x["schedule"] == "par-sm-gf"].iloc[0]
+        prio = x[x["schedule"] == "par-sm-hi-gf"].iloc[0]
+        shaped = x[(x["priority"] == "normal") & (x["smem_kib"] > 0)]
+        best = x.loc[x["makespan_s"].idxmin()]
+        hi = x[x["priority"] == "high"].sort_values("smem_kib")
+        ms = hi["makespan_s"].tolist()
+        keep = [0] + [i for i in range(1, len(ms)) if abs(ms[i] - ms[i - 1]) > 1e-12 * ms[i]]
+        curve = " ".join(f"{int(hi['smem_kib'].iloc[i])}:{ms[i] * 1e3:.3f}" for i in keep)
+        t.add_row(gpu, scen.split(" x")[0].replace("ar-par-gemm ", ""), f"{naive['reduction']:.1%}",
+                  f"{prio['gain_over_naive']:+.1%}",
+                  f"{shaped['gain_over_naive'].max():+.1%}" if len(shaped) else "-", best["schedule"],
+                  f"{best['reduction']:.1%}", f"{best['gain_over_naive']:+.1%}",
+                  f"{curve} .. {int(hi['smem_kib'].iloc[-1])}", "yes" if interior_optimum(ms) else "no")
+    t.caption = ("published: shaping + priority cut total time by up to 25.5% against sequential; naive concurrency "
+                 "gains little; shaping has an interior optimum")
+    Console(width=190).print(t)
     slow = pd.DataFrame(slowdown_rows())
-    t = Table(title=f"Compute slowdown under overlap, GEMM || all-reduce on 8 GPUs ({SLOWDOWN_URL})")
-    for c in ("gpu", "schedule", "model mean", "model max", "published mean", "published max"):
+    t = Table(title=f"Compute slowdown and overlap speedup, GEMM || all-reduce on 4 GPUs ({SLOWDOWN_URL})")
+    for c in ("gpu", "schedule", "slowdown mean", "slowdown max", "published", "sequential slower mean",
+              "sequential slower max", "published"):
         t.add_column(c, justify="right")
     for (gpu, sched), x in slow.groupby(["gpu", "schedule"], sort=False):
-        t.add_row(gpu, sched, f"{x['cil_compute'].mean():.1%}", f"{x['cil_compute'].max():.1%}", "18.9%", "40%")
+        t.add_row(gpu, sched, f"{x['cil_compute'].mean():.1%}", f"{x['cil_compute'].max():.1%}", "18.9% / 40%",
+                  f"{x['speedup'].mean() - 1:.1%}", f"{x['speedup'].max() - 1:.1%}", "10.2% / 26.6%")
     t.caption = f"{len(SHAPES)} GEMM shapes per GPU; published over A100 / H100 / MI250 / MI210 training runs"
-    Console(width=130).print(t)
+    Console(width=150).print(t)
     if args.csv:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         write_text_atomic(args.csv, f"# benchmarks/independent_overlap.py; {stamp}; host {platform.node()}; model "

@@ -115,14 +115,17 @@ def overlap_rows() -> list[dict]:
     out.append(_row("ConCCL", "8xMI300X GEMM ∥ collective: best speedup (max)", 1.67, c["speedup"].max(), CONCCL,
                     cmd))
     cp = d[d["setting"] == "Cui & Pericas"]
-    shaped = cp[(cp["priority"] == "high") | (cp["smem_kib"] > 0)]
-    out.append(_row("Cui & Pericas", "GEMM ∥ all-reduce: gain of shaping + priority over naive (up to)", 0.25,
-                    shaped["gain_over_naive"].max(), CUI, cmd))
+    out.append(_row("Cui & Pericas", "GEMM issued first ∥ all-reduce: total time cut by shaping + priority vs "
+                    "sequential (up to)", cp["published_reduction_max"].iloc[0], cp["reduction"].max(), CUI, cmd))
     s = d[(d["setting"] == "compute slowdown") & (d["schedule"] == "par-sm")]
     out.append(_row("arXiv 2507.03114", "compute slowdown under overlap, mean over GPUs and shapes",
                     s["published_mean"].iloc[0], s["cil_compute"].mean(), SLOWDOWN, cmd))
     out.append(_row("arXiv 2507.03114", "compute slowdown under overlap, max", s["published_max"].iloc[0],
                     s["cil_compute"].max(), SLOWDOWN, cmd))
+    out.append(_row("arXiv 2507.03114", "sequential slower than overlapped, mean over GPUs and shapes",
+                    s["published_sequential_mean"].iloc[0], s["speedup"].mean() - 1.0, SLOWDOWN, cmd))
+    out.append(_row("arXiv 2507.03114", "sequential slower than overlapped, max",
+                    s["published_sequential_max"].iloc[0], s["speedup"].max() - 1.0, SLOWDOWN, cmd))
     return out
 
 

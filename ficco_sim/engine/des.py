@@ -175,7 +175,7 @@ class Simulation:
     # -- processes ------------------------------------------------------------------------
     def _stream(self, priority: int, tasks: list):
         env = self.env
-        for t in tasks:
+        for i, t in enumerate(tasks):
             if t.deps or t.signals:
                 yield simpy.AllOf(env, [self.done[d] for d in t.deps] + self.signal_events.get(t.id, []))
             rec = self.records[t.id]
@@ -194,8 +194,9 @@ class Simulation:
                 launch = self.gpu.launch_of(t.kind)
                 if launch:
                     yield env.timeout(launch)
-                self.waiting[t.gpu].append(Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms,
-                                                   free=t.kind == "comm" and self.gpu.host is not None))
+                self.pools[t.gpu].arrive(Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms,
+                                                 free=t.kind == "comm" and self.gpu.host is not None,
+                                                 issued=i == 0 and not (t.deps or t.signals)))
                 self.seq += 1
                 self._dirty(t.gpu)
                 yield self.done[t.id]

@@ -7,8 +7,11 @@ a kernel's blocks as the SM's free resources allow, spreading them evenly across
 (one per SM first, then a second, ...). Nothing is ever preempted.
 
 Blocks the engine sees ending at one instant retire one at a time per SM, a dispatch pass
-after each (:meth:`SmPool.settle`): real blocks never end in the same cycle, and the
-dispatcher acts on every retirement. So a waiting kernel whose block needs more than one
+after each, and kernels the host launched with nothing to wait for that it sees arriving at
+one instant are dispatched one after another in launch order (:meth:`SmPool.settle`): real
+blocks never end in the same cycle, a host issues one launch at a time, and the dispatcher
+acts on each. So a GEMM the host launched before a high-priority collective fills the SMs
+first. (Kernels released at one instant by what they waited for go by priority.) So a waiting kernel whose block needs more than one
 retiring block frees (an NCCL block beside a GEMM's two per SM) is passed over while the
 GEMM's pending blocks refill each freed slot, however its priority: the starvation that
 occupancy shaping cures (one retiring shaped block frees a whole SM).
@@ -53,6 +56,7 @@ class Waiting:
     seq: int
     sms: tuple[int, int] | None = None    # the SMs [lo, hi) the kernel may use (None: all)
     free: bool = False                    # takes no SM resources (a host library's threads)
+    issued: bool = False                  # launched by the host with nothing to wait for
     unplaced: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -70,6 +74,7 @@ class SmPool:
         self.num_sms = num_sms
         self._needs: dict[BlockShape, np.ndarray] = {}
         self._retiring: list[tuple[BlockShape, np.ndarray]] = []
+        self._arriving: list[Waiting] = []
         self.free = np.tile(np.array([limits.max_blocks, limits.max_threads, limits.registers, limits.smem],
                                      dtype=np.int64), (num_sms, 1))
 
@@ -132,11 +137,17 @@ class SmPool:
         """Blocks ending now (per-SM ``counts``); their resources free in :meth:`settle`."""
         self._retiring.append((block, counts))
 
+    def arrive(self, w: Waiting) -> None:
+        """A launched kernel reaches the GPU; :meth:`settle` adds it to the waiting list."""
+        self._arriving.append(w)
+
     def settle(self, waiting: list[Waiting]) -> list[tuple[Waiting, np.ndarray]]:
         """Free what retired since the last settle, one block per SM at a time (each SM's
         retiring blocks in the order they were reported), with a dispatch pass after each;
-        returns every placement made. With fewer than two kernels waiting the order of
-        retirements cannot matter, and everything frees before one pass.
+        then add the kernels that arrived in launch order (``seq``), a dispatch pass after
+        each one the host issued (:attr:`Waiting.issued`) and after the last. ``waiting``
+        gains the arrivals; returns every placement made. With fewer than two kernels waiting the order of retirements
+        cannot matter, and everything frees before one pass.
 
         >>> from ficco_sim.hardware import SmLimits, BlockShape
         >>> pool = SmPool(1, SmLimits(4, 2048, 65536, 100 << 10, 100 << 10, 0, 32))
@@ -149,6 +160,15 @@ class SmPool:
         >>> [(w.id, int(n.sum())) for w, n in pool.settle([c, g])]   # each freed slot refilled
         [('gemm', 1), ('gemm', 1)]
         """
+        arrived, self._arriving = sorted(self._arriving, key=lambda w: w.seq), []
+        placed = self._retire(waiting) if self._retiring or not arrived else []
+        for i, w in enumerate(arrived):
+            waiting.append(w)
+            if w.issued or i == len(arrived) - 1:
+                placed += self.dispatch(waiting)
+        return placed
+
+    def _retire(self, waiting: list[Waiting]) -> list[tuple[Waiting, np.ndarray]]:
         retired, self._retiring = self._retiring, []
         if len(waiting) < 2 or not retired:
             for block, counts in retired:
