@@ -38,6 +38,7 @@ import numpy as np
 
 from .errors import InputError
 from .hardware import DTYPE_BYTES, BlockShape, GemmTile, GpuProfile, SmLimits
+from .workload import MAX_DIM
 
 
 @functools.lru_cache(maxsize=4096)
@@ -115,6 +116,8 @@ def check_shape(m: int, n: int, k: int, dtype: str, where: str = "gemm") -> None
     for name, v in (("m", m), ("n", n), ("k", k)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise InputError(where, name, f"must be a positive integer, got {v!r}")
+        if v > MAX_DIM:      # as a scenario's: a typo, not a layer (and no time would mean anything)
+            raise InputError(where, name, f"{v} is beyond what one simulation answers (at most {MAX_DIM})")
     if dtype not in DTYPE_BYTES:
         raise InputError(where, "dtype", f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
 

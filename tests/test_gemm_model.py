@@ -220,3 +220,11 @@ def test_profile_one_block_share_is_read_and_bounded(tmp_path):
     bad.write_text(src.replace("  one_block_share: {value: 0.85", "  one_block_share: {value: 1.5", 1))
     with pytest.raises(InputError, match="one_block_share"):
         load_gpu(str(bad))
+
+
+def test_a_gemm_beyond_any_layer_is_refused_with_its_field():
+    from ficco_sim.errors import InputError
+    from ficco_sim.workload import MAX_DIM
+    with pytest.raises(InputError, match="n: .* beyond"):
+        gemm_time(load_gpu("h100"), 1024, 10 ** 15, 2)
+    assert gemm_time(load_gpu("h100"), MAX_DIM, 1, 1) > 0
