@@ -122,15 +122,19 @@ def interior_optimum(times: list[float]) -> bool:
     return len(times) > 2 and low < times[0] * (1 - 1e-9) and low < times[-1] * (1 - 1e-9)
 
 
-def slowdown_rows() -> list[dict]:
+SLOWDOWN_PAIRS = (("a100", "switch:4"), ("h100", "switch:4"), ("mi250x", "fc:4"))
+
+
+def slowdown_rows(profile=load_gpu, schedules=("par-sm", "par-sm-hi")) -> list[dict]:
     """GEMM slowdown and speedup over ``none`` beside an all-reduce on 4 GPUs, per GPU, shape
-    and schedule."""
+    and schedule (``profile``: GPU name -> profile, for fits that vary one)."""
     rows = []
-    for gpu, topo in (("a100", "switch:4"), ("h100", "switch:4"), ("mi250x", "fc:4")):
+    for gpu, topo in SLOWDOWN_PAIRS:
+        g = profile(gpu)
         for m, n, k in SHAPES:
             sc = Scenario("ar-par-gemm", 4, m, n, k)
-            for s in ("par-sm", "par-sm-hi"):
-                r = simulate(sc, s, gpu, topo)
+            for s in schedules:
+                r = simulate(sc, s, g, topo)
                 rows.append({"setting": "compute slowdown", "gpu": gpu, "topology": topo, "scenario": sc.label(),
                              "schedule": s, "cil_compute": float(r.metrics["cil_compute"]),
                              "speedup": float(r.metrics["speedup"]), "published_mean": 0.189, "published_max": 0.40,

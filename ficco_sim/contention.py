@@ -14,6 +14,10 @@ fair sharing of bandwidth, written once for every engine.
 ``rate`` is bytes/s, ``peak`` the profile's HBM bandwidth. Works on numbers and arrays.
 :class:`Weights` scales each term (1 = the profile's rule; the heuristic fits them).
 
+The DES applies a factor at every instant (a rate divided by it); the closed form, which
+knows only which share of a run is covered, integrates the same rule with
+:func:`slowed_time`.
+
 >>> from ficco_sim.hardware import load_gpu
 >>> g = load_gpu("h100")
 >>> compute_slowdown(g, 0.0), comm_slowdown(g, 0.0)
@@ -67,3 +71,29 @@ def compute_slowdown(gpu: GpuProfile, comm_hbm_rate, *, held_sms=0.0, sm_cover=1
 def comm_slowdown(gpu: GpuProfile, compute_hbm_rate, *, cover=1.0, weights: Weights = PROFILE):
     """Factor (>= 1) on a transfer's bytes time: compute HBM traffic at its ends over ``cover`` of it."""
     return 1.0 + weights.hbm * cover * gpu.contention.comm_per_hbm_util * compute_hbm_rate / gpu.hbm_bandwidth
+
+
+def slowed_time(base, other, b_max, excess, passes: int = 4):
+    """Duration of a run that needs ``base`` seconds alone and ``other`` (a share of
+    ``base``) more for the SMs it lost, slowed further at the instants something covers it:
+    the DES's rule (a rate divided by the factor at every instant) integrated, ``T = base
+    (1 + other) + excess(T)``, ``excess(t)`` the time the covered instants of the run's first
+    ``t`` seconds add (:func:`covered_excess`). Solved by fixed point from the bound of a
+    factor ``1 + b_max`` throughout. Works on numbers and arrays.
+
+    >>> slowed_time(1.0, 0.0, 1.0, lambda t: covered_excess(t, 1.0))        # covered throughout
+    2.0
+    >>> slowed_time(1.0, 0.0, 1.0, lambda t: covered_excess(min(t, 0.5), 1.0))   # the first half
+    1.25
+    """
+    t = base * (1.0 + other) * (1.0 + b_max)
+    for _ in range(passes):
+        t = base * (1.0 + other) + excess(t)
+    return t
+
+
+def covered_excess(covered_len, factor_minus_one):
+    """Time a factor ``1 + b`` at every covered instant adds over ``covered_len`` covered
+    seconds of wall time (work advances ``1 / (1 + b)`` as fast there): ``covered_len *
+    b / (1 + b)``."""
+    return covered_len * factor_minus_one / (1.0 + factor_minus_one)

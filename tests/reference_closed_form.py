@@ -10,8 +10,9 @@ import math
 import sys
 from collections import Counter, defaultdict
 
-from ficco_sim.contention import comm_slowdown, compute_slowdown
+from ficco_sim.contention import PROFILE, comm_slowdown, compute_slowdown, covered_excess, slowed_time
 from ficco_sim.engine.closed_form import kernel_isolated_time
+from ficco_sim.engine.closed_form import CONTENTION_PASSES, DAMP
 from ficco_sim.gemm_model import block_needs, blocks_beside, blocks_per_sm, gemm_times, hbm_traffic, plan_gemm, waves_time
 from ficco_sim.taskgraph import Kernel, TaskGraph, Transfer
 
@@ -25,6 +26,29 @@ def _cover(a0, a1, spans):
         if e > s:
             cov, cur = cov + e - s, e
     return cov / (a1 - a0)
+
+
+def _factor(s: float, e: float, other: float, b_max: float, excess) -> float:
+    """Slowdown factor of a run [s, e) of the contention-free pass (contention.slowed_time)."""
+    if e <= s:
+        return 1.0 + other
+    return slowed_time(e - s, other, b_max, excess) / (e - s)
+
+
+def hbm_slowed(gpu, s: float, e: float, other: float, xf, weights=PROFILE, run=None) -> float:
+    """A GEMM run [s, e) beside transfers ``xf`` (((start, end), mean rate)): at each covered
+    instant the rule's factor for the bytes all of them move, at their mean rate over the
+    covered time of the slowed run; only transfers under way before its contention-free end."""
+    xf = [((a, b), r) for (a, b), r in xf if a < e * (1 - 1e-9)]
+    spans = [x for x, _ in xf]
+
+    def excess(t: float) -> float:
+        w = _cover(s, s + t, spans) * t
+        moved = sum(max(0.0, min(s + t, b) - max(s, a)) * r for (a, b), r in xf)
+        return covered_excess(w, compute_slowdown(gpu, moved / w if w > 0 else 0.0, weights=weights) - 1.0)
+
+    b_max = compute_slowdown(gpu, sum(r for _, r in xf), weights=weights) - 1.0 if any(a < e and b > s for (a, b), _ in xf) else 0.0
+    return _factor(s, e if run is None else s + run, other, b_max, excess)
 
 
 def _duration(gpu, k: Kernel) -> float:
@@ -250,59 +274,90 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
             times = one_pass({}, times)
         if not contention:
             return one_pass({}, times) if graph.transfers else times
-        slow = {}
         gemms = [k for k in graph.kernels if k.kind == "gemm" and k.gemm is not None]
-        for k in gemms:
-            s, e = times[k.id]
-            comm = [(times[c.id], c.grid) for c in graph.kernels if c.kind == "comm" and c.gpu == k.gpu]
-            xf = [(times[t.id], t.nbytes / (times[t.id][1] - times[t.id][0])) for t in graph.transfers
-                  if k.gpu in (t.src, t.dst) and times[t.id][1] > times[t.id][0]]
-            held = max([g for (a, b), g in comm if a < e and b > s] + [0])
-            rate = max([r for (a, b), r in xf if a < e and b > s] + [0.0])
-            cover = _cover(s, e, [x for x, _ in comm])
-            slow[k.id] = compute_slowdown(gpu, rate, held_sms=float(held), sm_cover=cover,
-                                          hbm_cover=_cover(s, e, [x for x, _ in xf]), resident_cover=cover)
         depth = _depths(graph)
-        share = {k.id: _memory_hold(gpu, k, times[k.id][0], [(*times[x.id], x) for x in gemms if x.gpu == k.gpu and
-                                                             depth[(x.id, "begin")] < depth[(k.id, "end")]])
-                 for k in graph.kernels if k.kind == "memory"}
-        prio = {(x.gpu, x.name): x.priority for x in graph.streams}
-        order = {t.id: i for i, t in enumerate(graph.tasks)}
-        hold = {k.id: _comm_hold(gpu, k, times[k.id][0], [(*times[x.id], x, prio[(x.gpu, x.stream)]) for x in gemms
-                                                          if x.gpu == k.gpu and
-                                                          (depth[(x.id, "begin")], order[x.id]) <
-                                                          (depth[(k.id, "begin")], order[k.id])],
-                                 prio[(k.gpu, k.stream)])
-                for k in graph.kernels if k.kind == "comm"}
-        for t in graph.transfers:
-            s, e = times[t.id]
-            near = []
+
+        def gemm_slowdowns(times, slow, before):
+            """Every GEMM's factor from a pass; with ``before`` (the factors that made it) its run
+            is its duration alone and the new factor is damped."""
             for k in gemms:
-                if k.gpu in (t.src, t.dst):
-                    a, b = times[k.id]
-                    g = k.gemm
-                    near.append(((a, b), hbm_traffic(g.m, g.n, g.k, g.dtype, g.accumulate) / (b - a) if b > a else 0.0))
-            rate = max([r for (a, b), r in near if a < e and b > s] + [0.0])
-            slow[t.id] = comm_slowdown(gpu, rate, cover=_cover(s, e, [x for x, _ in near]))
-        wait: dict[str, float] = {}
-        for k in graph.kernels:      # a memory kernel keeps its SMs until it ends
-            if k.kind != "memory":
-                continue
-            s, end = times[k.id]
-            if share[k.id] is not None:
-                x = graph.task(share[k.id][0])
-                a, dur = times[x.id][0], _duration(gpu, x) * slow.get(x.id, 1.0)
-                if a <= s < a + dur:
-                    end = s + _shared_time(_duration(gpu, k), s, a, dur, *share[k.id][1:])
-            inside = [y for y in gemms if y.gpu == k.gpu and s < times[y.id][0] < end]
-            if not inside:
-                continue
-            y = min(inside, key=lambda y: (times[y.id][0], gemms.index(y)))
-            g = y.gemm
-            plan = plan_gemm(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate, sms=g.sms)
-            per_sm = min(blocks_per_sm(gpu.sm, k.block), math.ceil(k.grid / gpu.num_sms))
-            if blocks_beside(gpu.sm, block_needs(gpu.sm, plan.block), block_needs(gpu.sm, k.block), per_sm) == 0:
-                wait[y.id] = max(wait.get(y.id, 0.0), end - times[y.id][0])
-        return one_pass(slow, times if graph.transfers else None, hold, share, wait)
+                s, e = times[k.id]
+                comm = [(times[c.id], c.grid) for c in graph.kernels if c.kind == "comm" and c.gpu == k.gpu]
+                xf = [(times[t.id], t.nbytes / (times[t.id][1] - times[t.id][0])) for t in graph.transfers
+                      if k.gpu in (t.src, t.dst) and times[t.id][1] > times[t.id][0]]
+                held = max([g for (a, b), g in comm if a < e and b > s] + [0])
+                cover = _cover(s, e, [x for x, _ in comm])
+                other = compute_slowdown(gpu, 0.0, held_sms=float(held), sm_cover=cover, resident_cover=cover) - 1.0
+                fresh = hbm_slowed(gpu, s, e, other, xf, run=None if before is None else _duration(gpu, k))
+                slow[k.id] = fresh if before is None else DAMP * fresh + (1 - DAMP) * before.get(k.id, 1.0)
+
+        def transfer_slowdowns(times, slow):
+            for t in graph.transfers:
+                s, e = times[t.id]
+                near = []
+                for k in gemms:
+                    if k.gpu in (t.src, t.dst):
+                        a, b = times[k.id]
+                        g = k.gemm
+                        near.append(((a, b), hbm_traffic(g.m, g.n, g.k, g.dtype, g.accumulate) / (b - a) if b > a else 0.0))
+                rate = max([r for (a, b), r in near if a < e and b > s] + [0.0])
+                b = comm_slowdown(gpu, rate) - 1.0 if _cover(s, e, [x for x, _ in near]) > 0 else 0.0
+                slow[t.id] = _factor(s, e, 0.0, b, lambda t, s=s, b=b, spans=[x for x, _ in near]:
+                                     covered_excess(_cover(s, s + t, spans) * t, b))
+
+        def holds(times):
+            """Memory kernels sharing SMs with a GEMM, communication kernels held back by one."""
+            share = {k.id: _memory_hold(gpu, k, times[k.id][0], [(*times[x.id], x) for x in gemms if x.gpu == k.gpu and
+                                                                 depth[(x.id, "begin")] < depth[(k.id, "end")]])
+                     for k in graph.kernels if k.kind == "memory"}
+            prio = {(x.gpu, x.name): x.priority for x in graph.streams}
+            order = {t.id: i for i, t in enumerate(graph.tasks)}
+            hold = {k.id: _comm_hold(gpu, k, times[k.id][0], [(*times[x.id], x, prio[(x.gpu, x.stream)]) for x in gemms
+                                                              if x.gpu == k.gpu and
+                                                              (depth[(x.id, "begin")], order[x.id]) <
+                                                              (depth[(k.id, "begin")], order[k.id])],
+                                     prio[(k.gpu, k.stream)])
+                    for k in graph.kernels if k.kind == "comm"}
+            return hold, share
+
+        def waits(times, slow, share, waited):
+            """GEMMs issued while a memory kernel of their GPU holds the SMs wait for it to end
+            (``waited``: the waits the pass had, taken off its GEMMs' begins)."""
+            wait: dict[str, float] = {}
+            issued = {y.id: times[y.id][0] - (waited or {}).get(y.id, 0.0) for y in gemms}
+            for k in graph.kernels:      # a memory kernel keeps its SMs until it ends
+                if k.kind != "memory":
+                    continue
+                s, end = times[k.id]
+                if share[k.id] is not None:
+                    x = graph.task(share[k.id][0])
+                    a, dur = times[x.id][0], _duration(gpu, x) * slow.get(x.id, 1.0)
+                    if a <= s < a + dur:
+                        end = s + _shared_time(_duration(gpu, k), s, a, dur, *share[k.id][1:])
+                inside = [y for y in gemms if y.gpu == k.gpu and s < issued[y.id] < end]
+                if not inside:
+                    continue
+                y = min(inside, key=lambda y: (issued[y.id], gemms.index(y)))
+                g = y.gemm
+                plan = plan_gemm(gpu, g.m, g.n, g.k, g.dtype, extra_smem=g.extra_smem, accumulate=g.accumulate, sms=g.sms)
+                per_sm = min(blocks_per_sm(gpu.sm, k.block), math.ceil(k.grid / gpu.num_sms))
+                if blocks_beside(gpu.sm, block_needs(gpu.sm, plan.block), block_needs(gpu.sm, k.block), per_sm) == 0:
+                    wait[y.id] = max(wait.get(y.id, 0.0), end - issued[y.id])
+            return wait
+
+        # the first contention pass from the pass without contention (whose holds are kept); then
+        # the GEMMs' slowdowns again from the pass contention made, damped; link shares kept
+        seen = times if graph.transfers else None
+        slow: dict[str, float] = {}
+        gemm_slowdowns(times, slow, None)
+        transfer_slowdowns(times, slow)
+        hold, share = holds(times)
+        wait = waits(times, slow, share, None)
+        times = one_pass(slow, seen, hold, share, wait)
+        for _ in range(CONTENTION_PASSES - 1):
+            gemm_slowdowns(times, slow, dict(slow))
+            wait = waits(times, slow, share, wait)
+            times = one_pass(slow, seen, hold, share, wait)
+        return times
     finally:
         sys.setrecursionlimit(old)

@@ -221,3 +221,19 @@ def test_schedules_with_one_communication_share_its_template():
     for f, a in zip(sweep, single):
         for k, v in a.metrics.items():
             assert f[k] == pytest.approx(v, rel=1e-9, abs=1e-12, nan_ok=True), (a.schedule.name, k)
+
+
+def test_rank_rows_equal_single_simulations():
+    """The ranking pass of a confirmed study evaluates its templates merged in blocks: each
+    makespan and speedup is still the single closed-form simulation's, to 1e-9."""
+    from ficco_sim.explore.estimate import rank_many
+    sc = [Scenario("gemm-rs", 4, 4096, 2048, 2048), Scenario("gemm-rs", 4, 8192, 2048, 2048)]
+    scheds = [s.name for s in valid_schedules(sc[0], "h100", "switch:4")]
+    rows = rank_many(sc, scheds, "h100", "switch:4")
+    assert len(rows) == 2 * len(scheds)
+    for s, base in zip(sc, (0, len(scheds))):
+        single = {r.schedule.name: r for r in simulate_many(s, scheds, "h100", "switch:4", engine="analytical")}
+        for row in rows[base:base + len(scheds)]:
+            r = single[row["schedule"]]
+            assert row["makespan"] == pytest.approx(r.makespan, rel=1e-9), row["schedule"]
+            assert row["speedup"] == pytest.approx(r.metrics["speedup"], rel=1e-9), row["schedule"]

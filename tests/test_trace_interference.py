@@ -58,7 +58,7 @@ def test_fit_recovers_a_planted_residency_term_and_takes_off_the_hbm_one():
     rate = 0.4 * a100.hbm_bandwidth
     fit = fit_compute(a100, _planted(0.05 + a100.contention.compute_per_hbm_util * 0.4, rate=rate))
     assert fit.coef == pytest.approx(0.05)
-    assert fit.hbm_slope == pytest.approx(0.3 + 0.05 / 0.4)
+    assert fit.hbm_slope == pytest.approx(a100.contention.compute_per_hbm_util + 0.05 / 0.4)
 
 
 def test_sm_term_is_the_extra_wave_the_collective_blocks_cause():
@@ -82,8 +82,9 @@ def _gpu(beside: float):
 def test_residency_term_slows_compute_only_beside_a_communication_kernel(engine):
     """Switching the term off must move this answer: a GEMM beside an SM all-reduce loses
     ``C * b / (1 + b)`` in the DES (rate / (1 + b) while the collective's blocks are resident
-    for C), ``C * b`` in the closed form (time scaled over the covered share); beside a
-    copy-engine all-reduce (no kernel) nothing changes."""
+    for C), in the closed form between that and ``C * b`` (time scaled over the covered share
+    of its run, that share taken again on the run the slowdown made); beside a copy-engine
+    all-reduce (no kernel) nothing changes."""
     sc = Scenario("ar-par-gemm", 8, 8192, 8192, 8192)
     b = 0.25
     base, slowed = (simulate(sc, "par-sm", _gpu(x), "switch:8", engine=engine) for x in (0.0, b))
@@ -92,8 +93,10 @@ def test_residency_term_slows_compute_only_beside_a_communication_kernel(engine)
     comm = [x for x in base.timeline.records if x.gpu == 0 and x.kind == "comm"]
     c = sum(max(0.0, min(x.end, g0.end) - max(x.start, g0.start)) for x in comm)
     assert c > 0
-    expect = c * b / (1 + b) if engine == "des" else c * b
-    assert g1.end - g0.end == pytest.approx(expect, rel=1e-6)
+    if engine == "des":
+        assert g1.end - g0.end == pytest.approx(c * b / (1 + b), rel=1e-6)
+    else:
+        assert c * b / (1 + b) * (1 - 1e-6) <= g1.end - g0.end <= c * b * (1 + 1e-6)
     d0, d1 = (simulate(sc, "par-dma", _gpu(x), "switch:8", engine=engine).makespan for x in (0.0, b))
     assert d1 == d0
 

@@ -67,8 +67,9 @@ from ..taskgraph import Kernel, TaskGraph
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
 from ..workload import Scenario
+from .closed_form_contention import slowdowns
 from .closed_form_overlap import (CommKernels, Groups, MemKernels, apply_comm_hold, apply_memory_hold, comm_release,
-                                  gemm_waits, groups, levels_of, link_coefs, memory_hold, slowdowns)
+                                  gemm_waits, groups, levels_of, link_coefs, memory_hold)
 from .dag_levels import csr, longest_path_levels, padded_levels
 from .closed_form_tiles import residency, signal_share, sources, store_coef, with_signals
 from .closed_form_tables import graph_comm_kernels, link_tables, memory_kernels, transfer_cost
@@ -397,6 +398,8 @@ def run(tpl: Template, add: np.ndarray, hold: dict | None = None) -> np.ndarray:
 
 
 SHARING_PASSES = 2   # passes after the first that re-divide links by observed overlap
+CONTENTION_PASSES = 3   # the last passes apply contention; after the first, the GEMMs' slowdowns again from
+DAMP = 0.5              # the pass the previous ones made, half the new value and half the old
 
 
 def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | None = None, *,
@@ -416,25 +419,38 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
     vals = run(tpl, with_signals(tpl, add, share))
     sharing = len(tpl.xfer_nodes) > 0 and tpl.xfer_links is not None
     passes = SHARING_PASSES if sharing else int(contention)
+    contended = contention and tpl.contention_groups() is not None
+    passes += max(0, CONTENTION_PASSES - 1) if contended else 0
+    slow = waits = None
     for p in range(passes):
-        slow = hold = None
-        if contention and tpl.contention_groups() is not None and p == passes - 1:
-            slow = slowdowns(tpl, gpu, vals, nbytes, gemm_hbm, weights)
-            hold = {}
-            if tpl.mem is not None and len(tpl.mem.nodes):
-                hold["mem"] = memory_hold(tpl, gpu, vals, resident, resident["comm"])
-            if tpl.comm_kernels is not None and len(tpl.comm_nodes):
-                hold["comm"] = comm_release(tpl, gpu, vals, resident)
-        coef = np.broadcast_to(tpl.coef[xfer], wire.shape)
-        if sharing:
-            per_node = np.zeros((len(vals), tpl.num_nodes + 1))
-            tx = slice(None) if tpl.xfer_targets is None else tpl.xfer_targets
-            per_node[:, tpl.xfer_nodes[tx]] = link_coefs(tpl, vals)
-            coef = per_node[:, xfer]
+        hold = None
+        c = p - (passes - CONTENTION_PASSES)          # which contention pass this is
+        if contended and c >= 0:
+            if c == 0:      # the overlaps of the pass without contention; who waits for SMs, kept after
+                slow = slowdowns(tpl, gpu, vals, nbytes, gemm_hbm, weights)
+                kept = {}
+                if tpl.mem is not None and len(tpl.mem.nodes):
+                    kept["mem"] = memory_hold(tpl, gpu, vals, resident, resident["comm"])
+                if tpl.comm_kernels is not None and len(tpl.comm_nodes):
+                    kept["comm"] = comm_release(tpl, gpu, vals, resident)
+            else:           # the GEMMs' again from the pass contention made, damped
+                slow = DAMP * slowdowns(tpl, gpu, vals, nbytes, gemm_hbm, weights, base, slow) + (1.0 - DAMP) * slow
+            hold = kept
+        if p < max(1, SHARING_PASSES) or not sharing:   # the extra contention passes keep the last link shares
+            coef = np.broadcast_to(tpl.coef[xfer], wire.shape)
+            if sharing:
+                per_node = np.zeros((len(vals), tpl.num_nodes + 1))
+                tx = slice(None) if tpl.xfer_targets is None else tpl.xfer_targets
+                per_node[:, tpl.xfer_nodes[tx]] = link_coefs(tpl, vals)
+                coef = per_node[:, xfer]
+        last = add
         add = base.copy() if slow is None else base * slow
         add[:, xfer] = fixed + coef * wire * (1.0 if slow is None else slow[:, xfer])
         if hold and "mem" in hold:
-            add += gemm_waits(tpl, gpu, vals, add, hold["mem"], resident)
+            waits = gemm_waits(tpl, gpu, vals, add, hold["mem"], resident, waits)
+            add += waits
+        if contended and c >= 1 and np.array_equal(add, last):   # nothing moved: the pass would repeat
+            break
         vals = run(tpl, with_signals(tpl, add, share), hold)
     return {"vals": vals, "add": add, "base": base, "iso": iso, "nbytes": nbytes,
             "makespan": vals[:, :-1].max(axis=1, initial=0.0)}

@@ -1,13 +1,10 @@
-"""The closed-form engine's contention pass: from the overlaps of a contention-free pass,
-the slowdown of every GEMM and transfer under :mod:`ficco_sim.contention`'s rule, how
-memory and communication kernels share SMs with a GEMM running at their start
-(:func:`memory_hold`, :func:`comm_release`: the slots its blocks leave them), and the
-link shares of the next pass (:func:`link_coefs`).
+"""The closed-form engine's SM and link rules, from the overlaps of a pass: how memory and
+communication kernels share SMs with a GEMM running at their start (:func:`memory_hold`,
+:func:`comm_release`: the slots its blocks leave them), how GEMMs wait for the SMs a memory
+kernel holds (:func:`gemm_waits`), and the link shares of the next pass
+(:func:`link_coefs`); the spans and member lists the contention rule
+(:mod:`.closed_form_contention`) reads too.
 
-A GEMM meets the communication kernels and transfers of its GPU: it is charged the SMs
-held by the widest communication kernel overlapping it, over the share of its run some
-communication kernel covers, and the HBM traffic of the fastest overlapping transfer,
-over the share transfers cover. A transfer meets the GEMMs at its source and destination.
 All GPUs at once: members are gathered through padded index lists (:class:`Groups`;
 padding gathers an empty span at +inf) and merged into disjoint spans once per GPU (per
 source/destination pair).
@@ -20,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..contention import Weights, comm_slowdown, compute_slowdown
 from ..gemm_model import blocks_beside, waves_time
 from ..hardware import GpuProfile
 from ..schedules.builder import reduce_grid
@@ -155,9 +151,11 @@ def padded_lists(rows: np.ndarray, cols: np.ndarray, R: int, B: int, *, ordered:
     return out
 
 
-def disjoint(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Spans (..., B) rewritten as disjoint spans with the same union (sorted, empty ones
-    allowed): span i keeps only what lies past the ends of the spans before it.
+def disjoint(starts: np.ndarray, ends: np.ndarray, sorted_starts: bool = False):
+    """Spans (..., B) rewritten as disjoint spans with the same union (sorted by start, empty
+    ones allowed): span i keeps only what lies past the ends of the spans before it, so the
+    first j of them are the union of the j spans that start first. ``sorted_starts``: also
+    return the starts in that order.
 
     >>> lo, hi = disjoint(np.array([[0.0, 1.0, 5.0]]), np.array([[2.0, 3.0, 6.0]]))
     >>> float((hi - lo).sum())
@@ -168,7 +166,7 @@ def disjoint(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarr
     b = np.take_along_axis(ends, order, -1)
     run = np.maximum.accumulate(b, axis=-1)
     prev = np.concatenate([np.full(a[..., :1].shape, -np.inf), run[..., :-1]], axis=-1)
-    return np.maximum(a, prev), np.maximum(b, prev)
+    return (np.maximum(a, prev), np.maximum(b, prev)) + ((a,) if sorted_starts else ())
 
 
 def covered(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -181,53 +179,6 @@ def covered(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.
 def _pad(x: np.ndarray, fill: float) -> np.ndarray:
     """``x`` (P, B) with one more column of ``fill`` (what sentinel indices gather)."""
     return np.concatenate([x, np.full((x.shape[0], 1), fill)], axis=1)
-
-
-def slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, nbytes: np.ndarray, gemm_hbm: np.ndarray,
-              weights: Weights) -> np.ndarray:
-    """(P, nodes + 1) slowdown factors from the overlaps of a contention-free pass ``vals``."""
-    slow = np.ones_like(vals)
-    grp = tpl.contention_groups()
-    inf = np.inf
-    tg = slice(None) if tpl.gemm_targets is None else tpl.gemm_targets
-    tx = slice(None) if tpl.xfer_targets is None else tpl.xfer_targets
-    gs_all, ge_all = vals[:, tpl.gemm_begin], vals[:, tpl.gemm_nodes]
-    xs_all, xe_all = vals[:, tpl.xfer_begin], vals[:, tpl.xfer_nodes]
-    xmask = xe_all > xs_all
-    xrate = np.where(xmask, nbytes[:, tpl.xfer_nodes] / np.where(xmask, xe_all - xs_all, 1.0), 0.0)
-    grate = np.where(ge_all > gs_all, gemm_hbm / np.where(ge_all > gs_all, ge_all - gs_all, 1.0), 0.0)
-    gs, ge = gs_all[:, tg], ge_all[:, tg]
-    xs, xe = xs_all[:, tx], xe_all[:, tx]
-    row = grp.row
-    s, e = gs[..., None], ge[..., None]                                   # (P, G, 1)
-    f_sm, held = 0.0, 0.0
-    if len(tpl.comm_nodes):
-        a = _pad(vals[:, tpl.comm_begin], inf)[:, grp.comm]               # (P, U, Wc)
-        b = _pad(vals[:, tpl.comm_nodes], inf)[:, grp.comm]
-        lo, hi = disjoint(a, b)
-        f_sm = covered(gs, ge, lo[:, row], hi[:, row])
-        over = (a[:, row] < e) & (b[:, row] > s)
-        held = np.where(over, grp.comm_grid[row], 0.0).max(-1)
-    f_hbm = rate = 0.0
-    if len(tpl.xfer_nodes):
-        a = _pad(np.where(xmask, xs_all, inf), inf)[:, grp.near]          # (P, U, Wx)
-        b = _pad(np.where(xmask, xe_all, inf), inf)[:, grp.near]
-        lo, hi = disjoint(a, b)
-        f_hbm = covered(gs, ge, lo[:, row], hi[:, row])
-        over = (a[:, row] < e) & (b[:, row] > s)
-        rate = np.where(over, _pad(xrate, 0.0)[:, grp.near][:, row], 0.0).max(-1)
-    slow[:, tpl.gemm_nodes[tg]] = compute_slowdown(gpu, rate, held_sms=np.asarray(held, dtype=float), sm_cover=f_sm,
-                                                   hbm_cover=f_hbm, resident_cover=f_sm, weights=weights)
-    if len(tpl.xfer_nodes):
-        prow = grp.pair_row
-        a = _pad(gs_all, inf)[:, grp.pair_gemms]                          # (P, pairs, Wg)
-        b = _pad(ge_all, inf)[:, grp.pair_gemms]
-        lo, hi = disjoint(a, b)
-        f = covered(xs, xe, lo[:, prow], hi[:, prow])
-        over = (a[:, prow] < xe[..., None]) & (b[:, prow] > xs[..., None])
-        rate = np.where(over, _pad(grate, 0.0)[:, grp.pair_gemms][:, prow], 0.0).max(-1)
-        slow[:, tpl.xfer_nodes[tx]] = comm_slowdown(gpu, rate, cover=f, weights=weights)
-    return slow
 
 
 SWEEP_CELLS = 4_000_000   # (scenario, link event) cells swept at once (~32 MB each array)
@@ -378,21 +329,23 @@ def memory_hold(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: di
 
 
 def gemm_waits(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, add: np.ndarray, hold: dict,
-               resident: dict) -> np.ndarray:
+               resident: dict, before: np.ndarray | None = None) -> np.ndarray:
     """(P, nodes + 1) how long each GEMM's begin waits for SMs, from a pass ``vals``: a
     memory kernel keeps the SMs it took until it ends, so the first GEMM of its GPU issued
     while it runs, if none of that GEMM's blocks fits beside the kernel's
     (:func:`~ficco_sim.gemm_model.blocks_beside`), starts only when the kernel ends: its end
     in the pass, or under the two-phase rule (``hold``: :func:`memory_hold`, with the
     durations ``add``) when it started beside a GEMM. Read on the GEMM's begin node (the
-    latest of several such kernels); 0 elsewhere."""
+    latest of several such kernels); 0 elsewhere. ``before``: the waits that pass had (a
+    GEMM issued inside the kernel's run waits, wherever the pass's wait put its begin)."""
     mk, G = tpl.mem, len(tpl.gemm_nodes)
     out = np.zeros_like(vals)
     if not len(mk.nodes) or not G:
         return out
     P, M = len(vals), len(mk.nodes)
     ends = held_ends(tpl, vals, add, hold, np.arange(M))                   # (P, M)
-    gb = _pad(vals[:, tpl.gemm_begin], np.inf)
+    issued = vals if before is None else vals - before    # a GEMM's begin less the wait the pass gave it
+    gb = _pad(issued[:, tpl.gemm_begin], np.inf)
     j = np.full((P, M), G, dtype=np.int64)              # the first GEMM issued inside each kernel's run
     step = max(1, RUNNING_CELLS // max(1, P * mk.gpu_gemms.shape[1]))
     for a in range(0, M, step):
@@ -406,7 +359,7 @@ def gemm_waits(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, add: np.ndarr
     y = np.append(tpl.gemm_begin, tpl.num_nodes)[j]
     need = _gemm_need(resident, j)
     shut = blocks_beside(gpu.sm, need, mk.need, hold["per_sm"]) == 0
-    wait = np.where((j < G) & shut, np.maximum(ends - vals[rows, y], 0.0), 0.0)
+    wait = np.where((j < G) & shut, np.maximum(ends - issued[rows, y], 0.0), 0.0)
     np.maximum.at(out, (np.broadcast_to(rows, y.shape), y), wait)
     out[:, -1] = 0.0
     return out

@@ -233,18 +233,41 @@ def rank_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | str]
               topology: Topology | str) -> list[dict]:
     """Makespan and speedup over ``none`` of every scenario x schedule from the closed form,
     scenario-major, and nothing else: the ranking pass of a confirmed study (no
-    communication-only templates, no metrics; each template evaluated on its own)."""
+    communication-only templates, no metrics; templates merged into blocks within
+    :data:`EVAL_BUDGET`, as :func:`estimate_many` does)."""
     gpu, topo, schedules, groups = _inputs(scenarios, schedules, gpu, topology)
     out: list[dict | None] = [None] * (len(scenarios) * len(schedules))
     for idx in groups:
-        scs = [scenarios[i] for i in idx]
-        t_none = evaluate(template(scs[0], "none", gpu, topo), gpu, scs)["makespan"]
+        ref = scenarios[idx[0]]
+        base = template(ref, "none", gpu, topo)
+        limit = EVAL_BUDGET // max(1, min(len(idx), 64))
+        block: list[int] = []
+        tpls = [base]
+
+        def flush() -> None:
+            per = max(1, EVAL_BUDGET // sum(t.num_nodes for t in tpls))
+            for a in range(0, len(idx), per):
+                part = idx[a:a + per]
+                scs = [scenarios[i] for i in part]
+                merged, offs = _merged(tpls, ref, topo)
+                vals = evaluate(merged, gpu, scs)["vals"]
+                spans = [vals[:, x:y].max(axis=1, initial=0.0) for x, y in zip(offs[:-1], offs[1:])]
+                for j, t in zip(block, spans[1:]):
+                    for r, i in enumerate(part):
+                        out[i * len(schedules) + j] = {
+                            **scenarios[i].columns(), "gpu": gpu.name, "topology": topo.name,
+                            "schedule": schedules[j].name, "engine": "rank", "makespan": float(t[r]),
+                            "speedup": float(spans[0][r] / t[r])}
+
         for j, sch in enumerate(schedules):
-            t = evaluate(template(scs[0], sch, gpu, topo), gpu, scs)["makespan"]
-            for a, i in enumerate(idx):
-                out[i * len(schedules) + j] = {**scenarios[i].columns(), "gpu": gpu.name, "topology": topo.name,
-                                               "schedule": sch.name, "engine": "rank", "makespan": float(t[a]),
-                                               "speedup": float(t_none[a] / t[a])}
+            t = template(ref, sch, gpu, topo)
+            if block and sum(x.num_nodes for x in tpls) + t.num_nodes > limit:
+                flush()
+                block, tpls = [], [base]
+            block.append(j)
+            tpls.append(t)
+        if block:
+            flush()
     return out  # type: ignore[return-value]
 
 
