@@ -20,7 +20,6 @@ SI (seconds, bytes, FLOP/s, bytes/s) and checks it.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,8 @@ from typing import Any, Mapping
 import yaml
 
 from .errors import InputError
+from .hardware_specs import (SIMPLE, BlockShape, CommKernelSpec, Contention, DmaSpec, GemmModel, GemmTile,  # noqa: F401
+                             HostSpec, LinkSpec, NVLS_MIN_BYTES, Protocol, Provenance, SmLimits)
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "hw_profiles"
 KINDS = ("datasheet", "measured", "fitted", "derived", "assumption")
@@ -36,211 +37,6 @@ DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8": 1}
 
 KIB = 1024
 GB = 1e9
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where one profile number came from."""
-
-    kind: str
-    source: str
-
-
-@dataclass(frozen=True)
-class SmLimits:
-    """Per-SM (per-CU) residency limits; shared memory in bytes."""
-
-    max_blocks: int
-    max_threads: int
-    registers: int
-    smem: int
-    max_smem_per_block: int
-    reserved_smem_per_block: int
-    warp_size: int
-
-
-@dataclass(frozen=True)
-class BlockShape:
-    """What one thread block asks of an SM: threads, registers per thread, smem bytes."""
-
-    threads: int
-    registers: int
-    smem: int
-
-
-@dataclass(frozen=True)
-class GemmTile:
-    """One GEMM kernel configuration: output tile per block, the block's footprint, and
-    ``split_k``: how many blocks share one output tile's K loop (partial sums reduced
-    through an fp32 workspace, as cuBLAS/hipBLASLt split-K and stream-K kernels do)."""
-
-    m: int
-    n: int
-    block: BlockShape
-    split_k: int = 1
-
-
-@dataclass(frozen=True)
-class GemmModel:
-    """Calibrated GEMM cost model (see :mod:`ficco_sim.gemm_model`).
-
-    ``efficiency[dtype]`` is the fraction of the per-SM peak a full block sustains;
-    ``k_overhead`` is the per-block prologue/epilogue cost expressed in K elements,
-    which is what makes short-K pieces inefficient. ``one_block_share`` is the share of
-    an SM's GEMM throughput one resident block of a kernel sustains alone (latency
-    hiding: ``o`` blocks reach ``1 - (1 - share)**o``; 1: occupancy costs nothing).
-    """
-
-    tiles: tuple[GemmTile, ...]
-    efficiency: Mapping[str, float]
-    k_overhead: float
-    max_split_k: int = 1
-    one_block_share: float = 1.0
-
-    @functools.cached_property
-    def configs(self) -> tuple[GemmTile, ...]:
-        """Every kernel a library may pick: each tile with each split-K factor
-        (1, 2, 4, ... up to ``max_split_k``). Picked indices (``gemm_times(tiles=True)``)
-        index this tuple."""
-        splits = [1 << i for i in range(max(1, int(self.max_split_k)).bit_length()) if 1 << i <= self.max_split_k]
-        return tuple(dataclasses.replace(t, split_k=s) for t in self.tiles for s in splits)
-
-
-@dataclass(frozen=True)
-class DmaSpec:
-    """Copy (DMA) engines: count, bandwidth per engine (B/s), fixed cost per command (s)."""
-
-    engines: int
-    bandwidth: float
-    command_overhead: float
-
-    def cap(self, src: int, dst: int) -> float:
-        """Rate limit (B/s) of one engine's copy from GPU ``src`` to ``dst``: ``bandwidth``
-        between GPUs (the peer-link figure); none within one GPU, where the copy reads and
-        writes the same HBM and that is its limit (real same-device ``Memcpy DtoD`` runs at
-        about half the HBM rate, 0.6-1.0 TB/s on A100, far above a peer link)."""
-        return self.bandwidth if src != dst else math.inf
-
-
-@dataclass(frozen=True)
-class LinkSpec:
-    """Scale-up links: ports, per-port per-direction bandwidth (B/s), GPU-to-GPU latency (s),
-    the realized fraction of peak that data transfers reach, and ``peers``: for GPUs wired
-    directly to each other (xGMI), how many peers the ports are spread over in the real node
-    (MI300X: 7, one link to each), so that any pair gets its real link count (0: unknown)."""
-
-    ports: int
-    port_bandwidth: float
-    latency: float
-    efficiency: float
-    peers: int = 0
-
-    @property
-    def aggregate(self) -> float:
-        """Realized per-direction injection bandwidth of one GPU (B/s)."""
-        return self.ports * self.port_bandwidth * self.efficiency
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """A wire protocol of SM collectives (NCCL's LL / LL128 / Simple): a fixed cost per transfer
-    step (flag handshake between the two kernels) and the share of the bytes on the wire that
-    are payload (LL sends a 4-byte flag with every 4 bytes of data: 0.5; LL128 one 8-byte flag
-    per 128-byte line: 120/128; Simple: 1)."""
-
-    name: str
-    latency: float
-    efficiency: float
-
-
-SIMPLE = Protocol("Simple", 0.0, 1.0)
-
-
-# NCCL runs an all-reduce smaller than this per rank in Ring/LL even where NVLS is its default:
-# on 8 x H200 "NVLS engaged >= 2 MiB; RING/LL below 1 MiB" ([MLENG-NET] in
-# ../shared/reference/hardware.md). One number for every GPU, so that a scenario's template
-# structure (:meth:`ficco_sim.workload.Scenario.structure`) can say which side it is on.
-NVLS_MIN_BYTES = 2 << 20
-
-
-@dataclass(frozen=True)
-class CommKernelSpec:
-    """SM-based collective kernel (NCCL/RCCL-like): per-block footprint, default channel
-    (block) count, the bandwidth one resident channel can drive (B/s), the cost of one
-    collective call before any byte moves (``launch``, s: kernel launch plus the ranks'
-    handshake; None: the GPU's kernel launch overhead), and the wire protocols it picks from.
-    ``nvls_channels``: the channels of an NVLS (NVLink SHARP: the switch reduces and
-    multicasts) all-reduce, 0 where the GPU's switch cannot; NCCL's default from
-    ``nvls_min_gpus`` GPUs up."""
-
-    block: BlockShape
-    channels: int
-    channel_bandwidth: float
-    launch: float | None = None
-    protocols: tuple[Protocol, ...] = (SIMPLE,)
-    nvls_channels: int = 0
-    nvls_min_gpus: int = 0
-
-    def protocol_index(self, nbytes: Any) -> Any:
-        """The protocol a transfer step of ``nbytes`` runs with, as NCCL's tuner picks it: the
-        least isolated time ``latency + nbytes / (efficiency * channels * channel_bandwidth)``.
-        Vectorized over ``nbytes``; the one formula both engines use.
-
-        >>> spec = CommKernelSpec(BlockShape(512, 96, 0), 16, 25e9, protocols=(
-        ...     Protocol("LL", 1e-6, 0.5), Protocol("Simple", 10e-6, 1.0)))
-        >>> spec.protocol_index(4096), int(spec.protocol_index(64 << 20))
-        (0, 1)
-        """
-        import numpy as np
-        lat = np.array([p.latency for p in self.protocols])
-        rate = np.array([p.efficiency for p in self.protocols]) * self.channels * self.channel_bandwidth
-        x = np.asarray(nbytes, dtype=float)
-        best = np.argmin(lat + x[..., None] / rate, axis=-1)
-        return int(best) if best.ndim == 0 else best
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    """A device whose ranks are processes on one host (the CPU replay): each rank has its
-    share ``cores / ranks`` of the host's cores for its compute thread and its library's
-    (gloo's) threads. A compute cohort wants one core per resident block; a transfer wants
-    ``core_s_per_byte`` core-seconds per byte, half at each end. Where they want more than a
-    rank's share, the share is split evenly between the threads that want it (the kernel's
-    fair scheduler): a message beside a computing thread gets half a core and slows the
-    compute as much. Communication kernels hold no compute slot (the library's own threads
-    run them).
-
-    Each rank has one issuing thread (the replay's loop): a compute op holds it while it
-    runs, and posting a message (its send at one end, its receive at the other) holds it for
-    :meth:`post_cost`; a message that becomes ready while the thread computes is posted when
-    the op ends, before the next compute op, and moves once both its ends have posted it."""
-
-    cores: int
-    core_s_per_byte: float
-    start_skew: float = 0.0     # s between the first and the last rank starting a run (the replay's timing)
-    post_s: float = 0.0         # s the issuing thread spends posting one message ...
-    post_s_per_byte: float = 0.0    # ... plus this per byte
-
-    def post_cost(self, nbytes: float) -> float:
-        """Seconds the issuing thread spends posting one message of ``nbytes``."""
-        return self.post_s + self.post_s_per_byte * nbytes
-
-
-@dataclass(frozen=True)
-class Contention:
-    """Calibrated interference beyond fair bandwidth sharing.
-
-    A compute kernel runs ``1 + compute_per_hbm_util * u`` times slower, where ``u`` is
-    the fraction of HBM peak used by other (communication) activity on the GPU, and
-    ``compute_beside_comm_kernel`` more while a communication kernel's blocks are resident
-    on its GPU (they spin on flags and poll memory on the SMs they share, whether or not
-    bytes move); a transfer is slowed by ``1 + comm_per_hbm_util * u`` with ``u`` the
-    compute's share.
-    """
-
-    compute_per_hbm_util: float
-    comm_per_hbm_util: float
-    compute_beside_comm_kernel: float = 0.0
 
 
 @dataclass(frozen=True)
