@@ -68,15 +68,15 @@ def slowdowns(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, nbytes: np.nda
         f = covered(xs, xe, lo[:, prow], hi[:, prow])
         over = (a[:, prow] < xe[..., None]) & (b[:, prow] > xs[..., None])
         rate = np.where(over, _pad(grate, 0.0)[:, grp.pair_gemms][:, prow], 0.0).max(-1)
-        b = comm_slowdown(gpu, rate, weights=weights) - 1.0
+        bx = comm_slowdown(gpu, rate, weights=weights) - 1.0
         lo, hi = lo[:, prow], hi[:, prow]
-        slow[:, tpl.xfer_nodes[tx]] = _factor(xs, xe, np.where(f > 0, b, 0.0), 0.0, lambda t: covered_excess(
-            covered(xs, xs + t, lo, hi) * t, b))
+        slow[:, tpl.xfer_nodes[tx]] = _factor(xs, xe, np.where(f > 0, bx, 0.0), 0.0, lambda t: covered_excess(
+            covered(xs, xs + t, lo, hi) * t, bx))
     return slow
 
 
 def _factor(s: np.ndarray, e: np.ndarray, b_max, other, excess) -> np.ndarray:
-    """Slowdown factors of runs [s, e) of the contention-free pass under
+    """Slowdown factors of runs that need ``e - s`` seconds alone, starting at ``s``, under
     :func:`~ficco_sim.contention.slowed_time`."""
     base = e - s
     with np.errstate(invalid="ignore", divide="ignore"):

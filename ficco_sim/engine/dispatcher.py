@@ -7,14 +7,15 @@ a kernel's blocks as the SM's free resources allow, spreading them evenly across
 (one per SM first, then a second, ...). Nothing is ever preempted.
 
 Blocks the engine sees ending at one instant retire one at a time per SM, a dispatch pass
-after each, and kernels the host launched with nothing to wait for that it sees arriving at
-one instant are dispatched one after another in launch order (:meth:`SmPool.settle`): real
-blocks never end in the same cycle, a host issues one launch at a time, and the dispatcher
-acts on each. So a GEMM the host launched before a high-priority collective fills the SMs
-first. (Kernels released at one instant by what they waited for go by priority.) So a waiting kernel whose block needs more than one
+after each (:meth:`SmPool.settle`): real blocks never end in the same cycle, and the
+dispatcher acts on every retirement. So a waiting kernel whose block needs more than one
 retiring block frees (an NCCL block beside a GEMM's two per SM) is passed over while the
 GEMM's pending blocks refill each freed slot, however its priority: the starvation that
-occupancy shaping cures (one retiring shaped block frees a whole SM).
+occupancy shaping cures (one retiring shaped block frees a whole SM). Likewise, kernels the
+host launched with nothing to wait for that arrive at one instant are dispatched one after
+another in launch order (a host issues one launch at a time), so a GEMM launched before a
+high-priority collective fills the SMs first; kernels released at one instant by what they
+waited for go by priority.
 
 Policies:
 
@@ -146,8 +147,8 @@ class SmPool:
         retiring blocks in the order they were reported), with a dispatch pass after each;
         then add the kernels that arrived in launch order (``seq``), a dispatch pass after
         each one the host issued (:attr:`Waiting.issued`) and after the last. ``waiting``
-        gains the arrivals; returns every placement made. With fewer than two kernels waiting the order of retirements
-        cannot matter, and everything frees before one pass.
+        gains the arrivals; returns every placement made. With fewer than two kernels
+        waiting the order of retirements cannot matter, and everything frees before one pass.
 
         >>> from ficco_sim.hardware import SmLimits, BlockShape
         >>> pool = SmPool(1, SmLimits(4, 2048, 65536, 100 << 10, 100 << 10, 0, 32))
