@@ -52,7 +52,7 @@ from ficco_sim.errors import InputError  # noqa: E402
 from ficco_sim.explore.space import smem_sizes  # noqa: E402
 from ficco_sim.files import write_text_atomic  # noqa: E402
 from ficco_sim.hardware import load_gpu  # noqa: E402
-from ficco_sim.schedules.lowering import margin_for  # noqa: E402
+from ficco_sim.schedules.validity import margin_for  # noqa: E402
 
 PUBLISHED = {"naive": 0.21, "prioritised + partitioned": 0.42, "DMA": 0.72}
 # the model's counterpart of each published configuration

@@ -52,12 +52,13 @@ from .fluid import Activity, FluidPool
 from .fold import Folded, fold
 from .sm_transfers import SmTransfers
 from .tile_order import TileOrder
+from .des_wiring import Wiring
 
 SETTLE_PRIORITY = 2   # after every ordinary simpy event of the same instant (NORMAL = 1)
 NAN = float("nan")
 
 
-class Simulation:
+class Simulation(Wiring):
     """One run of one task graph. Use :func:`simulate_graph`."""
 
     def __init__(self, graph: TaskGraph, gpu: GpuProfile, topology: Topology, *, policy: str = "backfill",
@@ -247,51 +248,6 @@ class Simulation:
         act = Activity(t.id, t.nbytes, usage, cap=self.gpu.dma.cap(*self.pair(t)), gpu=t.dst, kind="transfer",
                        ends=(t.src, t.dst), on_done=lambda t=t: self._finish_transfer(t))
         self._add_activity(act)
-
-    def _protocol(self, t: Transfer) -> Protocol:
-        """The wire protocol of an SM transfer (its latency and payload share)."""
-        hit = self._protocols.get(t.nbytes)
-        if hit is None:
-            spec = self.gpu.comm_kernel
-            hit = self._protocols[t.nbytes] = spec.protocols[spec.protocol_index(t.nbytes)]
-        return hit
-
-    def transfer_usage(self, src: int, dst: int, reduce: bool) -> dict[str, float]:
-        """What a transfer from GPU ``src`` to ``dst`` uses per byte: the route's links, HBM
-        read at the source and written at the destination (a reduce also reads the
-        destination's own chunk and writes the sum: 3 bytes), and on a host device the
-        library threads' cores at both ends (half each). Copies and SM transfers alike."""
-        usage = dict(self._path(src, dst)[0])
-        a, b = self.rank(src), self.rank(dst)
-        usage[f"hbm{a}"] = usage.get(f"hbm{a}", 0.0) + 1.0
-        usage[f"hbm{b}"] = usage.get(f"hbm{b}", 0.0) + (3.0 if reduce else 1.0)
-        if self.gpu.host is not None:
-            half = self.gpu.host.core_s_per_byte / 2
-            usage[f"host{a}"] = usage.get(f"host{a}", 0.0) + half
-            usage[f"host{b}"] = usage.get(f"host{b}", 0.0) + half
-        return usage
-
-    def rank(self, g: int) -> int:
-        """The GPU whose resources stand for GPU ``g``'s (a folded run has only GPU 0's)."""
-        return 0 if self.folded else g
-
-    def pair(self, t: Transfer) -> tuple[int, int]:
-        """The GPUs ``t`` really joins (a folded graph's transfers are all local)."""
-        return self.pairs.get(t.id) or (t.src, t.dst)
-
-    def _path(self, src: int, dst: int) -> tuple[dict[str, float], float]:
-        """({link resource: times crossed} along the route, path latency) from ``src`` to ``dst``."""
-        hit = self._paths.get((src, dst))
-        if hit is None:
-            usage: dict[str, float] = {}
-            edges = self.topo.graph.edges
-            for u, v in self.topo.path_links(src, dst):
-                name = self.folded.link(u, v) if self.folded else f"link:{u}->{v}"
-                if name not in self.fluid.res:      # a link's capacity, when a route first crosses it
-                    self.fluid.set_capacity(name, edges[u, v]["bandwidth"])
-                usage[name] = usage.get(name, 0.0) + 1.0
-            hit = self._paths[(src, dst)] = (usage, self.topo.path_latency(src, dst))
-        return hit
 
     def _finish_transfer(self, t: Transfer) -> None:
         self.records[t.id].end = self.env.now
@@ -483,39 +439,6 @@ class Simulation:
         if len(batch):
             self.sm.finish(batch)
         self._request_settle()
-
-    # -- counters ----------------------------------------------------------------------------
-    def _count(self, name: str, delta: float) -> None:
-        if not self.record:
-            return
-        series = self.counters.setdefault(name, [(0.0, 0.0)])
-        t, v = series[-1]
-        if t == self.env.now:
-            series[-1] = (t, v + delta)
-        else:
-            series.append((self.env.now, v + delta))
-
-    def _record_links(self) -> None:
-        """A point on each crossed link's load series where the load changed."""
-        names = self._link_names
-        if len(names) != len(self.link_counters):      # links crossed for the first time
-            names = self._link_names = list(self.link_counters)
-            self._link_at = np.array([self.fluid.res[r] for r in names], dtype=np.int64)
-            self._link_last = np.concatenate([self._link_last, np.zeros(len(names) - len(self._link_last))])
-            for r in names:
-                self.counters.setdefault(r, [(0.0, 0.0)])
-        loads = self.fluid.link_loads()[self._link_at]
-        changed = np.flatnonzero(loads != self._link_last)
-        if not len(changed):
-            return
-        self._link_last = loads
-        now = self.env.now
-        for i in changed.tolist():
-            series, value = self.counters[names[i]], float(loads[i])
-            if series[-1][0] == now:
-                series[-1] = (now, value)
-            else:
-                series.append((now, value))
 
     # -- run -------------------------------------------------------------------------------
     def run(self) -> Timeline:

@@ -24,7 +24,7 @@ from ..errors import InputError
 from ..gemm_model import blocks_per_sm, plan_gemm
 from ..hardware import GpuProfile, load_gpu
 from ..schedules import Schedule, basic_schedules, invalid_reason
-from ..schedules.lowering import margin_for
+from ..schedules.validity import margin_for
 from ..topology import Topology, load_topology
 from ..workload import Scenario
 

@@ -23,7 +23,6 @@ from typing import Sequence
 
 from ..engine.gcpause import paused_gc
 from ..errors import InputError
-from ..gemm_model import blocks_per_sm
 from ..hardware import GpuProfile, load_gpu
 from ..taskgraph import Slice, TaskGraph
 from ..topology import Topology, load_topology
@@ -33,58 +32,7 @@ from .builder import COMM, GraphBuilder, row_slice
 from .collectives import split_rows
 from .presets import resolve
 from .schedule import Schedule
-
-
-def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topology: Topology) -> str | None:
-    """Why this schedule cannot run this scenario here, or None if it can."""
-    if topology.num_gpus != scenario.gpus:
-        return f"topology has {topology.num_gpus} GPUs but the scenario needs {scenario.gpus}"
-    if scenario.spec.independent and schedule.granularity in ("shard", "ficco"):
-        return (f"{scenario.kind}: the GEMM does not wait for the collective, so there is nothing to decompose; "
-                "run them side by side (par-sm, par-sm-hi, par-dma, ...) or one after the other (none)")
-    if schedule.granularity == "fused" and scenario.kind != "gemm-rs":
-        return (f"{scenario.kind}: a fused kernel is lowered for GEMM -> reduce-scatter only (tile signals "
-                "from the producing GEMM); a GEMM waiting on arriving tiles is not modelled, the nearest is "
-                "shard-p2p-dma")
-    if schedule.granularity == "fused" and (schedule.group > 1 or schedule.dim != "M"):
-        return "fused runs one GEMM over every row: no pieces to group, decomposed along M"
-    if not scenario.spec.independent and schedule.granularity == "par":
-        return (f"{scenario.kind}: the GEMM {'needs' if scenario.kind != 'gemm-rs' else 'produces'} the "
-                "collective's data, so the two cannot simply run side by side; decompose (shard-*, ficco-*)")
-    if schedule.granularity == "par" and (schedule.group > 1 or schedule.dim != "M"):
-        return "par runs the whole GEMM beside the whole collective: no pieces to group or decompose"
-    if schedule.dim != "M" and not schedule.overlapped:
-        return "the decomposition dimension applies to overlapped schedules only"
-    if schedule.overlapped and schedule.dim != scenario.shard_dim:
-        if schedule.dim == "N":
-            return "decomposition along N is not lowered (no communicated tensor is split along N)"
-        return f"{scenario.kind} with A sharded along {scenario.shard_dim}: {scenario.spec.dim_reason}"
-    if schedule.smem and not schedule.overlapped:
-        return "shared-memory shaping only matters when compute overlaps communication"
-    if schedule.priority == "high" and schedule.engine == "dma":
-        return "copy engines ignore stream priority"
-    if schedule.channels is not None and schedule.engine != "sm":
-        return "channels apply to SM communication only"
-    if schedule.priority == "high" and schedule.engine == "st":
-        return "a fused GEMM stores from its own blocks: there is no communication stream to prioritise"
-    if schedule.margin and (schedule.engine != "sm" or not schedule.overlapped):
-        return "an SM margin keeps SMs free for SM communication running beside the GEMM"
-    if schedule.margin >= gpu.num_sms:
-        return f"an SM margin of {schedule.margin} leaves none of the {gpu.num_sms} SMs to the GEMM"
-    if schedule.margin:
-        need = margin_for(gpu, schedule.channels)
-        if schedule.margin < need:
-            return (f"an SM margin of {schedule.margin} cannot hold the communication kernel's "
-                    f"{schedule.channels or gpu.comm_kernel.channels} channels (needs {need} SMs)")
-    if schedule.group > 1 and not schedule.overlapped:
-        return "grouping applies to overlapped schedules only"
-    return None
-
-
-def margin_for(gpu: GpuProfile, channels: int | None = None) -> int:
-    """The fewest SMs that hold every block of the communication kernel (one per channel)."""
-    per = max(1, blocks_per_sm(gpu.sm, gpu.comm_kernel.block))
-    return -(-(channels or gpu.comm_kernel.channels) // per)
+from .validity import invalid_reason
 
 
 def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, topology: Topology | str, *,

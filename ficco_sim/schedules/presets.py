@@ -244,7 +244,7 @@ def resolve(scenario: Scenario, text: str | Schedule, gpu: GpuProfile | str, top
 
 def applicable(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | str) -> dict[str, Schedule | str]:
     """Every preset at its defaults: its schedule here, or why it does not apply."""
-    from .lowering import invalid_reason
+    from .validity import invalid_reason
     gpu = load_gpu(gpu)
     topo = load_topology(topology, gpu)
     out: dict[str, Schedule | str] = {}
