@@ -77,11 +77,15 @@ def baseline(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | str
     """Isolated compute and communication times and the ``none`` makespan (s)."""
     gpu = load_gpu(gpu)
     topo = _default_topology(topology, scenario, gpu)
-    t_comp = max(_gemm_time(gpu, g.m, g.n, g.k, g.dtype) if g.m else 0.0 for g in scenario.gemm_shapes())
     none_graph = lower(scenario, Schedule("none"), gpu, topo)
-    t_comm = _run(comm_only_graph(none_graph), gpu, topo, engine, policy).makespan
-    t_none = _run(none_graph, gpu, topo, engine, policy).makespan
-    return {"t_comp": t_comp, "t_comm": t_comm, "t_none": t_none}
+    return _baseline_of(scenario, gpu, _run(none_graph, gpu, topo, engine, policy),
+                        _run(comm_only_graph(none_graph), gpu, topo, engine, policy))
+
+
+def _baseline_of(scenario: Scenario, gpu: GpuProfile, none: Timeline, comm_alone: Timeline) -> dict[str, float]:
+    """:func:`baseline` from the timelines of the ``none`` graph and of its communication alone."""
+    t_comp = max(_gemm_time(gpu, g.m, g.n, g.k, g.dtype) if g.m else 0.0 for g in scenario.gemm_shapes())
+    return {"t_comp": t_comp, "t_comm": comm_alone.makespan, "t_none": none.makespan}
 
 
 def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProfile | str = "h100",
@@ -98,8 +102,10 @@ def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProf
     schedule = resolve(scenario, schedule, gpu, topo)
     graph = lower(scenario, schedule, gpu, topo)
     timeline = _run(graph, gpu, topo, engine, policy, record=True)
-    base = base or baseline(scenario, gpu, topo, engine=engine, policy=policy)
     comm_only = _run(comm_only_graph(graph), gpu, topo, engine, policy)
+    if base is None:        # the none schedule is its own baseline: not lowered and run twice
+        base = (_baseline_of(scenario, gpu, timeline, comm_only) if schedule == Schedule("none")
+                else baseline(scenario, gpu, topo, engine=engine, policy=policy))
     iso = {k.id: kernel_isolated_time(gpu, k) for k in graph.kernels if k.kind == "gemm"}
     metrics = compute_metrics(graph, timeline, iso, t_comp=base["t_comp"], t_comm=base["t_comm"],
                               t_none=base["t_none"], comm_only=comm_only)

@@ -9,7 +9,7 @@ from conftest import check_timeline
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ficco_sim import Scenario, baseline, lower
+from ficco_sim import Scenario, baseline, lower, simulate
 from ficco_sim.engine.des import simulate_graph
 from ficco_sim.hardware import load_gpu
 from ficco_sim.schedules import basic_schedules, parse_schedule
@@ -94,3 +94,16 @@ def test_sparse_filling_equals_the_dense_oracle(data):
     assert got.keys() == ref.keys()
     for k in ref:
         assert got[k] == pytest.approx(ref[k], rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("engine", ["des", "analytical"])
+def test_the_none_schedule_is_its_own_baseline(engine):
+    """simulate(none) takes its baseline from its own runs (not lowering and running the none
+    graph again): every metric as with the baseline computed apart."""
+    gpu = load_gpu("h100")
+    topo = load_topology("switch:8", gpu)
+    for sc in (Scenario("ag-gemm", 8, 16384, 8192, 8192), Scenario("gemm-rs", 8, 4096, 8192, 3584)):
+        for name in ("none", "nccl"):
+            own = simulate(sc, name, gpu, topo, engine=engine).metrics
+            apart = simulate(sc, name, gpu, topo, engine=engine, base=baseline(sc, gpu, topo, engine=engine)).metrics
+            assert own == pytest.approx(apart, rel=1e-12, nan_ok=True)
