@@ -84,8 +84,8 @@ def write_atomic(path: str | Path, text: str) -> None:
 def emit(rows: list[dict], fmt: str, output: str | None, columns: list[tuple[str, str, float]] | None = None,
          title: str = "") -> None:
     """Print or write rows as a rich table, CSV or JSON. ``columns``: (key, header, scale) for the table."""
-    import pandas as pd
     if fmt == "csv":
+        import pandas as pd
         text = pd.DataFrame(rows).to_csv(index=False)
     elif fmt == "json":
         text = json.dumps(rows, indent=2, default=float) + "\n"

@@ -19,8 +19,10 @@ Times are seconds from the start of the simulation.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(slots=True)
@@ -59,6 +61,7 @@ class Timeline:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per task; times in seconds."""
+        import pandas as pd      # only here: importing it costs a CLI run half a second
         cols = list(TaskRecord.__dataclass_fields__)
         return pd.DataFrame([asdict(r) for r in self.records], columns=cols)
 

@@ -33,6 +33,7 @@ from typing import Any
 import networkx as nx
 
 from .errors import InputError
+from .workload import MAX_GPUS   # one simulated system: a scenario's limit and a topology's
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent.parent / "topologies"
 KINDS = ("ring", "fc", "switch", "custom")
@@ -183,7 +184,6 @@ def _checked(name: str, kind: str, n: int, graph: nx.DiGraph, where: str) -> Top
     return Topology(name, kind, n, graph)
 
 
-MAX_GPUS = 1024   # one simulated system; beyond this no engine here answers in reasonable time
 
 
 def _check_n(n: Any, where: str) -> int:

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .errors import InputError
-from .topology import MAX_GPUS   # one simulated system: the limit of a scenario too
 from .hardware import DTYPE_BYTES, NVLS_MIN_BYTES
 
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "send-recv")
@@ -63,6 +62,7 @@ class Collective:
     gpus: int
 
 
+MAX_GPUS = 1024          # one simulated system (topology too); beyond this no engine here answers in reasonable time
 MAX_DIM = 2 ** 24        # rows or columns of one GEMM operand (16.7M): beyond, a typo, not a layer
 
 

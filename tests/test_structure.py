@@ -82,3 +82,23 @@ def test_modules_are_short():
     long = {str(p.relative_to(PKG)): n for p in PKG.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_building_the_cli_imports_no_heavy_library():
+    """Every command builds every subcommand's parser: that must not import pandas, numpy,
+    networkx or the engines (a second of a `--help` or a one-point `simulate`)."""
+    import subprocess
+    import sys
+    code = ("import sys; from ficco_sim.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('pandas', 'numpy', 'networkx', 'simpy', 'ficco_sim.engine.closed_form', "
+            "'ficco_sim.explore.estimate') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_lazy_export_named_like_its_submodule_stays_the_export():
+    import ficco_sim.calibrate.fit_gemm  # noqa: F401  (binds the submodule's name on the package)
+    import ficco_sim.traces.replay  # noqa: F401
+    from ficco_sim.calibrate import fit_gemm
+    from ficco_sim.traces import replay
+    assert callable(fit_gemm) and callable(replay)

@@ -10,10 +10,12 @@ Modules: ``measurements`` (tidy tables), ``fit_gemm``, ``fit_links``, ``bench``,
 ``writer`` (profile YAML), ``cpu_profile``, ``workflow``, ``cli``.
 """
 
-from .bench import run_benchmarks
-from .fit_gemm import fit_gemm, predict_times
-from .fit_links import fit_alpha_beta, fit_collectives, predict_all_reduce
-from .workflow import Calibration, calibrate_device, calibrate_from_files
+from ..lazy import lazy_package
+
+_EXPORTS = {"run_benchmarks": ".bench", "fit_gemm": ".fit_gemm", "predict_times": ".fit_gemm",
+            "fit_alpha_beta": ".fit_links", "fit_collectives": ".fit_links", "predict_all_reduce": ".fit_links",
+            "Calibration": ".workflow", "calibrate_device": ".workflow", "calibrate_from_files": ".workflow"}
+lazy_package(__name__, _EXPORTS)
 
 __all__ = ["Calibration", "calibrate_device", "calibrate_from_files", "fit_alpha_beta", "fit_collectives",
            "fit_gemm", "predict_all_reduce", "predict_times", "run_benchmarks"]

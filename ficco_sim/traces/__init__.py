@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import InputError
-from .export import to_chrome_trace, write_chrome_trace, write_gantt
-from .graph import trace_to_graph
-from .kineto import load_kineto
-from .kineto_io import read_json  # noqa: F401 - part of this package's API
-from .ops import Trace, TraceOp, classify_kernel
-from .replay import find_pairs, pair_whatif, replay, whatif
+from ..lazy import lazy_package
 
+_EXPORTS = {"to_chrome_trace": ".export", "write_chrome_trace": ".export", "write_gantt": ".export",
+            "trace_to_graph": ".graph", "load_kineto": ".kineto", "read_json": ".kineto_io", "Trace": ".ops",
+            "TraceOp": ".ops", "classify_kernel": ".ops", "find_pairs": ".replay", "pair_whatif": ".replay",
+            "replay": ".replay", "whatif": ".replay"}
+lazy_package(__name__, _EXPORTS)
+if TYPE_CHECKING:
+    from .ops import Trace
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".et", ".pt.trace.json", ".pt.trace.json.gz")
 
@@ -76,6 +78,7 @@ def load_trace(paths: Sequence[str | Path], *, steps: Sequence[int] | None = Non
         raise InputError(str(paths[0]), None, f"mixed trace formats: {', '.join(sorted(fmts))}")
     fmt = fmts.pop()
     if fmt == "kineto":
+        from .kineto import load_kineto
         return load_kineto(paths, steps=steps)
     if steps:
         raise InputError("--steps", None, f"profiler steps are a Kineto notion; {fmt} traces have none")
