@@ -30,11 +30,16 @@ from ficco_sim.calibrate.nccl_tests import read as read_nccl_tests
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "measurements" / "nccl-tests" / "nccl_tests.csv"
 RAW = Path(__file__).resolve().parents[1] / "validation" / "nccl-tests"
-# raw nccl-tests output from sources no fit ever sees (validation/nccl-tests/README.md):
+# raw nccl-tests output from sources no fit ever sees (validation/nccl-tests/README.md): NVIDIA's 8 x H100
+# all-reduce sample and microsoft/superbenchmark's 8 x A100 runs of four collectives;
 # file -> (source URL, GPU as the shared table names it, topology kind)
 HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
     "https://github.com/NVIDIA/exemplar-performance/blob/e249aa3c788284d1575379ccf73568c383d4c91e/"
-    "microbenchmarks/nccl/README.md", "H100-SXM-80GB", "switch")}
+    "microbenchmarks/nccl/README.md", "H100-SXM-80GB", "switch"),
+    **{f"a100x8_superbench_{c}.txt": (
+        f"https://github.com/microsoft/superbenchmark/blob/700d6501f110ed17a7016f1b9f2e453926f7b7a1/tests/data/"
+        f"nccl_{c.replace('_', '')}.log", "A100-SXM4-40GB", "switch")
+       for c in ("all_gather", "reduce_scatter", "all_reduce", "alltoall")}}
 SYSTEMS = {"H100-SXM-80GB": ("h100", "switch"), "A100-SXM4-40GB": ("a100", "switch"), "MI300X": ("mi300x", "fc")}
 VENDOR = {"h100": "nccl", "a100": "nccl", "mi300x": "rccl"}
 

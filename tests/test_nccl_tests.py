@@ -53,6 +53,23 @@ def test_rows_split_by_nccl_debug_lines_are_joined():
     assert ((big["bw"] / big["algbw_oop"]) - 1).abs().max() < 0.01
 
 
+SUPERBENCH = {c: DIR / f"a100x8_superbench_{c}.txt" for c in ("all_gather", "reduce_scatter", "all_reduce", "alltoall")}
+
+
+@pytest.mark.parametrize("coll", list(SUPERBENCH))
+def test_nccl_tests_of_2021_read_as_printed(coll):
+    """microsoft/superbenchmark's logs: Rank lines without ``Group``, no ``root`` column,
+    alltoall's ``redop`` printed blank (its rows one value short of the header), zero-size
+    warm-up rows first, a pasted NCCL INFO line from a host the Rank lines do not name."""
+    d = read(SUPERBENCH[coll])
+    assert looks_like(SUPERBENCH[coll])
+    assert set(d["collective"]) == {coll} and set(d["gpus"]) == {8} and set(d["hosts"]) == {1}
+    assert set(d["device"]) == {"A100-SXM4-40GB"}
+    assert d["size_bytes"].max() == 8 << 30 and d["size_bytes"].is_monotonic_increasing
+    big = d[d["size_bytes"] >= 1 << 20]
+    assert ((big["size_bytes"] / big["time_us_oop"] / 1e3) / big["algbw_oop"] - 1).abs().max() < 0.01
+
+
 HEAD = """# nThread 1 nGpus 2 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20
 #  Rank  0 Group  0 Pid 1 on h device  0 [0x1] NVIDIA H100 80GB HBM3
 #  Rank  1 Group  0 Pid 1 on h device  1 [0x2] NVIDIA H100 80GB HBM3

@@ -46,7 +46,8 @@ KIND = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter"
 COLUMNS = ["collective", "gpus", "hosts", "size_bytes", "count", "type", "time_us_oop", "algbw_oop", "busbw_oop",
            "device", "source"]
 _START = re.compile(r"#\s*Collective test starting:\s*(\w+?)_perf")
-_RANK = re.compile(r"#\s+Rank\s+\d+\s+Group\s+\d+.*?\bon\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
+# "#  Rank  0 Group  0 Pid 1 on host device  0 [0x1] NVIDIA H100 80GB HBM3" (no Group before nccl-tests 2.11)
+_RANK = re.compile(r"#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?.*?\bon\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
 _LOG = ("NCCL INFO", "NCCL WARN", "RCCL INFO", "RCCL WARN")
 _END = ("# Out of bounds", "# Avg bus bandwidth", "# Errors with asterisks", "# Collective test concluded")
 _COMMAND = re.compile(r"\b([a-z_]+?)_perf\b")
@@ -121,6 +122,7 @@ def _run(lines: list[str], pre: list[str], where: str, number: int) -> list[dict
     if at is None:
         raise InputError(where, f"run {number}", "no column header ('# size count type ... time algbw busbw')")
     header = lines[at].lstrip("#").split()
+    header = _printed_columns(header, lines[at + 1:])
     width = len(header)
     col = {name: header.index(name) for name in ("size", "count", "type", "time", "algbw", "busbw")
            if name in header}
@@ -156,3 +158,23 @@ def _run(lines: list[str], pre: list[str], where: str, number: int) -> list[dict
         raise InputError(where, f"run {number}", f"{len(tokens) % width} values left over: the table's rows do not "
                          f"have the header's {width} columns")
     return out
+
+
+def _printed_columns(header: list[str], body: list[str]) -> list[str]:
+    """The header's columns that the rows print: older alltoall_perf leaves ``redop`` blank,
+    so its rows have one value fewer than the header names (and a number where the op's name
+    would stand). Read off the first whole row (a line of numbers with no log message in it)."""
+    for line in body:
+        if line.lstrip().startswith(_END):
+            break
+        if line.lstrip().startswith("#") or not line.strip() or any(x in line for x in _LOG):
+            continue
+        values = line.split()
+        if not values[0].isdigit():
+            continue
+        at = header.index("redop") if "redop" in header else len(header)
+        if len(values) == len(header) - 1 and at < len(values) and \
+                not values[at].isalpha():       # a number where the op's name stands
+            return [h for h in header if h != "redop"]
+        return header           # (a row that is short otherwise is reported by the reader)
+    return header
