@@ -1,6 +1,6 @@
 """Package attributes imported on first use, so that importing a package (as the CLI does for
-every subcommand's parser) does not import what only some commands need: numpy, pandas,
-networkx and the engines take most of a second to import.
+every subcommand's parser, and ``import ficco_sim`` before anything) does not import what only
+some commands need: numpy, pandas, networkx and the engines take most of a second to import.
 
 A package's ``__init__`` calls :func:`lazy_package` with the names it exports and the module
 each comes from. An export named like a submodule (``calibrate.fit_gemm``, the function of
@@ -23,7 +23,8 @@ import types
 
 
 class _LazyPackage(types.ModuleType):
-    """A package module whose exports (``_lazy``: name -> module) are imported when first read."""
+    """A package module whose exports (``_lazy``: name -> module) are read from their modules,
+    which are imported when first needed."""
 
     _lazy: dict[str, str]
 
@@ -31,9 +32,9 @@ class _LazyPackage(types.ModuleType):
         where = self.__dict__.get("_lazy", {}).get(name)
         if where is None:
             raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(where, self.__name__), name)
-        self.__dict__[name] = value
-        return value
+        # read through every time (a sys.modules look-up once loaded), never kept here: a
+        # mock.patch of the export's home then ends for the package too
+        return getattr(importlib.import_module(where, self.__name__), name)
 
     def __setattr__(self, name: str, value: object) -> None:
         # importing submodule `name` binds it here; an export of that name wins (read lazily)

@@ -118,8 +118,19 @@ def simulate_many(scenario: Scenario, schedules: Iterable[Schedule | str], gpu: 
     """:func:`simulate` for several schedules, sharing the baseline."""
     gpu = load_gpu(gpu)
     topo = _default_topology(topology, scenario, gpu)
-    base = baseline(scenario, gpu, topo, engine=engine, policy=policy)
-    return [simulate(scenario, s, gpu, topo, engine=engine, policy=policy, base=base) for s in schedules]
+    schedules = list(schedules)
+    none = next((i for i, s in enumerate(schedules) if resolve(scenario, s, gpu, topo) == Schedule("none")), None)
+    out: dict[int, Result] = {}
+    if none is not None:        # its own baseline (simulate), which the others then share
+        out[none] = simulate(scenario, schedules[none], gpu, topo, engine=engine, policy=policy)
+        m = out[none].metrics
+        base = {"t_comp": m["t_comp_iso"], "t_comm": m["t_comm_iso"], "t_none": m["makespan"]}
+    else:
+        base = baseline(scenario, gpu, topo, engine=engine, policy=policy)
+    for i, s in enumerate(schedules):
+        if i not in out:
+            out[i] = simulate(scenario, s, gpu, topo, engine=engine, policy=policy, base=base)
+    return [out[i] for i in range(len(schedules))]
 
 
 def gemm_time(gpu: GpuProfile | str, m: int, n: int, k: int, dtype: str = "float16") -> float:

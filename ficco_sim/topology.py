@@ -184,8 +184,6 @@ def _checked(name: str, kind: str, n: int, graph: nx.DiGraph, where: str) -> Top
     return Topology(name, kind, n, graph)
 
 
-
-
 def _check_n(n: Any, where: str) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise InputError(where, "gpus", f"need an integer number of GPUs >= 2, got {n!r}")

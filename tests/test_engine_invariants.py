@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import pytest
@@ -97,13 +98,33 @@ def test_sparse_filling_equals_the_dense_oracle(data):
 
 
 @pytest.mark.parametrize("engine", ["des", "analytical"])
-def test_the_none_schedule_is_its_own_baseline(engine):
-    """simulate(none) takes its baseline from its own runs (not lowering and running the none
-    graph again): every metric as with the baseline computed apart."""
+def test_the_none_schedule_is_its_own_baseline(engine, monkeypatch):
+    """simulate(none) takes its baseline from its own runs, not lowering and running the none
+    graph again (two runs, no baseline call): every metric as with the baseline computed
+    apart; simulate_many with none among its schedules computes no baseline either."""
+    sim = importlib.import_module("ficco_sim.simulate")    # (the package's attribute is the function)
     gpu = load_gpu("h100")
     topo = load_topology("switch:8", gpu)
-    for sc in (Scenario("ag-gemm", 8, 16384, 8192, 8192), Scenario("gemm-rs", 8, 4096, 8192, 3584)):
-        for name in ("none", "nccl"):
-            own = simulate(sc, name, gpu, topo, engine=engine).metrics
-            apart = simulate(sc, name, gpu, topo, engine=engine, base=baseline(sc, gpu, topo, engine=engine)).metrics
-            assert own == pytest.approx(apart, rel=1e-12, nan_ok=True)
+    scenarios = (Scenario("ag-gemm", 8, 16384, 8192, 8192), Scenario("gemm-rs", 8, 4096, 8192, 3584))
+    apart = {(sc, name): simulate(sc, name, gpu, topo, engine=engine, base=baseline(sc, gpu, topo, engine=engine))
+             for sc in scenarios for name in ("none", "nccl")}
+    runs = []
+    real_run = sim._run
+
+    def counted(*args, **kwargs):
+        runs.append(args[0])
+        return real_run(*args, **kwargs)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the none schedule computed a baseline apart")
+
+    monkeypatch.setattr(sim, "_run", counted)
+    monkeypatch.setattr(sim, "baseline", refused)
+    for (sc, name), want in apart.items():
+        runs.clear()
+        assert simulate(sc, name, gpu, topo, engine=engine).metrics == pytest.approx(want.metrics, rel=1e-12,
+                                                                                      nan_ok=True)
+        assert len(runs) == 2
+    many = sim.simulate_many(scenarios[0], ["ficco-a2a-dma", "none"], gpu, topo, engine=engine)
+    assert many[1].metrics == pytest.approx(apart[(scenarios[0], "none")].metrics, rel=1e-12, nan_ok=True)
+    assert [r.schedule.name for r in many] == ["ficco-a2a-dma", "none"]

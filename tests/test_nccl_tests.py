@@ -70,6 +70,16 @@ def test_nccl_tests_of_2021_read_as_printed(coll):
     assert ((big["size_bytes"] / big["time_us_oop"] / 1e3) / big["algbw_oop"] - 1).abs().max() < 0.01
 
 
+def test_an_old_alltoall_row_split_by_a_log_line_reads_whole():
+    """The blank redop column is told from the table's values as one stream, so a first row
+    cut by an NCCL INFO line (NCCL_DEBUG=INFO) reads like the rest."""
+    text = SUPERBENCH["alltoall"].read_text().replace(
+        "           0             0   float             1.63",
+        "           0             0   float localhost:1:1 [0] NCCL INFO Launch mode Parallel\n            1.63", 1)
+    assert "NCCL INFO Launch mode Parallel\n            1.63" in text
+    assert parse(text, "alltoall.txt").equals(read(SUPERBENCH["alltoall"]).assign(source="alltoall.txt (run 1)"))
+
+
 HEAD = """# nThread 1 nGpus 2 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20
 #  Rank  0 Group  0 Pid 1 on h device  0 [0x1] NVIDIA H100 80GB HBM3
 #  Rank  1 Group  0 Pid 1 on h device  1 [0x2] NVIDIA H100 80GB HBM3

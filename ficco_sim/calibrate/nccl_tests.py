@@ -122,13 +122,6 @@ def _run(lines: list[str], pre: list[str], where: str, number: int) -> list[dict
     if at is None:
         raise InputError(where, f"run {number}", "no column header ('# size count type ... time algbw busbw')")
     header = lines[at].lstrip("#").split()
-    header = _printed_columns(header, lines[at + 1:])
-    width = len(header)
-    col = {name: header.index(name) for name in ("size", "count", "type", "time", "algbw", "busbw")
-           if name in header}
-    if len(col) < 6:
-        raise InputError(where, f"run {number}", f"column header {' '.join(header)!r} lacks size, count, type, time, "
-                         "algbw or busbw")
     tokens: list[str] = []
     for line in lines[at + 1:]:
         if line.lstrip().startswith(_END):
@@ -139,6 +132,13 @@ def _run(lines: list[str], pre: list[str], where: str, number: int) -> list[dict
         if line.lstrip().startswith("#") or not line.strip():
             continue
         tokens += line.split()
+    header = _printed_columns(header, tokens)
+    width = len(header)
+    col = {name: header.index(name) for name in ("size", "count", "type", "time", "algbw", "busbw")
+           if name in header}
+    if len(col) < 6:
+        raise InputError(where, f"run {number}", f"column header {' '.join(header)!r} lacks size, count, type, time, "
+                         "algbw or busbw")
     out = []
     for i in range(0, len(tokens) - width + 1, width):
         row = tokens[i:i + width]
@@ -160,21 +160,14 @@ def _run(lines: list[str], pre: list[str], where: str, number: int) -> list[dict
     return out
 
 
-def _printed_columns(header: list[str], body: list[str]) -> list[str]:
+def _printed_columns(header: list[str], tokens: list[str]) -> list[str]:
     """The header's columns that the rows print: older alltoall_perf leaves ``redop`` blank,
     so its rows have one value fewer than the header names (and a number where the op's name
-    would stand). Read off the first whole row (a line of numbers with no log message in it)."""
-    for line in body:
-        if line.lstrip().startswith(_END):
-            break
-        if line.lstrip().startswith("#") or not line.strip() or any(x in line for x in _LOG):
-            continue
-        values = line.split()
-        if not values[0].isdigit():
-            continue
-        at = header.index("redop") if "redop" in header else len(header)
-        if len(values) == len(header) - 1 and at < len(values) and \
-                not values[at].isalpha():       # a number where the op's name stands
-            return [h for h in header if h != "redop"]
-        return header           # (a row that is short otherwise is reported by the reader)
-    return header
+    would stand). Decided on the table's values as one stream (rows may be split by log lines)."""
+    if "redop" not in header or not tokens or len(tokens) % len(header) == 0:
+        return header
+    fewer = [h for h in header if h != "redop"]
+    at = header.index("redop")
+    if len(tokens) % len(fewer) == 0 and at < len(tokens) and not tokens[at].isalpha():
+        return fewer
+    return header           # (rows short otherwise are reported by the reader)

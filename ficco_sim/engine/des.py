@@ -42,17 +42,17 @@ import simpy
 from ..contention import comm_slowdown, compute_slowdown
 from ..errors import InputError
 from ..gemm_model import plan_gemm, tile_prefix_blocks
-from ..hardware import GpuProfile, Protocol, load_gpu
+from ..hardware import GpuProfile, load_gpu
 from ..taskgraph import Kernel, TaskGraph, Transfer
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
-from .gcpause import paused_gc
+from .des_wiring import Wiring
 from .dispatcher import SmPool, Waiting
 from .fluid import Activity, FluidPool
 from .fold import Folded, fold
+from .gcpause import paused_gc
 from .sm_transfers import SmTransfers
 from .tile_order import TileOrder
-from .des_wiring import Wiring
 
 SETTLE_PRIORITY = 2   # after every ordinary simpy event of the same instant (NORMAL = 1)
 NAN = float("nan")
@@ -66,6 +66,7 @@ class Simulation(Wiring):
         if topology.num_gpus < graph.num_gpus:
             raise InputError("topology", None, f"{topology.name} has {topology.num_gpus} GPUs, "
                              f"the task graph needs {graph.num_gpus}")
+        super().__init__()
         self.g, self.gpu, self.topo, self.record = graph, gpu, topology, record
         self.folded = folded      # one rank of a symmetric graph (engine.fold): links by class, real peers
         self.pairs = folded.pairs if folded else {}
@@ -94,13 +95,6 @@ class Simulation(Wiring):
         self.comm_blocks = np.zeros(max(self.g.num_gpus, 1))   # resident communication blocks per GPU
         self.cohorts: dict[str, list[np.ndarray]] = {}
         self.finished_comm: set[str] = set()
-        self.counters: dict[str, list[tuple[float, float]]] = {}
-        self._protocols: dict[float, Protocol] = {}
-        self._paths: dict[tuple[int, int], tuple[dict[str, float], float]] = {}
-        self.link_counters: dict[str, None] = {}     # link resources ever crossed, in first-use order
-        self._link_names: list[str] = []             # (their names, as last listed)
-        self._link_at = np.zeros(0, dtype=np.int64)   # their fluid resource indices
-        self._link_last = np.zeros(0)                # and the loads last recorded
         self.tiled: dict[str, TileOrder] = {}        # GEMMs whose block order matters (signals, stores)
         self.signal_events: dict[str, list] = {}      # task -> its tile-signal events
         self._setup()

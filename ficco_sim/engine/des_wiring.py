@@ -3,8 +3,8 @@ the resources a transfer uses per byte (route links, HBM at both ends, a host's 
 real GPUs of a folded run's tasks, and the counter series of a recorded run.
 
 :class:`Wiring` is the part of :class:`~ficco_sim.engine.des.Simulation` that reads them; it
-uses the simulation's ``gpu``, ``topo``, ``fluid``, ``folded``, ``pairs``, ``env``, ``record``
-and caches, all set up by ``Simulation.__init__``.
+keeps the caches and counter series it writes, and reads the simulation's ``gpu``, ``topo``,
+``fluid``, ``folded``, ``pairs``, ``env`` and ``record``, set up by ``Simulation.__init__``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,15 @@ from ..taskgraph import Transfer
 
 class Wiring:
     """Routes, per-byte usage, protocols and counters of a :class:`~ficco_sim.engine.des.Simulation`."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, list[tuple[float, float]]] = {}
+        self._protocols: dict[float, Protocol] = {}
+        self._paths: dict[tuple[int, int], tuple[dict[str, float], float]] = {}
+        self.link_counters: dict[str, None] = {}     # link resources ever crossed, in first-use order
+        self._link_names: list[str] = []             # (their names, as last listed)
+        self._link_at = np.zeros(0, dtype=np.int64)   # their fluid resource indices
+        self._link_last = np.zeros(0)                # and the loads last recorded
 
     def _protocol(self, t: Transfer) -> Protocol:
         """The wire protocol of an SM transfer (its latency and payload share)."""

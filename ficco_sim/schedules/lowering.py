@@ -32,7 +32,7 @@ from .builder import COMM, GraphBuilder, row_slice
 from .collectives import split_rows
 from .presets import resolve
 from .schedule import Schedule
-from .validity import invalid_reason
+from .validity import invalid_reason, margin_for  # noqa: F401  (margin_for: where it lived before)
 
 
 def lower(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str, topology: Topology | str, *,
