@@ -252,10 +252,11 @@ def _print_invalid(con, invalid: list[dict]) -> None:
 
 
 def run_recommend(args: argparse.Namespace) -> int:
+    import sys
     from rich.console import Console
     from ..workload import Scenario
     from .heuristics import load_heuristic, preset_lines, recommend
-    con = Console()
+    con = Console(width=None if sys.stdout.isatty() else 200)     # piped: a line per reason, unwrapped
     from ..topology import load_topology
     topo = args.topology or f"switch:{args.gpus or 8}"
     gpus = load_topology(topo, args.gpu).num_gpus
