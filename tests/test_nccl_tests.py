@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ficco_sim.calibrate import fit_nccl
@@ -153,3 +154,19 @@ def test_calibrate_refuses_multi_node_runs(tmp_path):
     run, out = _calibrate(tmp_path, f)
     assert run.returncode == 2 and "2 machines" in run.stderr and "Traceback" not in run.stderr
     assert not out.exists()
+
+
+def test_a_call_floor_per_gpu_is_recovered_beside_shared_mechanisms():
+    """fit_per_gpu_floor on rows made by known parameters: two systems whose floors differ
+    (12 and 30 us) and whose protocols, SM share and link latency are the same."""
+    truth = {"ll_us": 0.5, "ll128_us": 3.0, "simple_us": 8.0, "sm_share": 0.8, "link_us": 0.5}
+    floors = {"h100": 12.0, "a100": 30.0}
+    rows = pd.DataFrame([{"gpu_profile": g, "topology": f"switch:{n}", "kind": k, "nbytes": b, "algorithm": "ring"}
+                         for g, n in (("h100", 4), ("a100", 8)) for k in ("all-reduce", "all-gather")
+                         for b in (1 << 16, 64 << 20)])
+    gpus = {g: fit_nccl.with_params(load_gpu(g), launch_us=f, **truth) for g, f in floors.items()}
+    rows["measured_s"] = fit_nccl.predict(rows, gpus)
+    params, err = fit_nccl.fit_per_gpu_floor(rows, evaluations=250)
+    assert err < 0.03
+    assert params["h100"]["launch_us"] < params["a100"]["launch_us"] - 10
+    assert params["h100"]["ll_us"] == params["a100"]["ll_us"]      # shared

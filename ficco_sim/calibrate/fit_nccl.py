@@ -58,10 +58,12 @@ def tidy(rows: pd.DataFrame, gpu_profile: str, topology_kind: str) -> pd.DataFra
 
 
 def with_params(gpu: GpuProfile, launch_us: float, ll_us: float, ll128_us: float, simple_us: float,
-                sm_share: float, nvls_channels: float | None = None) -> GpuProfile:
+                sm_share: float, nvls_channels: float | None = None, link_us: float | None = None) -> GpuProfile:
     """``gpu`` with the collective mechanisms set: call floor, protocol latencies, channel
-    bandwidth such that the default channels reach ``sm_share`` of the raw link rate, and
-    the NVLS channels where the GPU has NVLS."""
+    bandwidth such that the default channels reach ``sm_share`` of the raw link rate, the
+    NVLS channels where the GPU has NVLS, and the link latency if given."""
+    if link_us is not None:
+        gpu = dataclasses.replace(gpu, link=dataclasses.replace(gpu.link, latency=link_us * 1e-6))
     ck = gpu.comm_kernel
     cb = sm_share * gpu.link.ports * gpu.link.port_bandwidth / ck.channels
     protos = (Protocol("LL", ll_us * 1e-6, LL), Protocol("LL128", ll128_us * 1e-6, LL128),
@@ -128,6 +130,38 @@ def fit(rows: pd.DataFrame, passes: int = 3, base: dict[str, GpuProfile] | None 
         errs = {float(v): loss(rows[nvls], dict(best, nvls_channels=float(v)), base) for v in GRID["nvls_channels"]}
         best["nvls_channels"] = min(errs, key=errs.get)
     return best, loss(rows, best, base)
+
+
+SHARED = ("ll_us", "ll128_us", "simple_us", "sm_share", "link_us")     # one value for every GPU of a vendor
+BOUNDS = {"launch_us": (0.0, 60.0), "ll_us": (0.0, 10.0), "ll128_us": (0.0, 30.0), "simple_us": (0.0, 60.0),
+          "sm_share": (0.5, 0.95), "link_us": (0.0, 3.0)}
+
+
+def fit_per_gpu_floor(rows: pd.DataFrame, evaluations: int = 260,
+                      base: dict[str, GpuProfile] | None = None) -> tuple[dict[str, dict], float]:
+    """A joint fit (Nelder-Mead, scipy) of a call floor per GPU profile (``launch_us``: the
+    host, driver and library version differ from system to system) and the vendor's shared
+    mechanisms, the link latency included (:data:`SHARED`), on the rows that do not run NVLS.
+    Returns the parameters by GPU profile and the mean |log error|. Not what the shipped
+    profiles use (:func:`fit`): ``benchmarks/collective_error.py --per-gpu-floor`` scores it."""
+    from scipy.optimize import minimize
+    base = base or {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
+    plain = rows[~runs_nvls(rows, base)]
+    names = [f"launch_us:{g}" for g in base] + list(SHARED)
+    lo, hi = np.array([BOUNDS[n.split(":")[0]] for n in names]).T
+    measured = plain["measured_s"].to_numpy()
+
+    def params(x: np.ndarray) -> dict[str, dict]:
+        v = dict(zip(names, np.clip(x, lo, hi).tolist()))
+        return {g: {"launch_us": v[f"launch_us:{g}"], **{k: v[k] for k in SHARED}} for g in base}
+
+    def err(x: np.ndarray) -> float:
+        gpus = {g: with_params(base[g], **p) for g, p in params(x).items()}
+        return float(np.nanmean(np.abs(np.log(predict(plain, gpus) / measured))))
+
+    start = np.array([15.0] * len(base) + [0.5, 3.0, 8.0, 0.8, 0.5])
+    r = minimize(err, start, method="Nelder-Mead", options={"maxfev": evaluations, "xatol": 0.05, "fatol": 1e-4})
+    return params(r.x), float(r.fun)
 
 
 def band(nbytes: pd.Series) -> pd.Series:
