@@ -10,14 +10,14 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .engine.closed_form import closed_form_timeline, kernel_isolated_time
 from .engine.des import simulate_folded, simulate_graph
 from .engine.fold import Folded, topology_turns
 from .engine.gcpause import paused_gc
 from .errors import InputError
+from .explore.estimate import point_metrics
 from .gemm_model import gemm_time as _gemm_time
 from .hardware import DTYPE_BYTES, GpuProfile, load_gpu
 from .metrics import comm_only_graph, compute_metrics
@@ -33,29 +33,47 @@ from .workload import COLLECTIVES, Scenario
 ENGINES = ("des", "analytical")
 
 
-@dataclass
 class Result:
-    """One simulated (scenario, schedule): the task graph, its timeline and its metrics."""
+    """One simulated (scenario, schedule): its metrics, and the task graph and timeline behind
+    them. The closed form's single points are evaluated on the compiled template sweeps use
+    (:mod:`ficco_sim.explore.estimate`); their graph and timeline are then made on first use,
+    by lowering the whole graph and running the same engine over it (the same numbers, tested)."""
 
-    scenario: Scenario
-    schedule: Schedule
-    gpu: str
-    topology: str
-    engine: str
-    graph: TaskGraph
-    timeline: Timeline
-    metrics: dict
-    preset: str = ""     # the preset asked for (e.g. "te-pipeline:num_splits=8"), if any
+    def __init__(self, scenario: Scenario, schedule: Schedule, gpu: str, topology: str, engine: str, metrics: dict,
+                 preset: str = "", *, graph: TaskGraph | None = None, timeline: Timeline | None = None,
+                 make: Callable[[], tuple[TaskGraph, Timeline]] | None = None):
+        self.scenario, self.schedule, self.gpu, self.topology, self.engine = scenario, schedule, gpu, topology, engine
+        self.metrics, self.preset = metrics, preset      # preset: the one asked for (e.g. "te-pipeline:num_splits=8")
+        self._graph, self._timeline, self._make = graph, timeline, make
+
+    def _made(self) -> None:
+        if self._timeline is None:
+            self._graph, self._timeline = self._make()
+
+    @property
+    def graph(self) -> TaskGraph:
+        if self._graph is None:
+            self._made()
+        return self._graph
+
+    @property
+    def timeline(self) -> Timeline:
+        self._made()
+        return self._timeline
 
     @property
     def makespan(self) -> float:
-        return self.timeline.makespan
+        return self.metrics["makespan"]
 
     def row(self) -> dict:
         """A flat record (SI units) for tables, CSV and pandas."""
         s = self.scenario
         return {**s.columns(), "gpu": self.gpu, "topology": self.topology, "schedule": self.schedule.name,
                 "engine": self.engine, **self.metrics}
+
+    def __repr__(self) -> str:
+        return f"Result({self.scenario.label()}, {self.schedule.name}, {self.gpu}, {self.topology}, {self.engine}, " \
+               f"makespan={self.makespan:.6g})"
 
 
 def _run(graph: TaskGraph, gpu: GpuProfile, topo: Topology, engine: str, policy: str, *,
@@ -90,16 +108,27 @@ def _baseline_of(scenario: Scenario, gpu: GpuProfile, none: Timeline, comm_alone
 
 def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProfile | str = "h100",
              topology: Topology | str | None = None, *, engine: str = "des", policy: str = "backfill",
-             base: dict[str, float] | None = None) -> Result:
+             base: dict[str, float] | None = None, whole_graph: bool = False) -> Result:
     """Simulate ``scenario`` under ``schedule``. ``topology`` defaults to ``switch:<gpus>``;
     ``engine`` is ``des`` (discrete-event) or ``analytical`` (the closed-form engine);
     ``schedule`` is a schedule name or a preset (:mod:`ficco_sim.schedules.presets`);
-    ``base`` reuses a
-    :func:`baseline` computed earlier (saves work when sweeping schedules)."""
+    ``base`` reuses a :func:`baseline` computed earlier (saves work when sweeping schedules;
+    the closed form's templates keep their own). The closed form evaluates the compiled
+    template sweeps evaluate, lowering and timing the whole graph only when the result's
+    graph or timeline is asked for; ``whole_graph`` evaluates the whole graph instead (the
+    same numbers to 1e-9: the tests' reference for the templates)."""
     gpu = load_gpu(gpu)
     topo = _default_topology(topology, scenario, gpu)
     preset = str(schedule) if is_preset(schedule) else ""
     schedule = resolve(scenario, schedule, gpu, topo)
+    if engine == "analytical" and not whole_graph and gpu.host is None:
+        metrics = point_metrics(scenario, schedule, gpu, topo)
+
+        def make() -> tuple[TaskGraph, Timeline]:
+            graph = lower(scenario, schedule, gpu, topo)
+            return graph, _run(graph, gpu, topo, engine, policy)
+
+        return Result(scenario, schedule, gpu.name, topo.name, engine, metrics, preset, make=make)
     graph = lower(scenario, schedule, gpu, topo)
     timeline = _run(graph, gpu, topo, engine, policy, record=True)
     comm_only = _run(comm_only_graph(graph), gpu, topo, engine, policy)
@@ -109,12 +138,12 @@ def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProf
     iso = {k.id: kernel_isolated_time(gpu, k) for k in graph.kernels if k.kind == "gemm"}
     metrics = compute_metrics(graph, timeline, iso, t_comp=base["t_comp"], t_comm=base["t_comm"],
                               t_none=base["t_none"], comm_only=comm_only)
-    return Result(scenario, schedule, gpu.name, topo.name, engine, graph, timeline, metrics, preset)
+    return Result(scenario, schedule, gpu.name, topo.name, engine, metrics, preset, graph=graph, timeline=timeline)
 
 
 def simulate_many(scenario: Scenario, schedules: Iterable[Schedule | str], gpu: GpuProfile | str = "h100",
                   topology: Topology | str | None = None, *, engine: str = "des",
-                  policy: str = "backfill") -> list[Result]:
+                  policy: str = "backfill", whole_graph: bool = False) -> list[Result]:
     """:func:`simulate` for several schedules, sharing the baseline."""
     gpu = load_gpu(gpu)
     topo = _default_topology(topology, scenario, gpu)
@@ -122,14 +151,16 @@ def simulate_many(scenario: Scenario, schedules: Iterable[Schedule | str], gpu: 
     none = next((i for i, s in enumerate(schedules) if resolve(scenario, s, gpu, topo) == Schedule("none")), None)
     out: dict[int, Result] = {}
     if none is not None:        # its own baseline (simulate), which the others then share
-        out[none] = simulate(scenario, schedules[none], gpu, topo, engine=engine, policy=policy)
+        out[none] = simulate(scenario, schedules[none], gpu, topo, engine=engine, policy=policy,
+                             whole_graph=whole_graph)
         m = out[none].metrics
         base = {"t_comp": m["t_comp_iso"], "t_comm": m["t_comm_iso"], "t_none": m["makespan"]}
     else:
         base = baseline(scenario, gpu, topo, engine=engine, policy=policy)
     for i, s in enumerate(schedules):
         if i not in out:
-            out[i] = simulate(scenario, s, gpu, topo, engine=engine, policy=policy, base=base)
+            out[i] = simulate(scenario, s, gpu, topo, engine=engine, policy=policy, base=base,
+                              whole_graph=whole_graph)
     return [out[i] for i in range(len(schedules))]
 
 

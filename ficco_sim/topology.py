@@ -56,9 +56,10 @@ class Topology:
     kind: str
     num_gpus: int
     graph: nx.DiGraph
-    _routes: dict = field(default_factory=dict, repr=False)
-    _preds: dict = field(default_factory=dict, repr=False)     # source GPU -> its fewest-hop predecessors
-    _adj: dict = field(default_factory=dict, repr=False)       # node -> [(successor, routing weight)]
+    _routes: dict = field(default_factory=dict, repr=False, compare=False)
+    _preds: dict = field(default_factory=dict, repr=False, compare=False)   # source GPU -> its fewest-hop predecessors
+    _adj: dict = field(default_factory=dict, repr=False, compare=False)       # node -> [(successor, routing weight)]
+    _links: dict = field(default_factory=dict, repr=False, compare=False)     # (src, dst) -> (path links, path latency)
 
     def route(self, src: int, dst: int) -> list[str]:
         """Node path from GPU ``src`` to GPU ``dst``: fewest hops, then least latency, then
@@ -86,11 +87,17 @@ class Topology:
         return hit
 
     def path_links(self, src: int, dst: int) -> list[tuple[str, str]]:
-        nodes = self.route(src, dst)
-        return list(zip(nodes, nodes[1:]))
+        """The links of :meth:`route` (one list per GPU pair, shared by every caller: not to be changed)."""
+        hit = self._links.get((src, dst))
+        if hit is None:
+            nodes = self.route(src, dst)
+            links = list(zip(nodes, nodes[1:]))
+            hit = self._links[(src, dst)] = (links, sum(self.graph.edges[e]["latency"] for e in links))
+        return hit[0]
 
     def path_latency(self, src: int, dst: int) -> float:
-        return sum(self.graph.edges[e]["latency"] for e in self.path_links(src, dst))
+        self.path_links(src, dst)
+        return self._links[(src, dst)][1]
 
     def path_bandwidth(self, src: int, dst: int) -> float:
         return min(self.graph.edges[e]["bandwidth"] for e in self.path_links(src, dst))

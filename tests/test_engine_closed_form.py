@@ -339,7 +339,7 @@ def test_single_simulation_and_sweep_agree_on_cil_comm():
     from ficco_sim.explore.estimate import estimate_many
     sc = Scenario("ag-gemm", 8, 16384, 8192, 8192)
     row = estimate_many([sc], ["ficco-a2a-sm"], "h100", "switch:8")[0]
-    one = simulate(sc, "ficco-a2a-sm", "h100", "switch:8", engine="analytical").metrics
+    one = simulate(sc, "ficco-a2a-sm", "h100", "switch:8", engine="analytical", whole_graph=True).metrics
     des = simulate(sc, "ficco-a2a-sm", "h100", "switch:8").metrics
     assert row["cil_comm"] == pytest.approx(one["cil_comm"], rel=1e-9)
     assert 0.0 <= row["cil_comm"] < 0.5 and 0.0 <= des["cil_comm"] < 0.5

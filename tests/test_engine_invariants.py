@@ -106,8 +106,9 @@ def test_the_none_schedule_is_its_own_baseline(engine, monkeypatch):
     gpu = load_gpu("h100")
     topo = load_topology("switch:8", gpu)
     scenarios = (Scenario("ag-gemm", 8, 16384, 8192, 8192), Scenario("gemm-rs", 8, 4096, 8192, 3584))
-    apart = {(sc, name): simulate(sc, name, gpu, topo, engine=engine, base=baseline(sc, gpu, topo, engine=engine))
-             for sc in scenarios for name in ("none", "nccl")}
+    whole = {"whole_graph": True}   # the closed form's template path runs no graph (tested apart)
+    apart = {(sc, name): simulate(sc, name, gpu, topo, engine=engine, base=baseline(sc, gpu, topo, engine=engine),
+                                  **whole) for sc in scenarios for name in ("none", "nccl")}
     runs = []
     real_run = sim._run
 
@@ -122,9 +123,39 @@ def test_the_none_schedule_is_its_own_baseline(engine, monkeypatch):
     monkeypatch.setattr(sim, "baseline", refused)
     for (sc, name), want in apart.items():
         runs.clear()
-        assert simulate(sc, name, gpu, topo, engine=engine).metrics == pytest.approx(want.metrics, rel=1e-12,
-                                                                                      nan_ok=True)
+        assert simulate(sc, name, gpu, topo, engine=engine, **whole).metrics == pytest.approx(
+            want.metrics, rel=1e-12, nan_ok=True)
         assert len(runs) == 2
-    many = sim.simulate_many(scenarios[0], ["ficco-a2a-dma", "none"], gpu, topo, engine=engine)
+    many = sim.simulate_many(scenarios[0], ["ficco-a2a-dma", "none"], gpu, topo, engine=engine, **whole)
     assert many[1].metrics == pytest.approx(apart[(scenarios[0], "none")].metrics, rel=1e-12, nan_ok=True)
     assert [r.schedule.name for r in many] == ["ficco-a2a-dma", "none"]
+
+
+def _ran(*args, **kwargs):
+    raise AssertionError("an engine ran over the whole graph")
+
+
+def test_closed_form_points_are_the_templates_and_their_timeline_comes_on_demand(monkeypatch):
+    """simulate --engine analytical evaluates the compiled templates sweeps evaluate: it
+    lowers no whole graph and runs no engine over one until the result's graph or timeline
+    is asked for; then the timeline is the whole graph's closed form, whose makespan and
+    metrics equal the template's (presets and shard dimensions included)."""
+    sim = importlib.import_module("ficco_sim.simulate")
+    gpu = load_gpu("h100")
+    cases = [(Scenario("ag-gemm", 8, 16384, 8192, 8192), "switch:8", "ficco-a2a-sm"),
+             (Scenario("gemm-rs", 4, 4096, 2048, 2048), "fc:4", "te-pipeline"),
+             (Scenario("ag-gemm", 4, 4096, 1024, 2048, shard_dim="K"), "switch:4", "ficco-a2a-dma-dimK"),
+             (Scenario("a2a-gemm", 4, 4096, 2048, 2048), "ring:4", "none")]
+    for sc, topo_name, name in cases:
+        topo = load_topology(topo_name, gpu)
+        want = simulate(sc, name, gpu, topo, engine="analytical", whole_graph=True)
+        lowered = []
+        real_lower = sim.lower
+        monkeypatch.setattr(sim, "lower", lambda *a, **k: lowered.append(a) or real_lower(*a, **k))
+        monkeypatch.setattr(sim, "_run", _ran)
+        got = simulate(sc, name, gpu, topo, engine="analytical")
+        assert not lowered
+        assert got.metrics == pytest.approx(want.metrics, rel=1e-9, abs=1e-15, nan_ok=True), name
+        monkeypatch.undo()
+        assert got.timeline.makespan == pytest.approx(want.makespan, rel=1e-12)
+        assert len(got.graph.tasks) == len(want.graph.tasks) and got.makespan == got.metrics["makespan"]

@@ -64,7 +64,7 @@ def test_sweep_rows_equal_single_simulations(sc, topo):
     (sweeps merge templates and evaluate one task per symmetry class: :mod:`ficco_sim.engine.symmetry`)."""
     scheds = valid_schedules(sc, "h100", topo)
     sweep = estimate_many([sc, Scenario(sc.kind, sc.gpus, sc.m * 2, sc.n, sc.k)], scheds, "h100", topo)
-    single = simulate_many(sc, scheds, "h100", topo, engine="analytical")
+    single = simulate_many(sc, scheds, "h100", topo, engine="analytical", whole_graph=True)
     for f, a in zip(sweep, single):
         for k, v in a.metrics.items():
             assert f[k] == pytest.approx(v, rel=1e-9, abs=1e-12, nan_ok=True), (a.schedule.name, k)
@@ -135,7 +135,7 @@ def test_templates_cached_by_earlier_sweeps_rescale_exactly():
     estimate_many([first], ["none", "ficco-a2a-sm"], "h100", "switch:8")
     rows = estimate_many([later], ["ficco-a2a-sm", "ficco-a2a-dma"], "h100", "switch:8")
     for r in rows:
-        one = simulate_many(later, [r["schedule"]], "h100", "switch:8", engine="analytical")[0]
+        one = simulate_many(later, [r["schedule"]], "h100", "switch:8", engine="analytical", whole_graph=True)[0]
         assert r["makespan"] == pytest.approx(one.makespan, rel=1e-9)
         assert r["dil_compute"] == pytest.approx(one.metrics["dil_compute"], rel=1e-9)
 
@@ -202,8 +202,8 @@ def test_reduction_grids_rescale_exactly_in_sweeps():
     big, small = (Scenario("gemm-rs", 8, m, 8192, 3584, dtype="bfloat16") for m in (32768, 2048))
     scheds = ["shard-p2p-dma", "ficco-a2a-dma"]
     rows = estimate_many([big, small], scheds, "h100", "switch:8")
-    single = simulate_many(big, scheds, "h100", "switch:8", engine="analytical") + \
-        simulate_many(small, scheds, "h100", "switch:8", engine="analytical")
+    single = simulate_many(big, scheds, "h100", "switch:8", engine="analytical", whole_graph=True) + \
+        simulate_many(small, scheds, "h100", "switch:8", engine="analytical", whole_graph=True)
     assert [r["makespan"] for r in rows] == pytest.approx([s.makespan for s in single], rel=1e-9)
 
 
@@ -217,7 +217,7 @@ def test_schedules_with_one_communication_share_its_template():
     alone = [estimate.template(sc, s, gpu, t, comm_only=True) for s in scheds]
     assert alone[1] is alone[2] is alone[3] and alone[0] is not alone[1] and alone[4] is not alone[1]
     sweep = estimate_many([sc, Scenario("ag-gemm", 4, 8192, 4096, 4096)], scheds, gpu, t)
-    single = simulate_many(sc, scheds, "h100", topo, engine="analytical")
+    single = simulate_many(sc, scheds, "h100", topo, engine="analytical", whole_graph=True)
     for f, a in zip(sweep, single):
         for k, v in a.metrics.items():
             assert f[k] == pytest.approx(v, rel=1e-9, abs=1e-12, nan_ok=True), (a.schedule.name, k)
@@ -232,7 +232,8 @@ def test_rank_rows_equal_single_simulations():
     rows = rank_many(sc, scheds, "h100", "switch:4")
     assert len(rows) == 2 * len(scheds)
     for s, base in zip(sc, (0, len(scheds))):
-        single = {r.schedule.name: r for r in simulate_many(s, scheds, "h100", "switch:4", engine="analytical")}
+        single = {r.schedule.name: r for r in simulate_many(s, scheds, "h100", "switch:4", engine="analytical",
+                                                            whole_graph=True)}
         for row in rows[base:base + len(scheds)]:
             r = single[row["schedule"]]
             assert row["makespan"] == pytest.approx(r.makespan, rel=1e-9), row["schedule"]

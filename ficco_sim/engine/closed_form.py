@@ -90,7 +90,7 @@ class Template:
 
     ref: Scenario | None
     num_nodes: int
-    levels: list[tuple[np.ndarray, np.ndarray]]   # (node ids, padded input ids) per level
+    levels: Sequence[tuple[np.ndarray, np.ndarray]]   # (node ids, padded input ids) per level
     kind: np.ndarray           # node -> ZERO | CONST | GEMM | XFER | MEM | FIXED | SMX
     const: np.ndarray          # CONST: launch; XFER: fixed + latency; MEM/FIXED: duration at ref; SIG: flag latency
     coef: np.ndarray           # XFER: s per byte; GEMM: epilogue stores, s per m*n; SIG: share of rows
@@ -124,6 +124,8 @@ class Template:
     source: np.ndarray | None = None            # SIG node -> its producer GEMM's end node (else -1)
     places: np.ndarray | None = None            # compiled from a share (:mod:`.closed_form_turned`): (tasks of
                                                 # GPU 0, 2) begin and end node of its i-th; GPU g's: + g * nodes/GPU
+    share_levels: Sequence | None = None        # compiled from a share: GPU 0's nodes' levels, inputs named by
+                                                # their GPU 0 node (sentinel: nodes/GPU), the quotient's own
 
     def contention_groups(self) -> Groups | None:
         """:attr:`groups`, built on first use (a sweep evaluates merged templates, never the
@@ -324,16 +326,21 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
     gemm_hbm = np.zeros((P, len(tpl.gemm_nodes)))
     resident: dict = {}
     if tpl.shapes:
-        times, traffic, sizes, picked = [], [], [], []
-        for sh in tpl.shapes:
-            m, n, k = (np.maximum(1, np.round(x * f[d])) for x, d in ((sh.m, "m"), (sh.n, "n"), (sh.k, "k")))
-            t, best = gemm_times(gpu, m, n, k, sh.dtype, extra_smem=sh.extra_smem, accumulate=sh.accumulate,
-                                 tiles=True, sms=sh.sms)
-            times.append(t)
-            picked.append(best)
-            sizes.append((m, n, k))
-            traffic.append(hbm_traffic(m, n, k, sh.dtype, sh.accumulate))
-        times, traffic = np.stack(times, axis=1), np.stack(traffic, axis=1)   # (P, shapes)
+        S = len(tpl.shapes)
+        times, traffic = np.zeros((P, S)), np.zeros((P, S))
+        sizes: list = [None] * S
+        picked: list = [None] * S
+        alike: dict[tuple, list[int]] = {}      # shapes costed in one call: same dtype and kernel options
+        for j, sh in enumerate(tpl.shapes):
+            alike.setdefault((sh.dtype, sh.extra_smem, sh.accumulate, sh.sms), []).append(j)
+        for (dtype, extra, accumulate, sms), js in alike.items():
+            m, n, k = (np.stack([np.maximum(1, np.round(getattr(tpl.shapes[j], d) * f[d])) for j in js], axis=1)
+                       for d in "mnk")                                      # (P, shapes alike)
+            times[:, js], best = gemm_times(gpu, m, n, k, dtype, extra_smem=extra, accumulate=accumulate,
+                                            tiles=True, sms=sms)
+            traffic[:, js] = hbm_traffic(m, n, k, dtype, accumulate)
+            for c, j in enumerate(js):
+                sizes[j], picked[j] = (m[:, c], n[:, c], k[:, c]), best[:, c]
         g = np.flatnonzero(kind == GEMM)
         dur[:, g] = times[:, tpl.gemm_shape[g]]
         stored = g[tpl.coef[g] > 0]

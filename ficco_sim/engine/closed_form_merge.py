@@ -10,6 +10,7 @@ import numpy as np
 
 from ..gemm_model import GemmShape
 from .closed_form import Template
+from .dag_levels import LazyLevels
 from .closed_form_tables import merged_comm, merged_links, merged_mem
 
 
@@ -26,19 +27,11 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
     N = int(offs[-1])
     shapes: dict[GemmShape, int] = {}
     remap = [np.array([shapes.setdefault(sh, len(shapes)) for sh in t.shapes] + [-1], dtype=np.int64) for t in tpls]
-    depth = max(len(t.levels) for t in tpls)
-    levels = []
-    for lv in range(depth):
-        got = [(t, o) for t, o in zip(tpls, offs) if lv < len(t.levels)]
-        width = max(t.levels[lv][1].shape[1] for t, _ in got)
-        ids = np.concatenate([t.levels[lv][0] + o for t, o in got])
-        pad = np.full((len(ids), width), N, dtype=np.int64)
-        r = 0
-        for t, o in got:
-            i, p = t.levels[lv]
-            pad[r:r + len(i), :p.shape[1]] = np.where(p == t.num_nodes, N, p + o)
-            r += len(i)
-        levels.append((ids, pad))
+    levels = LazyLevels(lambda: _merged_levels(tpls, offs))
+    share_levels = None
+    if all(t.share_levels is not None for t in tpls):
+        share_levels = LazyLevels(lambda: _merged_levels(tpls, np.cumsum([0] + [_per_gpu(t) for t in tpls]),
+                                                         "share_levels"))
     cat = lambda f: np.concatenate([getattr(t, f) for t in tpls])  # noqa: E731
     at = lambda f: np.concatenate([getattr(t, f) + o for t, o in zip(tpls, offs)])  # noqa: E731
     G = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
@@ -56,5 +49,30 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         **merged_links(tpls), mem=merged_mem(tpls, offs), comm_kernels=merged_comm(tpls, offs),
         source=None if all(t.source is None for t in tpls) else np.concatenate(
             [np.full(t.num_nodes, -1, dtype=np.int64) if t.source is None else np.where(t.source >= 0, t.source + o, -1)
-             for t, o in zip(tpls, offs[:-1])]))
+             for t, o in zip(tpls, offs[:-1])]), share_levels=share_levels)
     return out, offs
+
+
+def _per_gpu(tpl: Template) -> int:
+    """Nodes per GPU of a template compiled from a share."""
+    return tpl.num_nodes // len(np.unique(tpl.gpu_of))
+
+
+def _merged_levels(tpls: Sequence[Template], offs: np.ndarray, field: str = "levels") -> list:
+    """Level by level, the templates' ``field`` levels side by side, each template's nodes
+    shifted by its offset in ``offs`` and its padding the merged sentinel ``offs[-1]``."""
+    N = int(offs[-1])
+    sizes = np.diff(offs)
+    per = [getattr(t, field) for t in tpls]
+    out = []
+    for lv in range(max(len(x) for x in per)):
+        got = [(x[lv], o, size) for x, o, size in zip(per, offs, sizes) if lv < len(x)]
+        width = max(p.shape[1] for (_, p), _, _ in got)
+        ids = np.concatenate([i + o for (i, _), o, _ in got])
+        pad = np.full((len(ids), width), N, dtype=np.int64)
+        r = 0
+        for (i, p), o, size in got:
+            pad[r:r + len(i), :p.shape[1]] = np.where(p == size, N, p + o)
+            r += len(i)
+        out.append((ids, pad))
+    return out

@@ -93,26 +93,24 @@ def memory_kernels(mems: list[Kernel], nodes: np.ndarray, begin: np.ndarray, gpu
         **_distinct_blocks([k.block for k in mems]))
 
 
-def link_tables(paths: list[list], caps, topo: Topology) -> dict[str, np.ndarray]:
+def link_tables(paths: list[list], caps, topo: Topology, which: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The template's link fields (see :class:`Template`) for transfers crossing ``paths``
     (lists of link keys; transfers of one GPU pair share their route's list) with rate caps
-    ``caps``."""
+    ``caps``; with ``which``, ``paths`` are distinct routes and transfer i crosses
+    ``paths[which[i]]``."""
+    if which is None:
+        distinct: dict[int, int] = {}
+        which = np.fromiter((distinct.setdefault(id(p), len(distinct)) for p in paths), dtype=np.int64,
+                            count=len(paths))
+        paths = list({id(p): p for p in paths}.values())
     ids: dict = {}
-    seen: dict = {}          # one list of link ids per route
-
-    def route(links: list) -> list[int]:
-        hit = seen.get(id(links))
-        if hit is None:
-            hit = seen[id(links)] = [ids.setdefault(lk, len(ids)) for lk in links]
-        return hit
-
-    paths = [route(p) for p in paths]
-    L, X = len(ids), len(paths)
-    xfer_links = np.full((X, max([1] + [len(p) for p in paths])), L, dtype=np.int64)
-    for i, p in enumerate(paths):
-        xfer_links[i, :len(p)] = p
+    rows = [[ids.setdefault(lk, len(ids)) for lk in p] for p in paths]
+    L, X = len(ids), len(which)
+    table = np.full((len(rows) + 1, max([1] + [len(r) for r in rows])), L, dtype=np.int64)
+    for i, r in enumerate(rows):
+        table[i, :len(r)] = r
     edges = topo.graph.edges
-    return {"link_bw": np.array([edges[lk]["bandwidth"] for lk in ids] + [np.inf]), "xfer_links": xfer_links,
+    return {"link_bw": np.array([edges[lk]["bandwidth"] for lk in ids] + [np.inf]), "xfer_links": table[which],
             "xfer_cap": np.asarray(caps, dtype=float).reshape(X)}
 
 

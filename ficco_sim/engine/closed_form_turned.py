@@ -30,7 +30,7 @@ from ..workload import Scenario
 from .closed_form import SIG, Template, task_rows
 from .closed_form_tables import comm_kernels, link_tables, memory_kernels, transfer_cost
 from .closed_form_tiles import sources
-from .dag_levels import longest_path_levels, padded_levels
+from .dag_levels import LazyLevels, longest_path_levels, padded_levels
 from .fold import Share
 
 
@@ -40,7 +40,7 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
         raise InputError(gpu.path or gpu.name, "host", "a host device (the CPU replay's ranks sharing cores) has "
                          "no closed form; use the discrete-event engine (--engine des)")
     n, tasks, where = share.ranks, share.tasks, share.where
-    costs, routes = _costs(share, gpu, topo)
+    costs, routes = _costs_of(share, gpu, topo)
     rows: list[tuple] = []          # (kind, gpu, const, coef, bytes, shape, dst) per node of GPU 0
     add = rows.append
     shapes: dict = {}
@@ -96,7 +96,10 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
     flat0 = np.fromiter((x for row in inputs for x in row), dtype=np.int64, count=int(lens0.sum()))
     lens = np.tile(lens0, n)
     flat = (((flat0 // N0 + turns) % n) * N0 + flat0 % N0).reshape(-1)
-    level = longest_path_levels(lens, flat)
+    # GPU g's node i lies as deep as GPU 0's (the graph turns onto itself), and the inputs
+    # taken modulo one GPU's nodes form a DAG (a cycle there would turn into one in the graph)
+    level0 = longest_path_levels(lens0, flat0 % N0)
+    level = np.tile(level0, n)
     node = lambda local: (turns * N0 + np.asarray(local, dtype=np.int64)).reshape(-1)  # noqa: E731
     pick = lambda cond: [j for j, t in enumerate(tasks) if cond(t)]  # noqa: E731
     gemms = pick(lambda t: isinstance(t, Kernel) and t.kind == "gemm" and t.gemm is not None)
@@ -110,14 +113,18 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
     prio = {s.name: s.priority for s in share.streams}
     per_gpu = lambda js, f: np.tile(np.array([f(j) for j in js], dtype=np.int64), n)  # noqa: E731
     on = lambda js: np.repeat(np.arange(n), len(js))  # noqa: E731
-    pairs = [(tasks[j].src, tasks[j].dst) for j in xfers]
-    paths = [routes[((a + g) % n, (b + g) % n)][0] for g in range(n) for a, b in pairs]
+    pairs = np.array([(tasks[j].src, tasks[j].dst) for j in xfers], dtype=np.int64).reshape(-1, 2)
+    turned = (pairs[None, :, :] + turns[:, :, None]) % n          # (GPU g, transfer, src/dst)
+    code = turned[..., 0] * n + turned[..., 1]
+    met, which = np.unique(code.reshape(-1), return_inverse=True)
+    paths = [routes[(c // n, c % n)][0] for c in met.tolist()]
     source = {}
     for node_, h, i in sig_of:
         for g in range(n):
             source[g * N0 + node_] = ((h + g) % n) * N0 + end[i]
     return Template(
-        ref=scenario, num_nodes=n * N0, levels=padded_levels(lens, flat, level), kind=np.tile(kind, n),
+        ref=scenario, num_nodes=n * N0, levels=LazyLevels(lambda: padded_levels(lens, flat, level)),
+        share_levels=padded_levels(lens0, flat0 % N0, level0), kind=np.tile(kind, n),
         const=np.tile(const.astype(float), n), coef=np.tile(coef.astype(float), n),
         ref_bytes=np.tile(nbytes.astype(float), n), gemm_shape=np.tile(shape.astype(np.int64), n),
         shapes=list(shapes), gpu_of=gpu_of.astype(np.int64), dst_of=dst_of.astype(np.int64),
@@ -127,7 +134,7 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
         launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
         comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"), tasks=None,
         places=np.array([begin, end], dtype=np.int64).T.reshape(-1, 2),
-        **link_tables(paths, np.tile([costs[j][2] for j in xfers], n), topo),
+        **link_tables(paths, np.tile([costs[j][2] for j in xfers], n), topo, which.reshape(-1)),
         mem=memory_kernels([tasks[j] for j in mems] * n, node([end[j] for j in mems]), node([begin[j] for j in mems]),
                            gpu, gpu_of, gemm_nodes, level, gemm_begin),
         comm_kernels=comm_kernels([tasks[j] for j in comms] * n, [tasks[j] for j in gemms] * n, gpu,
@@ -136,6 +143,25 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
                                   priority=(per_gpu(comms, lambda j: prio[tasks[j].stream]),
                                             per_gpu(gemms, lambda j: prio[tasks[j].stream]))),
         source=sources(source, n * N0))
+
+
+def _costs_of(share: Share, gpu: GpuProfile, topo: Topology) -> tuple[dict[int, tuple], dict]:
+    """:func:`_costs`, kept on the share; a share cut from another (its communication alone:
+    the same transfers, GEMMs dropped) takes its parent's, renumbered."""
+    def kept(s: Share):
+        hit = s.memo.get("costs")
+        return hit[2:] if hit is not None and hit[0] is gpu and hit[1] is topo else None
+
+    got = kept(share)
+    if got is None:
+        parent = kept(share.cut_from[0]) if share.cut_from is not None else None
+        if parent is not None:
+            place = share.cut_from[1]
+            got = ({place[j]: c for j, c in parent[0].items()}, parent[1])
+        else:
+            got = _costs(share, gpu, topo)
+        share.memo["costs"] = (gpu, topo, *got)
+    return got
 
 
 def _costs(share: Share, gpu: GpuProfile, topo: Topology) -> tuple[dict[int, tuple], dict]:
@@ -175,19 +201,19 @@ def _costs(share: Share, gpu: GpuProfile, topo: Topology) -> tuple[dict[int, tup
         for g in range(n):
             for lk in route((a + g) % n, (b + g) % n)[0]:
                 share_of[(lk, step, r)] += count
-    edges = topo.graph.edges
+    bandwidth = {(u, v): bw for u, v, bw in topo.graph.edges(data="bandwidth")}
     out = {}
     for j, t, step, r in rows:
         links, latency = route(t.src, t.dst)
-        rates = [edges[lk]["bandwidth"] / (share_of[(lk, step, r)] if t.step is not None else 1) for lk in links]
+        rates = [bandwidth[lk] / (share_of[(lk, step, r)] if t.step is not None else 1) for lk in links]
         if t.engine == "sm":
             i = where[t.drivers[0]][1]
             blocks, shared = tasks[i].grid, chan[(i, step)]
         else:
             blocks = shared = 0
         out[j] = transfer_cost(t, gpu, links, latency, rates, blocks, shared)
-    for g in range(n):          # every turned pair's route, for the link tables
-        for j, t, _, _ in rows:
-            route((t.src + g) % n, (t.dst + g) % n)
+    for a, b in {(t.src, t.dst) for _, t, _, _ in rows}:     # every turned pair's route, for the link tables
+        for g in range(n):
+            route((a + g) % n, (b + g) % n)
     return out, routes
 

@@ -5,8 +5,35 @@ evaluates a level with whole-array operations."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
+from typing import Callable
 
 import numpy as np
+
+Level = tuple[np.ndarray, np.ndarray]
+
+
+class LazyLevels(Sequence):
+    """A template's levels (:func:`padded_levels`) made on first use: a sweep evaluates the
+    symmetry quotient of merged templates, whose levels come from GPU 0's share of each
+    (:mod:`.closed_form_turned`), never from the whole templates'."""
+
+    def __init__(self, make: Callable[[], list[Level]]):
+        self._make, self._levels = make, None
+
+    def _made(self) -> list[Level]:
+        if self._levels is None:
+            self._levels, self._make = self._make(), None
+        return self._levels
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+    def __getitem__(self, i):
+        return self._made()[i]
+
+    def __iter__(self):
+        return iter(self._made())
 
 
 def csr(inputs: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
@@ -40,15 +67,52 @@ def padded_levels(lens: np.ndarray, flat: np.ndarray, level: np.ndarray) -> list
     return out
 
 
+SMALL = 4096        # up to this many nodes, a plain loop beats whole-array frontiers (fewer, larger calls)
+
+
 def longest_path_levels(lens: np.ndarray, src: np.ndarray) -> np.ndarray:
-    """Longest-path depth of every node (inputs first: depth 1), by Kahn's algorithm run one
-    frontier at a time with whole-array operations: the nodes whose inputs all lie in
-    earlier frontiers form the next one, so a node's frontier is its depth (templates are a
-    few dozen to a few thousand levels deep and thousands of nodes wide; ``lens``, ``src``:
-    the inputs, :func:`csr`)."""
+    """Longest-path depth of every node (inputs first: depth 1), by Kahn's algorithm: a node's
+    depth is one more than its deepest input's, known once its last input is taken (``lens``,
+    ``src``: the inputs, :func:`csr`). Templates are a few dozen to a few thousand levels deep;
+    small ones (at most :data:`SMALL` nodes) take their nodes one at a time, large ones one
+    frontier at a time with whole-array operations (the nodes whose inputs all lie in earlier
+    frontiers form the next one, so a node's frontier is its depth)."""
     n = len(lens)
     if not n:
         return np.zeros(0, dtype=np.int64)
+    level = _levels_one_by_one(lens, src) if n <= SMALL else _levels_by_frontier(lens, src)
+    if (level == 0).any():
+        raise ValueError("the compiled graph has a cycle")
+    return level
+
+
+def _levels_one_by_one(lens: np.ndarray, src: np.ndarray) -> np.ndarray:
+    n, counts, inputs = len(lens), lens.tolist(), src.tolist()
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pos = 0
+    for v, c in enumerate(counts):
+        for u in inputs[pos:pos + c]:
+            succ[u].append(v)
+        pos += c
+    level = [0] * n
+    todo = [v for v in range(n) if not counts[v]]
+    for v in todo:
+        level[v] = 1
+    while todo:
+        u = todo.pop()
+        deeper = level[u] + 1
+        for v in succ[u]:
+            if level[v] < deeper:
+                level[v] = deeper
+            counts[v] -= 1
+            if not counts[v]:
+                todo.append(v)
+    # a node on a cycle never loses its last input: its level stays 0 where it had inputs
+    return np.array([lv if not c else 0 for lv, c in zip(level, counts)], dtype=np.int64)
+
+
+def _levels_by_frontier(lens: np.ndarray, src: np.ndarray) -> np.ndarray:
+    n = len(lens)
     dst = np.repeat(np.arange(n), lens)
     order = np.argsort(src, kind="stable")                 # edges grouped by their input node
     src, dst = src[order], dst[order]
@@ -72,6 +136,4 @@ def longest_path_levels(lens: np.ndarray, src: np.ndarray) -> np.ndarray:
         if len(front) > 1:             # a node reached by several frontier edges: keep one
             seen[front] = np.arange(len(front))
             front = front[seen[front] == np.arange(len(front))]
-    if (level == 0).any():
-        raise ValueError("the compiled graph has a cycle")
     return level

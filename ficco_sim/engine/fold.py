@@ -41,6 +41,10 @@ class Share:
     streams: tuple                             # GPU 0's streams
     tasks: tuple
     where: dict[str, tuple[int, int]] = field(repr=False)
+    # the share this one was cut from and where each of its tasks went there (-1: dropped), so
+    # that what its transfers cost, the same in both, is worked out once
+    cut_from: "tuple[Share, list[int]] | None" = field(default=None, repr=False)
+    memo: dict = field(default_factory=dict, repr=False)
 
     def without_gemms(self) -> "Share":
         """The share of :func:`~ficco_sim.metrics.comm_only_graph`'s graph: GEMM kernels
@@ -56,7 +60,7 @@ class Share:
                       replace(t, deps=tuple(d for d in t.deps if d in where),
                               signals=tuple(x for x in t.signals if x[0] in where))
                       for t, g in zip(self.tasks, gemm) if not g)
-        return Share(self.ranks, self.streams, tasks, where)
+        return Share(self.ranks, self.streams, tasks, where, cut_from=(self, place))
 
 
 @dataclass

@@ -70,11 +70,14 @@ def quotient(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = N
         return None, None
     orbit = np.append(orbit, Q)
     rep = np.unique(orbit[:-1], return_index=True)[1]          # first node of each class
-    levels = []
-    for ids, pad in tpl.levels:
-        keep = rep[orbit[ids]] == ids
-        if keep.any():
-            levels.append((orbit[ids[keep]], orbit[pad[keep]]))
+    if tpl.share_levels is not None and known is not None and np.array_equal(orbit[:-1], known):
+        levels = list(tpl.share_levels)     # every class GPU 0's node of a share: its levels, made as compiled
+    else:
+        levels = []
+        for ids, pad in tpl.levels:
+            keep = rep[orbit[ids]] == ids
+            if keep.any():
+                levels.append((orbit[ids[keep]], orbit[pad[keep]]))
     gemm_targets = np.flatnonzero(rep[orbit[tpl.gemm_nodes]] == tpl.gemm_nodes)
     xfer_targets = np.flatnonzero(rep[orbit[tpl.xfer_nodes]] == tpl.xfer_nodes)
     g_all, x_nodes = tpl.gpu_of, tpl.xfer_nodes

@@ -29,7 +29,7 @@ from ..engine.gcpause import paused_gc
 from ..engine.symmetry import quotient, rotation_symmetric
 from ..gemm_model import gemm_times
 from ..hardware import GpuProfile, load_gpu
-from ..metrics import comm_only_graph, comm_only_key, schedule_metrics
+from ..metrics import NAMES, comm_only_graph, comm_only_key, schedule_metrics
 from ..schedules import Schedule, lower, parse_schedule
 from ..schedules.lowering import lower_share
 from ..topology import Topology, load_topology
@@ -227,6 +227,14 @@ def estimate_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | 
             for a in range(0, len(all_idx), per):
                 _fill(out, scenarios, all_idx[a:a + per], schedules, js, tpls, where, ref, gpu, topo, weights, engine)
     return out  # type: ignore[return-value]
+
+
+def point_metrics(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str,
+                  topology: Topology | str) -> dict[str, float]:
+    """Every metric (:data:`~ficco_sim.metrics.NAMES`) of one scenario under one schedule, from
+    the templates :func:`estimate_many` evaluates (``simulate --engine analytical``)."""
+    row = estimate_many([scenario], [schedule], gpu, topology)[0]
+    return {k: row[k] for k in NAMES}
 
 
 def rank_many(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | str], gpu: GpuProfile | str,
