@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 
 import pytest
 from conftest import check_timeline
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ficco_sim import Scenario, baseline, lower, simulate
+from ficco_sim.errors import InputError
 from ficco_sim.engine.des import simulate_graph
 from ficco_sim.hardware import load_gpu
 from ficco_sim.schedules import basic_schedules, parse_schedule
@@ -159,3 +161,31 @@ def test_closed_form_points_are_the_templates_and_their_timeline_comes_on_demand
         monkeypatch.undo()
         assert got.timeline.makespan == pytest.approx(want.makespan, rel=1e-12)
         assert len(got.graph.tasks) == len(want.graph.tasks) and got.makespan == got.metrics["makespan"]
+
+
+@pytest.mark.parametrize("topo_name", ["switch:4", "ring:4"])
+def test_every_kind_and_preset_reads_the_same_from_templates_and_whole_graphs(topo_name):
+    """Over every scenario kind, every preset and a sample of each kind's schedule space, the
+    template path simulate --engine analytical takes equals the whole graph run through the
+    closed form, metric for metric (symmetric topology: GPU 0's share and its quotient; ring:
+    whole templates)."""
+    from ficco_sim.explore.space import valid_schedules
+    from ficco_sim.schedules.presets import PRESETS
+    from ficco_sim.workload import SCENARIO_KINDS
+    gpu = load_gpu("h100")
+    topo = load_topology(topo_name, gpu)
+    checked = 0
+    for kind in SCENARIO_KINDS:
+        sc = Scenario(kind, 4, 2048, 2048, 1024)
+        names = [s.name for s in valid_schedules(sc, gpu, topo)]
+        for name in names[::max(1, len(names) // 6)] + list(PRESETS):
+            try:
+                want = simulate(sc, name, gpu, topo, engine="analytical", whole_graph=True)
+            except InputError as e:       # a preset that does not apply here: refused alike on both paths
+                with pytest.raises(InputError, match=re.escape(e.line())):
+                    simulate(sc, name, gpu, topo, engine="analytical")
+                continue
+            got = simulate(sc, name, gpu, topo, engine="analytical")
+            assert got.metrics == pytest.approx(want.metrics, rel=1e-9, abs=1e-15, nan_ok=True), (kind, name)
+            checked += 1
+    assert checked > 60
