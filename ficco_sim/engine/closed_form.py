@@ -398,9 +398,9 @@ def run(tpl: Template, add: np.ndarray, hold: dict | None = None) -> np.ndarray:
     for lv, (ids, pad) in enumerate(tpl.levels):
         vals[:, ids] = vals[:, pad].max(axis=2) + add[:, ids]
         if lv in comm_at:
-            apply_comm_hold(tpl, vals, add, hold["comm"], comm_at[lv])
+            apply_comm_hold(tpl, vals, add, hold["comm"], comm_at[lv], lv)
         if lv in mem_at:
-            apply_memory_hold(tpl, vals, add, hold["mem"], mem_at[lv])
+            apply_memory_hold(tpl, vals, add, hold["mem"], mem_at[lv], lv)
     return vals
 
 

@@ -423,25 +423,41 @@ def levels_of(tpl: "Template", nodes: np.ndarray) -> dict[int, np.ndarray]:
     return {int(lv): np.flatnonzero(lv_of == lv) for lv in np.unique(lv_of) if lv >= 0}
 
 
-def apply_memory_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray) -> None:
-    """End the memory kernels ``cols`` (their end nodes were just computed) by the two-phase
-    rule of :func:`.closed_form_overlap.memory_hold` against their GEMM's times in this pass."""
-    vals[:, tpl.mem.nodes[cols]] = held_ends(tpl, vals, add, hold, cols)
+def _at_level(hold: dict, cols: np.ndarray, lv: int) -> dict:
+    """The hold's per-kernel (P, kernels) arrays at the kernels ``cols`` of level ``lv``, sliced
+    once per hold: a hold is kept over the contention passes, and each level's slices serve them all."""
+    memo = hold.setdefault("at_level", {})
+    hit = memo.get(lv)
+    if hit is None:
+        hit = memo[lv] = {k: v[:, cols] for k, v in hold.items() if k != "at_level"}
+    return hit
+
+
+def apply_memory_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray,
+                      lv: int) -> None:
+    """End the memory kernels ``cols`` of level ``lv`` (their end nodes were just computed) by the
+    two-phase rule of :func:`.closed_form_overlap.memory_hold` against their GEMM's times in this pass."""
+    vals[:, tpl.mem.nodes[cols]] = _held_ends(tpl, vals, add, _at_level(hold, cols, lv), cols)
 
 
 def held_ends(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray) -> np.ndarray:
     """(P, cols) ends of the memory kernels ``cols`` under the two-phase rule (see
     :func:`apply_memory_hold`), their ends in ``vals`` where no GEMM holds them."""
+    return _held_ends(tpl, vals, add, {k: v[:, cols] for k, v in hold.items() if k != "at_level"}, cols)
+
+
+def _held_ends(tpl: "Template", vals: np.ndarray, add: np.ndarray, h: dict, cols: np.ndarray) -> np.ndarray:
+    """:func:`held_ends` with the hold's arrays already at ``cols`` (``h``)."""
     mk = tpl.mem
     s = vals[:, mk.begin[cols]]
-    a = np.take_along_axis(vals, hold["begin_node"][:, cols], 1)
-    dur = np.take_along_axis(add, hold["end_node"][:, cols], 1)
+    a = np.take_along_axis(vals, h["begin_node"], 1)
+    dur = np.take_along_axis(add, h["end_node"], 1)
     b = a + dur
-    split = a + hold["last_at"][:, cols] * dur
-    on = hold["on"][:, cols] & (a <= s) & (s < b)
+    split = a + h["last_at"] * dur
+    on = h["on"] & (a <= s) & (s < b)
     d1 = np.where(on, np.maximum(0.0, split - s), 0.0)
     d2 = np.where(on, b - np.maximum(split, s), 0.0)
-    alone, f1, f2 = (hold[k][:, cols] for k in ("alone", "f1", "f2"))
+    alone, f1, f2 = h["alone"], h["f1"], h["f2"]
     w1, w2 = d1 * f1, d2 * f2                                              # work done (alone-seconds)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(w1 >= alone, alone / f1,
@@ -450,20 +466,22 @@ def held_ends(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, co
     return np.where(on, s + got, vals[:, mk.nodes[cols]])
 
 
-def apply_comm_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray) -> None:
-    """Apply the release of the communication kernels ``cols`` (their begin nodes were just
-    computed): the partner GEMM's begin is already known (a shallower level)."""
+def apply_comm_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray,
+                    lv: int) -> None:
+    """Apply the release of the communication kernels ``cols`` of level ``lv`` (their begin nodes
+    were just computed): the partner GEMM's begin is already known (a shallower level)."""
+    h = _at_level(hold, cols, lv)
     c = tpl.comm_kernels.begin[cols]
     s = vals[:, c]
-    a = np.take_along_axis(vals, hold["begin_node"][:, cols], 1)
-    dur = np.take_along_axis(add, hold["end_node"][:, cols], 1)
+    a = np.take_along_axis(vals, h["begin_node"], 1)
+    dur = np.take_along_axis(add, h["end_node"], 1)
     b = a + dur
-    mode, frac, waves = hold["mode"][:, cols], hold["frac"][:, cols], hold["waves"][:, cols]
+    mode, frac, waves = h["mode"], h["frac"], h["waves"]
     wave = dur / waves
     with np.errstate(divide="ignore", invalid="ignore"):
         boundary = np.minimum(a + np.ceil((s - a) / np.where(wave > 0, wave, 1.0)) * wave, b)
     release = np.where(mode == 2, boundary, a + frac * dur)
     # a GEMM reaching the SMs at the same instant holds the kernel only if issued before it
     tie = np.abs(a - s) <= 1e-12 * np.maximum(np.abs(s), 1e-9)
-    before = (a < s) & ~tie | tie & hold["first"][:, cols]
+    before = (a < s) & ~tie | tie & h["first"]
     vals[:, c] = np.where((mode > 0) & before & (s < b), np.maximum(s, release), s)

@@ -396,20 +396,22 @@ def _a2a_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo
     one_engine = 0 if sch.pattern == "p2p" else None
     arrived: dict[tuple[int, int, int], str] = {}
     for s in range(nsteps):
-        for g in range(n):
-            for p, j in steps[g][s]:
-                rows = split[(p, g)][j]
-                if rows == 0:
-                    continue
-                tid = f"a2a.s{s}.{p}.{j}->{g}"
-                io = {"src": row_slice("X", src_off[p][g] + sub_off(p, g, j), rows),
-                      "dst": row_slice("Y", y_off[p][g] + sub_off(p, g, j), rows)}
-                nbytes = rows * sc.k * sc.element_bytes
-                if sch.engine == "sm":
-                    b.sm_transfer(tid, p, g, nbytes, (kern[p][s], kern[g][s]), step=("a2a", s), label=f"A2A step {s}", io=io)
-                else:
-                    b.dma_transfer(tid, g, p, g, nbytes, step=("a2a", s), engine=one_engine, label=f"A2A step {s}", io=io)
-                arrived[(g, p, j)] = tid
+        # the k-th piece of every GPU, then the (k+1)-th: each sender makes its pieces of a step to
+        # its peers in turned order, as every other sender does (so the graph folds: an SM transfer
+        # is its sender's task); each receiver's copy commands keep their order
+        for p, j, g in ((*steps[g][s][k], g) for k in range(len(steps[0][s])) for g in range(n)):
+            rows = split[(p, g)][j]
+            if rows == 0:
+                continue
+            tid = f"a2a.s{s}.{p}.{j}->{g}"
+            io = {"src": row_slice("X", src_off[p][g] + sub_off(p, g, j), rows),
+                  "dst": row_slice("Y", y_off[p][g] + sub_off(p, g, j), rows)}
+            nbytes = rows * sc.k * sc.element_bytes
+            if sch.engine == "sm":
+                b.sm_transfer(tid, p, g, nbytes, (kern[p][s], kern[g][s]), step=("a2a", s), label=f"A2A step {s}", io=io)
+            else:
+                b.dma_transfer(tid, g, p, g, nbytes, step=("a2a", s), engine=one_engine, label=f"A2A step {s}", io=io)
+            arrived[(g, p, j)] = tid
     for g in range(n):
         local_gemm(g)
         base = counts[g][g]
