@@ -52,9 +52,10 @@ def main() -> None:
     for c in ("what", "points", "seconds", "points/s"):
         table.add_column(c, justify="right")
     # first, in a fresh heap, as a CLI run is
-    sc = Scenario("ag-gemm", 8, 16384, 8192, 8192)
-    simulate(sc, "ficco-a2a-dma", "h100", "switch:8", engine="analytical")   # profile and topology loaded once
-    for sched in ("none", "ficco-a2a-dma", "ficco-a2a-sm"):
+    simulate(Scenario("ag-gemm", 8, 8192, 8192, 8192), "none", "h100", "switch:8", engine="analytical")  # loads
+    cases = [(Scenario("ag-gemm", 8, 16384, 8192, 8192), s) for s in ("none", "ficco-a2a-dma", "ficco-a2a-sm")] + \
+        [(Scenario(kind, 8, 16384, 8192, 8192), "ficco-a2a-sm") for kind in ("gemm-rs", "a2a-gemm")]
+    for sc, sched in cases:
         times = []
         for _ in range(7):      # cold: the templates compiled anew each time, as in a fresh process
             estimate.clear_cache()
