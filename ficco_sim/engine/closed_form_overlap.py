@@ -12,6 +12,8 @@ source/destination pair).
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -423,6 +425,15 @@ def levels_of(tpl: "Template", nodes: np.ndarray) -> dict[int, np.ndarray]:
     return {int(lv): np.flatnonzero(lv_of == lv) for lv in np.unique(lv_of) if lv >= 0}
 
 
+@functools.lru_cache(maxsize=64)
+def _rows(P: int) -> np.ndarray:
+    """(P, 1) row numbers: ``x[_rows(P), idx]`` is ``take_along_axis(x, idx, 1)`` without its
+    per-call checks (the hold rules gather per level, many times a pass)."""
+    out = np.arange(P)[:, None]
+    out.flags.writeable = False
+    return out
+
+
 def _at_level(hold: dict, cols: np.ndarray, lv: int) -> dict:
     """The hold's per-kernel (P, kernels) arrays at the kernels ``cols`` of level ``lv``, sliced
     once per hold: a hold is kept over the contention passes, and each level's slices serve them all."""
@@ -450,8 +461,9 @@ def _held_ends(tpl: "Template", vals: np.ndarray, add: np.ndarray, h: dict, cols
     """:func:`held_ends` with the hold's arrays already at ``cols`` (``h``)."""
     mk = tpl.mem
     s = vals[:, mk.begin[cols]]
-    a = np.take_along_axis(vals, h["begin_node"], 1)
-    dur = np.take_along_axis(add, h["end_node"], 1)
+    rows = _rows(len(vals))
+    a = vals[rows, h["begin_node"]]
+    dur = add[rows, h["end_node"]]
     b = a + dur
     split = a + h["last_at"] * dur
     on = h["on"] & (a <= s) & (s < b)
@@ -473,8 +485,9 @@ def apply_comm_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: di
     h = _at_level(hold, cols, lv)
     c = tpl.comm_kernels.begin[cols]
     s = vals[:, c]
-    a = np.take_along_axis(vals, h["begin_node"], 1)
-    dur = np.take_along_axis(add, h["end_node"], 1)
+    rows = _rows(len(vals))
+    a = vals[rows, h["begin_node"]]
+    dur = add[rows, h["end_node"]]
     b = a + dur
     mode, frac, waves = h["mode"], h["frac"], h["waves"]
     wave = dur / waves
