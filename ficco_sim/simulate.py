@@ -106,6 +106,11 @@ def _baseline_of(scenario: Scenario, gpu: GpuProfile, none: Timeline, comm_alone
     return {"t_comp": t_comp, "t_comm": comm_alone.makespan, "t_none": none.makespan}
 
 
+def _templated(engine: str, whole_graph: bool, gpu: GpuProfile) -> bool:
+    """Whether :func:`simulate` evaluates the sweeps' templates (the closed form on a GPU)."""
+    return engine == "analytical" and not whole_graph and gpu.host is None
+
+
 def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProfile | str = "h100",
              topology: Topology | str | None = None, *, engine: str = "des", policy: str = "backfill",
              base: dict[str, float] | None = None, whole_graph: bool = False) -> Result:
@@ -121,7 +126,7 @@ def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProf
     topo = _default_topology(topology, scenario, gpu)
     preset = str(schedule) if is_preset(schedule) else ""
     schedule = resolve(scenario, schedule, gpu, topo)
-    if engine == "analytical" and not whole_graph and gpu.host is None:
+    if _templated(engine, whole_graph, gpu):
         metrics = point_metrics(scenario, schedule, gpu, topo)
 
         def make() -> tuple[TaskGraph, Timeline]:
@@ -155,8 +160,10 @@ def simulate_many(scenario: Scenario, schedules: Iterable[Schedule | str], gpu: 
                              whole_graph=whole_graph)
         m = out[none].metrics
         base = {"t_comp": m["t_comp_iso"], "t_comm": m["t_comm_iso"], "t_none": m["makespan"]}
-    else:
+    elif not _templated(engine, whole_graph, gpu):     # (the templates keep their own baseline)
         base = baseline(scenario, gpu, topo, engine=engine, policy=policy)
+    else:
+        base = None
     for i, s in enumerate(schedules):
         if i not in out:
             out[i] = simulate(scenario, s, gpu, topo, engine=engine, policy=policy, base=base,

@@ -161,6 +161,14 @@ def test_closed_form_points_are_the_templates_and_their_timeline_comes_on_demand
         monkeypatch.undo()
         assert got.timeline.makespan == pytest.approx(want.makespan, rel=1e-12)
         assert len(got.graph.tasks) == len(want.graph.tasks) and got.makespan == got.metrics["makespan"]
+    # several schedules without none among them: the templates keep their own baseline, none is run apart
+    sc, topo = cases[0][0], load_topology(cases[0][1], gpu)
+    want = sim.simulate_many(sc, ["ficco-a2a-sm", "shard-p2p-dma"], gpu, topo, engine="analytical", whole_graph=True)
+    monkeypatch.setattr(sim, "baseline", _ran)
+    monkeypatch.setattr(sim, "_run", _ran)
+    got = sim.simulate_many(sc, ["ficco-a2a-sm", "shard-p2p-dma"], gpu, topo, engine="analytical")
+    for g, w in zip(got, want):
+        assert g.metrics == pytest.approx(w.metrics, rel=1e-9, abs=1e-15, nan_ok=True)
 
 
 @pytest.mark.parametrize("topo_name", ["switch:4", "ring:4"])
