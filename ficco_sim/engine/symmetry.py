@@ -47,23 +47,10 @@ def quotient(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = N
     N = tpl.num_nodes
     if tpl.gpu_of.min(initial=0) < 0:
         return None, None
-    cls = _classes(tpl, stride, gpus, known)
-    gpu = tpl.gpu_of
-    order = np.lexsort((cls, gpu))          # by GPU, then class: each GPU's multiset of classes
-    sorted_gpu, sorted_cls = gpu[order], cls[order]
-    cuts = np.flatnonzero(np.diff(sorted_gpu)) + 1
-    firsts = np.concatenate([[0], cuts])
-    blocks: dict[int, dict[int, np.ndarray]] = {}          # block -> its GPU -> that GPU's classes
-    for g, run in zip(sorted_gpu[firsts].tolist(), np.split(sorted_cls, cuts)):
-        blocks.setdefault(g // stride, {})[g % stride] = run
-    q = int(cls.max(initial=-1)) + 1
-    empty = np.zeros(0, dtype=np.int64)
-    for b, per in sorted(blocks.items()):
-        counts = [per.get(u, empty) for u in range(gpus)]
-        if len(per) > gpus or any(not np.array_equal(c, counts[0]) for c in counts[1:]):
-            mine = np.flatnonzero(gpu // stride == b)     # not symmetric: every node its own class
-            cls[mine] = q + np.arange(len(mine))
-            q += len(mine)
+    if known is not None and (known >= 0).all():
+        cls = known             # every block a share: each of its GPUs holds GPU 0's classes, turned
+    else:
+        cls = _symmetric_blocks(tpl, _classes(tpl, stride, gpus, known), stride, gpus)
     orbit = np.unique(cls, return_inverse=True)[1].reshape(-1)
     Q = int(orbit.max(initial=-1)) + 1
     if Q == N:
@@ -97,6 +84,28 @@ def quotient(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = N
     return quot, orbit
 
 
+def _symmetric_blocks(tpl: Template, cls: np.ndarray, stride: int, gpus: int) -> np.ndarray:
+    """``cls`` with every node of a block whose GPUs do not all hold the same multiset of
+    classes given a class of its own (see :func:`quotient`)."""
+    gpu = tpl.gpu_of
+    order = np.lexsort((cls, gpu))          # by GPU, then class: each GPU's multiset of classes
+    sorted_gpu, sorted_cls = gpu[order], cls[order]
+    cuts = np.flatnonzero(np.diff(sorted_gpu)) + 1
+    firsts = np.concatenate([[0], cuts])
+    blocks: dict[int, dict[int, np.ndarray]] = {}          # block -> its GPU -> that GPU's classes
+    for g, run in zip(sorted_gpu[firsts].tolist(), np.split(sorted_cls, cuts)):
+        blocks.setdefault(g // stride, {})[g % stride] = run
+    q = int(cls.max(initial=-1)) + 1
+    empty = np.zeros(0, dtype=np.int64)
+    for b, per in sorted(blocks.items()):
+        counts = [per.get(u, empty) for u in range(gpus)]
+        if len(per) > gpus or any(not np.array_equal(c, counts[0]) for c in counts[1:]):
+            mine = np.flatnonzero(gpu // stride == b)     # not symmetric: every node its own class
+            cls[mine] = q + np.arange(len(mine))
+            q += len(mine)
+    return cls
+
+
 def _one_per_class(kernels, rep: np.ndarray, orbit: np.ndarray, nodes: tuple[str, ...], shared: tuple[str, ...]):
     """Kernel rows (:class:`~.closed_form_overlap.MemKernels` or ``CommKernels``) of the first
     node of each class only (the others would get the same hold), their ``nodes`` fields
@@ -116,8 +125,6 @@ def _classes(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = N
     Nodes alike share a level (their inputs do), so classes are numbered per level; a
     ``known`` class comes after all of those (a block's inputs are its own)."""
     N = tpl.num_nodes
-    if known is not None and (known >= 0).all():
-        return N + known
     unknown = None if known is None else known < 0
     gpu = tpl.gpu_of
     grid = np.zeros(N)

@@ -243,7 +243,8 @@ def _gemm_rs(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
         for src in range(n):
             for dst in [(src + t) % n for t in range(1, n)]:    # peers in turned order: no incast
                 tid = f"rs.s{j}.{src}->{dst}"
-                io = {"src": rows_of("P", dst, j), "dst": rows_of("R", src, j)}
+                # (the executor's buffers, for tasks that are made: a folding builder only describes the rest)
+                io = {"src": rows_of("P", dst, j), "dst": rows_of("R", src, j)} if b.makes(src) else None
                 if sch.engine == "sm":
                     b.sm_transfer(tid, src, dst, sub_rows[j] * esize, (kern[src][j], kern[dst][j]), step=("rs", j),
                                   deps=[gemm_of_step[(src, j)]], label=f"RS step {j}", io=io)
@@ -253,10 +254,10 @@ def _gemm_rs(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
                                    label=f"RS step {j}", io=io)
                     incoming.setdefault((dst, j), []).append(tid)
         for g in range(n):
-            inputs = [rows_of("R", p, j) for p in range(n) if p != g] + [rows_of("P", g, j)]
+            io = {"inputs": [rows_of("R", p, j) for p in range(n) if p != g] + [rows_of("P", g, j)],
+                  "out": rows_of("P", g, j)} if b.makes(g) else None
             b.reduce(f"rs.sum{g}.{j}", g, sub_rows[j], cols, dt, n,
-                     deps=sorted(set(incoming[(g, j)])) + [gemm_of_step[(g, j)]], label=f"RS sum {j}",
-                     io={"inputs": inputs, "out": rows_of("P", g, j)})
+                     deps=sorted(set(incoming[(g, j)])) + [gemm_of_step[(g, j)]], label=f"RS sum {j}", io=io)
 
 
 def _gemm_rs_ring(b: GraphBuilder, sc: Scenario, sch: Schedule, subs: int, sub_rows: list[int], rows_of,
