@@ -46,3 +46,23 @@ def test_a_cycle_is_refused(monkeypatch, small):
     inputs = [(), (0, 3), (1,), (2,), (3,)]        # 1 -> 2 -> 3 -> 1, and 4 after the cycle
     with pytest.raises(ValueError, match="cycle"):
         longest_path_levels(*csr(inputs))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_padded_levels_row_by_row_and_whole_array_agree(monkeypatch, seed):
+    """Each level's node ids ascending and their inputs in order, padded with the zero source,
+    whichever way they are built; every input lies at a shallower level."""
+    inputs = _random_dag(seed, 500)
+    lens, flat = csr(inputs)
+    level = longest_path_levels(lens, flat)
+    small = dag_levels.padded_levels(lens, flat, level)
+    monkeypatch.setattr(dag_levels, "SMALL", 0)
+    large = dag_levels.padded_levels(lens, flat, level)
+    assert len(small) == len(large) == int(level.max())
+    for (ids_a, pad_a), (ids_b, pad_b) in zip(small, large):
+        assert ids_a.tolist() == ids_b.tolist() == sorted(ids_a.tolist())
+        assert pad_a.tolist() == pad_b.tolist()
+    for lv, (ids, pad) in enumerate(small, start=1):
+        for v, row in zip(ids.tolist(), pad.tolist()):
+            assert [x for x in row if x != len(inputs)] == list(inputs[v])
+            assert all(level[x] < lv for x in inputs[v])

@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 
 Level = tuple[np.ndarray, np.ndarray]
+SMALL = 4096        # up to this many nodes, plain loops beat whole-array passes (numpy's per-call cost)
 
 
 class LazyLevels(Sequence):
@@ -43,11 +44,14 @@ def csr(inputs: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def padded_levels(lens: np.ndarray, flat: np.ndarray, level: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per level (1, 2, ...): its node ids and their inputs (``lens``, ``flat``: :func:`csr`)
-    padded with ``n`` (the zero source), built with whole-array operations."""
+    """Per level (1, 2, ...): its node ids (ascending) and their inputs (``lens``, ``flat``:
+    :func:`csr`) padded with ``n`` (the zero source); built row by row for small graphs (at
+    most :data:`SMALL` nodes), with whole-array operations for large ones."""
     n = len(lens)
     if not n:
         return []
+    if n <= SMALL:
+        return _padded_row_by_row(lens, flat, level)
     owner = np.repeat(np.arange(n), lens)
     pos = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
     order = np.argsort(level, kind="stable")                 # nodes by level, ids ascending within
@@ -67,7 +71,20 @@ def padded_levels(lens: np.ndarray, flat: np.ndarray, level: np.ndarray) -> list
     return out
 
 
-SMALL = 4096        # up to this many nodes, a plain loop beats whole-array frontiers (fewer, larger calls)
+def _padded_row_by_row(lens: np.ndarray, flat: np.ndarray, level: np.ndarray) -> list[Level]:
+    n, counts, inputs = len(lens), lens.tolist(), flat.tolist()
+    starts = [0] * (n + 1)
+    for v, c in enumerate(counts):
+        starts[v + 1] = starts[v] + c
+    by_level: list[list[int]] = [[] for _ in range(int(level.max()))]
+    for v, lv in enumerate(level.tolist()):
+        by_level[lv - 1].append(v)
+    out = []
+    for ids in by_level:
+        width = max(1, max(counts[v] for v in ids))
+        rows = [inputs[starts[v]:starts[v + 1]] + [n] * (width - counts[v]) for v in ids]
+        out.append((np.array(ids, dtype=np.int64), np.array(rows, dtype=np.int64).reshape(len(ids), width)))
+    return out
 
 
 def longest_path_levels(lens: np.ndarray, src: np.ndarray) -> np.ndarray:
