@@ -395,8 +395,13 @@ def run(tpl: Template, add: np.ndarray, hold: dict | None = None) -> np.ndarray:
         cache["mem"] = levels_of(tpl, tpl.mem.nodes) if tpl.mem is not None else {}
     comm_at = cache["comm"] if hold and "comm" in hold else {}
     mem_at = cache["mem"] if hold and "mem" in hold else {}
+    one = len(vals) == 1        # one scenario: 1-d views of its row (2-d fancy indexing costs twice as much)
+    v, a = vals[0], add[0]
     for lv, (ids, pad) in enumerate(tpl.levels):
-        vals[:, ids] = vals[:, pad].max(axis=2) + add[:, ids]
+        if one:
+            v[ids] = v[pad].max(axis=1) + a[ids]
+        else:
+            vals[:, ids] = vals[:, pad].max(axis=2) + add[:, ids]
         if lv in comm_at:
             apply_comm_hold(tpl, vals, add, hold["comm"], comm_at[lv], lv)
         if lv in mem_at:
