@@ -28,10 +28,12 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
     shapes: dict[GemmShape, int] = {}
     remap = [np.array([shapes.setdefault(sh, len(shapes)) for sh in t.shapes] + [-1], dtype=np.int64) for t in tpls]
     levels = LazyLevels(lambda: _merged_levels(tpls, offs))
-    share_levels = None
-    if all(t.share_levels is not None for t in tpls):
-        share_levels = LazyLevels(lambda: _merged_levels(tpls, np.cumsum([0] + [_per_gpu(t) for t in tpls]),
-                                                         "share_levels"))
+    share_dag = None
+    if all(t.share_dag is not None for t in tpls):      # the shares' DAGs side by side (nodes numbered on)
+        base = np.cumsum([0] + [len(t.share_dag[0]) for t in tpls])
+        share_dag = (np.concatenate([t.share_dag[0] for t in tpls]),
+                     np.concatenate([t.share_dag[1] + b for t, b in zip(tpls, base)]),
+                     np.concatenate([t.share_dag[2] for t in tpls]))
     cat = lambda f: np.concatenate([getattr(t, f) for t in tpls])  # noqa: E731
     at = lambda f: np.concatenate([getattr(t, f) + o for t, o in zip(tpls, offs)])  # noqa: E731
     G = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
@@ -49,21 +51,16 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         **merged_links(tpls), mem=merged_mem(tpls, offs), comm_kernels=merged_comm(tpls, offs),
         source=None if all(t.source is None for t in tpls) else np.concatenate(
             [np.full(t.num_nodes, -1, dtype=np.int64) if t.source is None else np.where(t.source >= 0, t.source + o, -1)
-             for t, o in zip(tpls, offs[:-1])]), share_levels=share_levels)
+             for t, o in zip(tpls, offs[:-1])]), share_dag=share_dag)
     return out, offs
 
 
-def _per_gpu(tpl: Template) -> int:
-    """Nodes per GPU of a template compiled from a share."""
-    return tpl.num_nodes // len(np.unique(tpl.gpu_of))
-
-
-def _merged_levels(tpls: Sequence[Template], offs: np.ndarray, field: str = "levels") -> list:
-    """Level by level, the templates' ``field`` levels side by side, each template's nodes
-    shifted by its offset in ``offs`` and its padding the merged sentinel ``offs[-1]``."""
+def _merged_levels(tpls: Sequence[Template], offs: np.ndarray) -> list:
+    """Level by level, the templates' levels side by side, each template's nodes shifted by
+    its offset in ``offs`` and its padding the merged sentinel ``offs[-1]``."""
     N = int(offs[-1])
     sizes = np.diff(offs)
-    per = [getattr(t, field) for t in tpls]
+    per = [t.levels for t in tpls]
     out = []
     for lv in range(max(len(x) for x in per)):
         got = [(x[lv], o, size) for x, o, size in zip(per, offs, sizes) if lv < len(x)]

@@ -124,7 +124,7 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
             source[g * N0 + node_] = ((h + g) % n) * N0 + end[i]
     return Template(
         ref=scenario, num_nodes=n * N0, levels=LazyLevels(lambda: padded_levels(lens, flat, level)),
-        share_levels=padded_levels(lens0, flat0 % N0, level0), kind=np.tile(kind, n),
+        share_dag=(lens0, flat0 % N0, level0), kind=np.tile(kind, n),
         const=np.tile(const.astype(float), n), coef=np.tile(coef.astype(float), n),
         ref_bytes=np.tile(nbytes.astype(float), n), gemm_shape=np.tile(shape.astype(np.int64), n),
         shapes=list(shapes), gpu_of=gpu_of.astype(np.int64), dst_of=dst_of.astype(np.int64),
