@@ -127,16 +127,6 @@ class Template:
     share_dag: tuple | None = None              # compiled from a share: GPU 0's nodes' DAG (input counts, inputs
                                                 # named by their GPU 0 node, levels), its quotient's own
 
-    @property
-    def share_levels(self) -> list | None:
-        """:func:`~.dag_levels.padded_levels` of :attr:`share_dag` (made on first use, kept)."""
-        if self.share_dag is None:
-            return None
-        hit = self.level_cache.get("share")
-        if hit is None:
-            hit = self.level_cache["share"] = padded_levels(*self.share_dag)
-        return hit
-
     def contention_groups(self) -> Groups | None:
         """:attr:`groups`, built on first use (a sweep evaluates merged templates, never the
         templates they merge; a merged one with a symmetry quotient evaluates the quotient)."""

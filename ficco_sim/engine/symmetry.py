@@ -13,6 +13,7 @@ import numpy as np
 from ..topology import Topology
 from ..workload import Scenario
 from .closed_form import Template
+from .dag_levels import padded_levels
 from .closed_form_overlap import groups
 
 
@@ -57,8 +58,8 @@ def quotient(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = N
         return None, None
     orbit = np.append(orbit, Q)
     rep = np.unique(orbit[:-1], return_index=True)[1]          # first node of each class
-    if tpl.share_levels is not None and known is not None and np.array_equal(orbit[:-1], known):
-        levels = list(tpl.share_levels)     # every class GPU 0's node of a share: its levels, made as compiled
+    if tpl.share_dag is not None and known is not None and np.array_equal(orbit[:-1], known):
+        levels = padded_levels(*tpl.share_dag)     # every class GPU 0's node of a share: the shares' DAG
     else:
         levels = []
         for ids, pad in tpl.levels:
