@@ -320,7 +320,9 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
                        max_split_k=r.number("gemm.max_split_k", integer=True, at_most=64) if r.has("gemm.max_split_k")
                        else 1,
                        one_block_share=r.number("gemm.one_block_share", at_most=1.0)
-                       if r.has("gemm.one_block_share") else 1.0),
+                       if r.has("gemm.one_block_share") else 1.0,
+                       peer_rate=r.number("gemm.peer_gbps_per_block", scale=GB)
+                       if r.has("gemm.peer_gbps_per_block") else math.inf),
         contention=Contention(
             compute_per_hbm_util=r.number("contention.compute_per_hbm_util", positive=False),
             comm_per_hbm_util=r.number("contention.comm_per_hbm_util", positive=False),

@@ -64,6 +64,10 @@ class GemmModel:
     which is what makes short-K pieces inefficient. ``one_block_share`` is the share of
     an SM's GEMM throughput one resident block of a kernel sustains alone (latency
     hiding: ``o`` blocks reach ``1 - (1 - share)**o``; 1: occupancy costs nothing).
+    ``peer_rate`` is the rate (B/s) at which one block of a fused kernel moves its tile to or
+    from a peer (epilogue stores, in-kernel pulls): a few KiB in flight per block over the
+    link's round trip, so a wave of blocks moves at most ``blocks x peer_rate`` (inf: the
+    path's bandwidth alone limits).
     """
 
     tiles: tuple[GemmTile, ...]
@@ -71,6 +75,7 @@ class GemmModel:
     k_overhead: float
     max_split_k: int = 1
     one_block_share: float = 1.0
+    peer_rate: float = math.inf
 
     @functools.cached_property
     def configs(self) -> tuple[GemmTile, ...]:

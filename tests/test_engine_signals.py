@@ -9,6 +9,7 @@ cross the link, so the kernel takes its isolated time plus its remote bytes over
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -91,6 +92,22 @@ def test_epilogue_stores_add_their_bytes_over_the_link_and_hold_the_sms():
     assert simulate_graph(graph(plain), gpu, TOPO).makespan == pytest.approx(alone, rel=1e-9)
     assert des == pytest.approx(want, rel=1e-6)
     assert cf == pytest.approx(want, rel=1e-6)
+
+
+def test_a_wave_of_storing_blocks_moves_at_most_blocks_times_the_peer_rate():
+    """Each block has a few KiB in flight: a wave of b blocks stores at b x peer_rate when
+    that is below the link, so every wave adds one tile over the block's rate."""
+    rate = 0.5e9
+    gpu = ideal(gemm=dataclasses.replace(ideal().gemm, peer_rate=rate))
+    m = 128 * 66                               # 66 x 16 tiles of 128 x 256: 8 full waves of 132
+    plan = plan_gemm(gpu, m, N, K, "float16")
+    slots = gpu.num_sms * plan.occupancy
+    assert plan.grid % slots == 0 and slots * rate < BW                 # full waves, block-bound
+    fused = Kernel("g", 0, "compute", "gemm", plan.grid, plan.block, plan.block_time, plan.block_hbm_bytes,
+                   gemm=GemmShape(m, N, K, "float16"), stores=((1.0, 1),))
+    want = isolated_time(gpu, plan, launch=False) + plan.grid // slots * tile_bytes(plan.tile, "float16") / rate
+    assert simulate_graph(graph(fused), gpu, TOPO).makespan == pytest.approx(want, rel=1e-6)
+    assert closed_form_timeline(graph(fused), gpu, TOPO).makespan == pytest.approx(want, rel=1e-6)
 
 
 def test_local_stores_cost_nothing():

@@ -4,6 +4,7 @@ with a one-line reason elsewhere, and what ``recommend`` answers in."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -120,3 +121,15 @@ def test_explore_space_presets_writes_the_tables(tmp_path, capsys):
     import pandas as pd
     got = pd.read_csv(tmp_path / "o" / "presets.csv")
     assert set(got["preset"]) == set(PRESETS) and got["speedup"].notna().any()
+
+
+def test_flux_on_8_h100_is_slower_than_gemm_then_nccl_because_blocks_pull_tiles_slowly():
+    """bytedance/flux#90: Flux's fused GEMM + reduce-scatter took 1.02-1.25x the time of cuBLAS
+    then NCCL on 8 x H100. Its blocks move tiles at gemm.peer_gbps_per_block (fitted on
+    flux#100, not #90); with the path's bandwidth alone the fused kernel would win."""
+    sc = Scenario("gemm-rs", 8, 4096, 8192, 3584, "float16")
+    gpu = load_gpu("h100")
+    plain = simulate(sc, "nccl", gpu, "switch:8").makespan
+    assert simulate(sc, "flux", gpu, "switch:8").makespan > plain
+    fast = dataclasses.replace(gpu, gemm=dataclasses.replace(gpu.gemm, peer_rate=math.inf))
+    assert simulate(sc, "flux", fast, "switch:8").makespan < plain

@@ -27,7 +27,7 @@ def test_every_published_fact_is_one_row_with_its_source_and_command():
     assert table["source_url"].str.startswith("http").all() and (table["command"].str.len() > 0).all()
     assert set(table["source"]) >= {"ConCCL", "Cui & Pericas", "arXiv 2507.03114", "flux#90", "DIL (Vidur GEMMs)"}
     fitted = table[table["used_for_fit"]]
-    assert len(fitted) and set(fitted["source"]) == {"nccl-tests", "arXiv 2507.03114"}
+    assert len(fitted) and set(fitted["source"]) == {"nccl-tests", "arXiv 2507.03114", "flux#100"}
     # the two averages the contention rule's HBM coefficients are fitted on (benchmarks/fit_contention.py)
     assert set(fitted.loc[fitted["source"] == "arXiv 2507.03114", "fact"].str.contains("mean")) == {True}
     summ = pt.summary(table).set_index("source")

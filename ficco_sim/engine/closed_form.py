@@ -19,8 +19,8 @@ A tile signal (:attr:`~ficco_sim.taskgraph.Kernel.signals`) is a node that ends 
 producer GEMM's share of waves covering its rows after the GEMM begins (wave quantized:
 ``ceil(blocks / slots) / waves`` of its time, :func:`~ficco_sim.gemm_model.tile_prefix_blocks`),
 plus the flag's path latency. A fused GEMM's epilogue stores add their bytes over the
-path to each peer to its time (every block stores after computing: the waves' stores
-queue on the links one after the other).
+path (or, if lower, a full wave's blocks x ``gemm.peer_rate``) to its time (every block
+stores after computing: the waves' stores queue on the links one after the other).
 
 Who shares a link is found in passes (:func:`evaluate`). The first pass divides each link
 among the transfers of one concurrency step (:attr:`~ficco_sim.taskgraph.Transfer.step`)
@@ -71,7 +71,7 @@ from .closed_form_contention import slowdowns
 from .closed_form_overlap import (CommKernels, Groups, MemKernels, apply_comm_hold, apply_memory_hold, comm_release,
                                   gemm_waits, groups, levels_of, link_coefs, memory_hold)
 from .dag_levels import csr, longest_path_levels, padded_levels
-from .closed_form_tiles import residency, signal_share, sources, store_coef, with_signals
+from .closed_form_tiles import residency, signal_share, sources, store_coef, store_seconds, with_signals
 from .closed_form_tables import graph_comm_kernels, link_tables, memory_kernels, transfer_cost
 
 ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX, SIG = range(8)   # SMX: an SM transfer (XFER + its wire protocol)
@@ -94,7 +94,7 @@ class Template:
     kind: np.ndarray           # node -> ZERO | CONST | GEMM | XFER | MEM | FIXED | SMX
     const: np.ndarray          # CONST: launch; XFER: fixed + latency; MEM/FIXED: duration at ref; SIG: flag latency
     coef: np.ndarray           # XFER: s per byte; GEMM: epilogue stores, s per m*n; SIG: share of rows
-    ref_bytes: np.ndarray      # XFER: bytes at ref
+    ref_bytes: np.ndarray      # XFER: bytes at ref; GEMM: fused stores' remote bytes per output element
     gemm_shape: np.ndarray     # GEMM node -> index into shapes
     shapes: list[GemmShape]    # at ref
     gpu_of: np.ndarray         # node -> GPU (kernels: their GPU; transfers: src)
@@ -199,7 +199,8 @@ def task_rows(t, gpu: GpuProfile, topo: Topology, cost: tuple | None, rows: list
     if isinstance(t, Kernel):
         begin = node(CONST, t.gpu, gpu.launch_of(t.kind))
         if t.kind == "gemm" and t.gemm is not None:
-            return begin, begin, node(GEMM, t.gpu, coef=store_coef(t, topo),
+            coef, remote = store_coef(t, topo)      # fused epilogue stores: s and bytes per output element
+            return begin, begin, node(GEMM, t.gpu, coef=coef, nb=remote,
                                       shape=shapes.setdefault(t.gemm, len(shapes))), None
         if t.kind == "comm":
             armed = node(CONST, t.gpu, gpu.handshake_of("comm"))   # transfers start here
@@ -344,10 +345,9 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
         g = np.flatnonzero(kind == GEMM)
         dur[:, g] = times[:, tpl.gemm_shape[g]]
         stored = g[tpl.coef[g] > 0]
-        if len(stored):   # fused epilogue stores: s per output element times m * n (not part of "iso")
-            mn = np.stack([m * n for m, n, _ in sizes], axis=1)
+        if len(stored):   # fused epilogue stores (not part of "iso")
             iso = dur.copy()
-            dur[:, stored] += tpl.coef[stored] * mn[:, tpl.gemm_shape[stored]]
+            dur[:, stored] += store_seconds(gpu, tpl, stored, sizes, picked)
         gemm_hbm = traffic[:, tpl.gemm_shape[tpl.gemm_nodes]]
         if (tpl.mem is not None and len(tpl.mem.nodes)) or len(tpl.comm_nodes):
             resident = residency(gpu, tpl.shapes, sizes, picked, tpl.gemm_shape[tpl.gemm_nodes])

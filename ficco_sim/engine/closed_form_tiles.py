@@ -31,15 +31,33 @@ def _picked_tiles(gpu: GpuProfile, sh: GemmShape, size: tuple, best: np.ndarray)
         yield rows, tile, grid, max(1, occ), S
 
 
-def store_coef(k: Kernel, topo: Topology) -> float:
-    """A fused GEMM's epilogue stores as seconds per output element of its m x n: each peer's
-    share of rows over the path's bandwidth, one peer after the other."""
-    out, lo = 0.0, 0.0
+def store_coef(k: Kernel, topo: Topology) -> tuple[float, float]:
+    """A fused GEMM's epilogue stores per output element of its m x n: seconds (each peer's
+    share of rows over the path's bandwidth, one peer after the other) and remote bytes."""
+    out, remote, lo = 0.0, 0.0, 0.0
     for share, dst in k.stores:
         if dst != k.gpu:
             out += (share - lo) * DTYPE_BYTES[k.gemm.dtype] / topo.path_bandwidth(k.gpu, dst)
+            remote += (share - lo) * DTYPE_BYTES[k.gemm.dtype]
         lo = share
-    return out
+    return out, remote
+
+
+def store_seconds(gpu: GpuProfile, tpl, stored: np.ndarray, sizes: list, picked: list) -> np.ndarray:
+    """(P, stored GEMMs): seconds their epilogue stores add, per scenario. A wave's blocks
+    store at most ``blocks x gemm.peer_rate`` (each has a few KiB in flight), so a full wave
+    of ``SMs x occupancy`` blocks moves its tiles at the path's bandwidth or that, whichever
+    is lower (exact for full waves; the discrete-event engine runs the last one as it is)."""
+    shape = tpl.gemm_shape[stored]
+    mn = np.stack([sizes[j][0] * sizes[j][1] for j in shape], axis=1).astype(float)
+    coef = np.broadcast_to(tpl.coef[stored], mn.shape)
+    if np.isfinite(gpu.gemm.peer_rate):
+        slots = np.ones(mn.shape)
+        for c, j in enumerate(shape):
+            for rows, _tile, _grid, occ, S in _picked_tiles(gpu, tpl.shapes[j], sizes[j], picked[j]):
+                slots[rows, c] = S * occ
+        coef = np.maximum(coef, tpl.ref_bytes[stored] / (slots * gpu.gemm.peer_rate))
+    return coef * mn
 
 
 def sources(source: dict[int, int], n: int) -> np.ndarray | None:

@@ -9,7 +9,7 @@ driver kernels have a resident block, after the path latency. A task with tile
 signals also waits for the producer GEMM's blocks covering those rows (blocks are
 dispatched in index order, so done blocks form a prefix) and the flag's path latency;
 a fused GEMM's blocks with epilogue stores hold their SMs until their tiles have crossed
-the links to their peers. On a host device (the CPU replay, :class:`~ficco_sim.hardware.HostSpec`)
+the links to their peers, each block moving at most ``gemm.peer_rate``. On a host device (the CPU replay, :class:`~ficco_sim.hardware.HostSpec`)
 a rank's compute ops and its message posts take turns on its one issuing thread, and compute
 and messages share the rank's cores evenly.
 
@@ -328,8 +328,11 @@ class Simulation(Wiring):
             usage = dict(self._path(k.gpu, dst)[0])
             at = self.rank(dst)       # (a folded rank receives its peer's stores)
             usage[f"hbm{at}"] = usage.get(f"hbm{at}", 0.0) + 1.0
-            self._add_activity(Activity(f"{k.id}@{self.seq}->{dst}", nbytes, usage, gpu=at, kind="transfer",
-                                        ends=(k.gpu, at), on_done=landed))
+            # each storing block has a few KiB in flight: the cohort's blocks move at most
+            # blocks x peer_rate
+            cap = nbytes / order.block_bytes * self.gpu.gemm.peer_rate
+            self._add_activity(Activity(f"{k.id}@{self.seq}->{dst}", nbytes, usage, cap=cap, gpu=at,
+                                        kind="transfer", ends=(k.gpu, at), on_done=landed))
             self.seq += 1
 
     def _cohort_done(self, k: Kernel, counts: np.ndarray, first: int = 0) -> None:

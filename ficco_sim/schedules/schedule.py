@@ -26,7 +26,8 @@ True
 tiles covering them are done, with no decomposition loss. ``fused-sm`` / ``fused-dma``: a
 communication kernel or copy command per peer starts on the signal (TransformerEngine's
 atomic GEMM, Triton-distributed); ``fused-st``: the GEMM's own blocks store each tile to
-its peer from the epilogue (Flux), holding their SMs while the bytes cross the link.
+its peer from the epilogue (Flux), holding their SMs while the bytes cross the link, each
+block at most ``gemm.peer_gbps_per_block``.
 
 >>> parse_schedule("fused-st").name
 'fused-st'
