@@ -64,7 +64,8 @@ def main() -> None:
     best = min(scores, key=scores.get)
     lo, hi = best / 1.2, best * 1.2
     for _ in range(20):                      # golden-section refinement in log space
-        a, b = math.exp(math.log(lo) + 0.382 * math.log(hi / lo)), math.exp(math.log(lo) + 0.618 * math.log(hi / lo))
+        span = math.log(hi / lo)
+        a, b = lo * math.exp(0.382 * span), lo * math.exp(0.618 * span)
         if loss(model(a)) < loss(model(b)):
             hi = b
         else:

@@ -9,9 +9,10 @@ driver kernels have a resident block, after the path latency. A task with tile
 signals also waits for the producer GEMM's blocks covering those rows (blocks are
 dispatched in index order, so done blocks form a prefix) and the flag's path latency;
 a fused GEMM's blocks with epilogue stores hold their SMs until their tiles have crossed
-the links to their peers, each block moving at most ``gemm.peer_rate``. On a host device (the CPU replay, :class:`~ficco_sim.hardware.HostSpec`)
-a rank's compute ops and its message posts take turns on its one issuing thread, and compute
-and messages share the rank's cores evenly.
+the links to their peers, each block moving at most ``gemm.peer_rate``. On a host device
+(the CPU replay, :class:`~ficco_sim.hardware.HostSpec`) a rank's compute ops and its message
+posts take turns on its one issuing thread, and compute and messages share the rank's cores
+evenly.
 
 Whatever moves (waves of compute blocks, transfers) is a fluid
 :class:`~ficco_sim.engine.fluid.Activity` sharing links, HBM, copy engines and the
