@@ -20,12 +20,13 @@ def _module():
 
 def test_every_published_fact_is_one_row_with_its_source_and_command():
     pt = _module()
-    rows = pt.nccl_rows() + pt.dil_rows() + pt.overlap_rows() + pt.flux_rows()
+    rows = pt.nccl_rows() + pt.dil_rows() + pt.overlap_rows() + pt.flux_rows() + pt.kraken_rows()
     table = pd.DataFrame(rows, columns=pt.COLUMNS)
     nccl = pd.read_csv(ROOT / "validation" / "public" / "nccl_tests.csv", comment="#")
     assert (table["source"] == "nccl-tests").sum() == len(nccl)
     assert table["source_url"].str.startswith("http").all() and (table["command"].str.len() > 0).all()
-    assert set(table["source"]) >= {"ConCCL", "Cui & Pericas", "arXiv 2507.03114", "flux#90", "DIL (Vidur GEMMs)"}
+    assert set(table["source"]) >= {"ConCCL", "Cui & Pericas", "arXiv 2507.03114", "flux#90", "kraken",
+                                    "DIL (Vidur GEMMs)"}
     fitted = table[table["used_for_fit"]]
     assert len(fitted) and set(fitted["source"]) == {"nccl-tests", "arXiv 2507.03114", "flux#100"}
     # the two averages the contention rule's HBM coefficients are fitted on (benchmarks/fit_contention.py)
