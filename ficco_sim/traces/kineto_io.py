@@ -130,7 +130,7 @@ def _events(data: Any, where: str) -> list[dict]:
             v = e.get(key)
             if v is not None and not isinstance(v, str):
                 raise InputError(where, f"traceEvents[{i}].{key}", f"must be a string, got {str(v)[:40]!r}")
-        for key in ("pid", "tid"):
+        for key in ("pid", "tid", "id"):      # (id: a flow arrow's, which pairs its two ends)
             v = e.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
                 raise InputError(where, f"traceEvents[{i}].{key}", f"must be an integer or a name, got {str(v)[:40]!r}")
