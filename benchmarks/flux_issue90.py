@@ -12,9 +12,6 @@ tile to its owner from the epilogue, then a reduction). The quoted numbers fit n
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import platform
 import sys
 from pathlib import Path
 
@@ -23,9 +20,12 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from versus import arguments, versus  # noqa: E402
 
 from ficco_sim import Scenario, simulate  # noqa: E402
-from ficco_sim.files import write_text_atomic  # noqa: E402
+from ficco_sim.files import write_stamped_csv  # noqa: E402
 
 URL = "https://github.com/bytedance/flux/issues/90"
 # M -> (torch avg ms, flux avg ms), quoted from the issue's GEMM + RS run
@@ -37,37 +37,29 @@ def rows() -> list[dict]:
     out = []
     for m, (torch_ms, flux_ms) in PUBLISHED.items():
         sc = Scenario("gemm-rs", 8, m, 8192, 3584, "float16")
-        plain = simulate(sc, "nccl", "h100", "switch:8").makespan * 1e3
-        fused = simulate(sc, "flux", "h100", "switch:8").makespan * 1e3
-        out.append({"m": m, "published_torch_ms": torch_ms, "model_nccl_ms": plain,
-                    "err_nccl": plain / torch_ms - 1, "published_flux_ms": flux_ms, "model_flux_ms": fused,
-                    "published_ratio": flux_ms / torch_ms, "model_ratio": fused / plain,
-                    "sign_agrees": (flux_ms > torch_ms) == (fused > plain), "source_url": URL,
-                    "used_for_fit": False})
+        plain = simulate(sc, "nccl", "h100", "switch:8").makespan
+        fused = simulate(sc, "flux", "h100", "switch:8").makespan
+        out.append({"m": m, **versus("flux", torch_ms / 1e3, plain, flux_ms / 1e3, fused, URL)})
     return out
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--csv", default=None, help="also write the rows here")
-    args = ap.parse_args()
+    args = arguments(__doc__)
     df = pd.DataFrame(rows())
     t = Table(title="flux#90: GEMM -> RS on 8x H100, N 8192, K 3584 per GPU, fp16 (DES)")
     for c in ("M", "torch ms", "model nccl ms", "err", "flux ms", "model flux ms", "flux/torch", "model ratio",
               "sign"):
         t.add_column(c, justify="right")
     for r in df.itertuples():
-        t.add_row(str(r.m), f"{r.published_torch_ms:.3f}", f"{r.model_nccl_ms:.3f}", f"{r.err_nccl:+.1%}",
+        t.add_row(str(r.m), f"{r.published_nccl_ms:.3f}", f"{r.model_nccl_ms:.3f}", f"{r.err_nccl:+.1%}",
                   f"{r.published_flux_ms:.3f}", f"{r.model_flux_ms:.3f}", f"{r.published_ratio:.3f}",
                   f"{r.model_ratio:.3f}", "ok" if r.sign_agrees else "WRONG")
     Console(width=140).print(t)
     print(f"plain GEMM -> NCCL: max |err| {df.err_nccl.abs().max():.1%}; fused/plain sign right at "
           f"{int(df.sign_agrees.sum())} of {len(df)} sizes")
     if args.csv:
-        head = (f"# {URL}: published torch and Flux times beside ficco-sim (DES, h100 switch:8); generated "
-                f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} on "
-                f"{platform.node()} by benchmarks/flux_issue90.py\n")
-        write_text_atomic(args.csv, head + df.to_csv(index=False))
+        write_stamped_csv(args.csv, df, f"{URL}: published torch and Flux times beside ficco-sim (DES, h100 switch:8)",
+                          "benchmarks/flux_issue90.py")
 
 
 if __name__ == "__main__":

@@ -19,9 +19,6 @@ is not one of the presets and is left out.
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import platform
 import sys
 from pathlib import Path
 
@@ -30,9 +27,12 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from versus import arguments, versus  # noqa: E402
 
 from ficco_sim import Scenario, simulate  # noqa: E402
-from ficco_sim.files import write_text_atomic  # noqa: E402
+from ficco_sim.files import write_stamped_csv  # noqa: E402
 
 RS_URL = "https://github.com/meta-pytorch/kraken/pull/19"
 AG_URL = "https://github.com/meta-pytorch/kraken/pull/2"
@@ -54,18 +54,13 @@ def rows() -> list[dict]:
         sc = Scenario(kind, 8, m if kind == "gemm-rs" else 8 * m, n, k, "bfloat16")
         plain = simulate(sc, "nccl", "h100", "switch:8").makespan
         atp = simulate(sc, "async-tp", "h100", "switch:8").makespan
-        out.append({"kind": kind, "m_per_rank": m, "n": n, "k": k, "published_nccl_ms": nccl_s * 1e3,
-                    "model_nccl_ms": plain * 1e3, "err_nccl": plain / nccl_s - 1,
-                    "published_async_tp_ms": atp_s * 1e3, "model_async_tp_ms": atp * 1e3,
-                    "err_async_tp": atp / atp_s - 1, "published_ratio": atp_s / nccl_s, "model_ratio": atp / plain,
-                    "sign_agrees": (atp_s > nccl_s) == (atp > plain), "source_url": url, "used_for_fit": False})
+        out.append({"kind": kind, "m_per_rank": m, "n": n, "k": k,
+                    **versus("async_tp", nccl_s, plain, atp_s, atp, url)})
     return out
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--csv", default=None, help="also write the rows here")
-    args = ap.parse_args()
+    args = arguments(__doc__)
     df = pd.DataFrame(rows())
     t = Table(title="async-TP vs GEMM + NCCL on 8x H100, bf16 (meta-pytorch/kraken#19, #2; model: DES)")
     for c in ("kind", "M/rank", "N", "K", "nccl ms", "model", "err", "async-TP ms", "model", "err",
@@ -81,10 +76,8 @@ def main() -> None:
           f"{df.err_async_tp.abs().median():.1%}; async-TP / NCCL sign right at {int(df.sign_agrees.sum())} of "
           f"{len(df)}")
     if args.csv:
-        head = (f"# {RS_URL} and {AG_URL}: published GEMM + NCCL and async-TP times beside ficco-sim (DES, h100 "
-                f"switch:8); generated {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} "
-                f"on {platform.node()} by benchmarks/kraken_prs.py\n")
-        write_text_atomic(args.csv, head + df.to_csv(index=False))
+        write_stamped_csv(args.csv, df, f"{RS_URL} and {AG_URL}: published GEMM + NCCL and async-TP times beside "
+                          "ficco-sim (DES, h100 switch:8)", "benchmarks/kraken_prs.py")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,17 @@ def write_text_atomic(path: str | Path, text: str, *, force: bool = True, make_d
     return Path(path)
 
 
+def write_stamped_csv(path: str | Path, frame, about: str, script: str) -> Path:
+    """``frame`` (a DataFrame) as CSV at ``path``, atomically, under one ``#`` line saying what
+    it holds and when, where and by which script it was made (readers skip it with
+    ``comment="#"``)."""
+    import datetime
+    import platform
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return write_text_atomic(path, f"# {about}; generated {stamp} on {platform.node()} by {script}\n"
+                             + frame.to_csv(index=False))
+
+
 def save_figure(fig, path: str | Path, *, dpi: int = 110) -> Path:
     """Save a matplotlib figure atomically (format from the suffix) and close it."""
     p = Path(path)
