@@ -8,10 +8,12 @@ per NVLink round trip, far below what the link carries when all 132 SMs do it. f
 ``flux`` preset (``fused-st``) holds each wave's blocks until their tiles have crossed, at
 ``blocks x peer_rate`` or the path's bandwidth, whichever is lower.
 
-Fitted on: the best time of Flux's tuner for three shapes on 8 x H100, quoted in
-bytedance/flux#100 (N = 8192; K = 1024 and 3584 per GPU; fp16). At K = 1024 the GEMM is short,
-so the kernel's time is mostly its tile traffic: these rows pin the rate. The fit minimises
-the mean |log(model / measured)| over a log grid, then refines it.
+Fitted on: the best time of Flux's tuner for every configuration bytedance/flux#100's public
+copy shows on 8 x H100 (N = 8192; M = 8192 ... 32768; K = 1024 and 3584 per GPU; fp16; the
+layout RRR / RCR and fused reduction on or off vary from row to row, and one shape appears
+twice, 13% apart). At K = 1024 the GEMM is short, so the kernel's time is mostly its tile
+traffic: those rows pin the rate. The fit minimises the mean |log(model / measured)| over a
+log grid, then refines it.
 
 Scored, never fitted: bytedance/flux#90 (same shapes at K = 3584 for M = 1024 ... 32768,
 Flux against cuBLAS + NCCL, ``benchmarks/flux_issue90.py``).
@@ -39,19 +41,22 @@ from ficco_sim.files import write_text_atomic  # noqa: E402
 from ficco_sim.hardware import load_gpu  # noqa: E402
 
 URL = "https://github.com/bytedance/flux/issues/100"
-# (m, k per GPU) -> the tuner's best time in microseconds, quoted from the issue's logs (N = 8192, 8 GPUs)
-PUBLISHED = {(8192, 1024): 990.0, (32768, 1024): 4595.0, (16384, 3584): 2822.0}
+# (m, k per GPU, the tuner's best time in microseconds, its configuration), quoted from the issue's logs
+# (N = 8192, 8 GPUs, fp16; "?": the configuration line is not in the public copy)
+PUBLISHED = [(8192, 1024, 990.0, "RRR fuse_reduction=0"), (8192, 3584, 1493.0, "RRR fuse_reduction=1"),
+             (16384, 1024, 1949.0, "RCR fuse_reduction=0"), (16384, 3584, 2479.0, "RCR fuse_reduction=0"),
+             (16384, 3584, 2822.0, "?"), (32768, 1024, 4595.0, "RCR fuse_reduction=1")]
 
 
 def model(rate_gbps: float) -> dict[tuple[int, int], float]:
     g = load_gpu("h100")
     gpu = dataclasses.replace(g, gemm=dataclasses.replace(g.gemm, peer_rate=rate_gbps * 1e9))
     return {(m, k): simulate(Scenario("gemm-rs", 8, m, 8192, k, "float16"), "flux", gpu, "switch:8").makespan * 1e6
-            for m, k in PUBLISHED}
+            for m, k in {(m, k) for m, k, _, _ in PUBLISHED}}
 
 
 def loss(pred: dict) -> float:
-    return float(np.mean([abs(math.log(pred[key] / v)) for key, v in PUBLISHED.items()]))
+    return float(np.mean([abs(math.log(pred[(m, k)] / v)) for m, k, v, _ in PUBLISHED]))
 
 
 def main() -> None:
@@ -76,8 +81,8 @@ def main() -> None:
              f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} on {platform.node()} "
              f"by benchmarks/fit_peer_rate.py in {time.perf_counter() - t0:.0f} s",
              f"# peer_gbps_per_block = {rate} (mean |log err| {loss(pred):.3f}; grid best {best:.2f})",
-             "m,k,published_us,model_us,err,source_url"]
-    lines += [f"{m},{k},{v:.0f},{pred[(m, k)]:.1f},{pred[(m, k)] / v - 1:+.4f},{URL}" for (m, k), v in PUBLISHED.items()]
+             "m,k,config,published_us,model_us,err,source_url"]
+    lines += [f"{m},{k},{c},{v:.0f},{pred[(m, k)]:.1f},{pred[(m, k)] / v - 1:+.4f},{URL}" for m, k, v, c in PUBLISHED]
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:

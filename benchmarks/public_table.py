@@ -148,7 +148,8 @@ def flux_rows() -> list[dict]:
                         r.model_ratio, r.source_url, cmd, used_for_fit=bool(r.used_for_fit)))
     # the tuner's times that gemm.peer_gbps_per_block (h100) is fitted on
     for r in _read("peer_rate_fit.txt").itertuples():
-        out.append(_row("flux#100", f"8xH100 Flux GEMM + reduce-scatter, M={r.m} N=8192 K={r.k}: time (us)",
+        fact = f"8xH100 Flux GEMM + reduce-scatter ({r.config}), M={r.m} N=8192 K={r.k}: time (us)"
+        out.append(_row("flux#100", fact,
                         r.published_us, r.model_us, r.source_url, "python benchmarks/fit_peer_rate.py",
                         used_for_fit=True))
     return out
