@@ -89,7 +89,7 @@ MUTANTS = {
                    "count = np.cumsum(np.where(order < C, 1, -1), axis=1)",
                    "count = np.cumsum(np.where(order < C, 1, 0), axis=1)",
                    "closed form: a link's transfer count stepping down as transfers end"),
-    "peer-rate": ("ficco_sim/engine/des.py", "cap = nbytes / order.block_bytes * self.gpu.gemm.peer_rate",
+    "peer-rate": ("ficco_sim/engine/des.py", "cap = blocks * self.gpu.gemm.peer_rate",
                   "cap = math.inf", "a fused GEMM's storing blocks moving at most blocks x peer_rate"),
     "peer-rate-closed-form": ("ficco_sim/engine/closed_form_tiles.py", "    if np.isfinite(gpu.gemm.peer_rate):",
                               "    if False:", "closed form: the stores' per-block rate"),

@@ -313,8 +313,7 @@ class Simulation(Wiring):
             self._cohort_done(k, counts, first)
             return
         order = self.tiled[k.id]
-        sends = [(dst, blocks * order.block_bytes) for dst, blocks in order.stores_of(first, int(counts.sum()))
-                 if dst != k.gpu]
+        sends = [(dst, blocks) for dst, blocks in order.stores_of(first, int(counts.sum())) if dst != k.gpu]
         if not sends:
             self._cohort_done(k, counts, first)
             return
@@ -325,14 +324,13 @@ class Simulation(Wiring):
             if left[0] == 0:
                 self._cohort_done(k, counts, first)
 
-        for dst, nbytes in sends:
+        for dst, blocks in sends:
             usage = dict(self._path(k.gpu, dst)[0])
             at = self.rank(dst)       # (a folded rank receives its peer's stores)
             usage[f"hbm{at}"] = usage.get(f"hbm{at}", 0.0) + 1.0
-            # each storing block has a few KiB in flight: the cohort's blocks move at most
-            # blocks x peer_rate
-            cap = nbytes / order.block_bytes * self.gpu.gemm.peer_rate
-            self._add_activity(Activity(f"{k.id}@{self.seq}->{dst}", nbytes, usage, cap=cap, gpu=at,
+            # each storing block has a few KiB in flight: the blocks move at most blocks x peer_rate
+            cap = blocks * self.gpu.gemm.peer_rate
+            self._add_activity(Activity(f"{k.id}@{self.seq}->{dst}", blocks * order.block_bytes, usage, cap=cap, gpu=at,
                                         kind="transfer", ends=(k.gpu, at), on_done=landed))
             self.seq += 1
 
