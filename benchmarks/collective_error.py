@@ -1,17 +1,19 @@
 """Collectives against published nccl-tests / rccl-tests runs (../shared/measurements/nccl-tests/):
-fit the NCCL software mechanisms (collective-call floor, per-step latency of the LL / LL128 /
-Simple protocols, the share of NVLink SM-driven traffic reaches) across sources, and report the
-error of every row, per (GPU, collective, size band).
+fit the NCCL software mechanisms (collective-call floor, host issue time per GPU a thread
+drives, link latency, per-step latency of the LL / LL128 / Simple protocols, the share of
+NVLink SM-driven traffic reaches) across sources, and report the error of every row, per
+(GPU, collective, size band).
 
     python benchmarks/collective_error.py                  # error table with the shipped profiles
     python benchmarks/collective_error.py --fit            # refit: NVIDIA sources held out one at a time
 
-Protocol payload shares are NCCL's design (LL 4 B flag per 4 B, LL128 8 B per 128 B line); what is
-fitted is the latencies and the SM share of the link. A fit on one NVIDIA source is scored on the
-other (held out): that is the validation figure; the shipped numbers are fitted on both, and the
-rows they were fitted on are marked ``used_for_fit`` in ``validation/public/nccl_tests.csv``. The raw
-runs of :data:`HELD_OUT` (``validation/nccl-tests/``, e.g. NVIDIA's own 8x H100 all-reduce sample) are
-never fitted on: every fit is scored on them.
+NCCL's source fixes the rest (protocol payload shares, the channel rule, which size its tuner
+sees: the version of NCCL a run used decides it, the NVLS latency of its tuner). A fit on
+one NVIDIA source is scored on the other (held out): that is the validation figure; the
+shipped numbers are fitted on both, and the rows they were fitted on are marked
+``used_for_fit`` in ``validation/public/nccl_tests.csv``. The raw runs of :data:`HELD_OUT`
+(``validation/nccl-tests/``, e.g. NVIDIA's own 8x H100 all-reduce sample) are never fitted
+on: every fit is scored on them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -33,22 +36,42 @@ RAW = Path(__file__).resolve().parents[1] / "validation" / "nccl-tests"
 # raw nccl-tests output from sources no fit ever sees (validation/nccl-tests/README.md): NVIDIA's 8 x H100
 # all-reduce sample and microsoft/superbenchmark's 8 x A100 runs of four collectives;
 # file -> (source URL, GPU as the shared table names it, topology kind)
+# (source URL, GPU as the shared table names it, topology kind, NCCL tuner: the file's own when None)
 HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
     "https://github.com/NVIDIA/exemplar-performance/blob/e249aa3c788284d1575379ccf73568c383d4c91e/"
-    "microbenchmarks/nccl/README.md", "H100-SXM-80GB", "switch"),
+    "microbenchmarks/nccl/README.md", "H100-SXM-80GB", "switch", None),
+    # logs of 2021 (unchanged since 2021-12-30): an NCCL of 2.11 or earlier, whose tuner sized an
+    # all-gather or reduce-scatter by one rank's share
     **{f"a100x8_superbench_{c}.txt": (
         f"https://github.com/microsoft/superbenchmark/blob/700d6501f110ed17a7016f1b9f2e453926f7b7a1/tests/data/"
-        f"nccl_{c.replace('_', '')}.log", "A100-SXM4-40GB", "switch")
+        f"nccl_{c.replace('_', '')}.log", "A100-SXM4-40GB", "switch", "rank")
        for c in ("all_gather", "reduce_scatter", "all_reduce", "alltoall")}}
 SYSTEMS = {"H100-SXM-80GB": ("h100", "switch"), "A100-SXM4-40GB": ("a100", "switch"), "MI300X": ("mi300x", "fc")}
 VENDOR = {"h100": "nccl", "a100": "nccl", "mi300x": "rccl"}
 
 
+def gpus_per_thread(env_notes: str, gpus: int) -> int:
+    """GPUs one host thread drove in a run of the shared table, from its ``env_notes``: the
+    ``-g N`` of nccl-tests, 1 under ``mpirun`` without it, else one process for all (the
+    single-process scripts of waynehacking8/nccl-collectives-bench).
+
+    >>> gpus_per_thread("default env, single process -g 4, iters 50", 4), gpus_per_thread("mpirun -n 8", 8)
+    (4, 1)
+    """
+    m = re.search(r"-g\s*(\d+)", env_notes)
+    if m:
+        return int(m.group(1))
+    return 1 if "mpirun" in env_notes else gpus
+
+
 def load(path: Path = DATA) -> pd.DataFrame:
-    """The measured rows: NCCL's default algorithm, or the one a run pinned (Ring, NVLS)."""
+    """The measured rows: NCCL's default algorithm, or the one a run pinned (Ring, NVLS); the
+    GPUs a thread drove and the NCCL version, as each source says."""
     d = pd.read_csv(path)
     d = d[d["data_quality"] == "measured_oop"]
-    d = d[d["collective"].isin(list(KIND))]
+    d = d[d["collective"].isin(list(KIND))].copy()
+    d["gpus_per_thread"] = [gpus_per_thread(str(e), int(n)) for e, n in zip(d["env_notes"], d["gpus"])]
+    d["nccl_version"] = d["nccl_version"].astype(str).str.extract(r"(\d+\.\d+\.\d+)", expand=False).fillna("")
     return pd.concat([tidy(part, *SYSTEMS[g]) for g, part in d.groupby("gpu", sort=False)], ignore_index=True)
 
 
@@ -56,9 +79,12 @@ def held_out() -> pd.DataFrame:
     """The raw runs of :data:`HELD_OUT`, read as ``calibrate --from`` reads them: rows for
     scoring only (never fitted on)."""
     parts = []
-    for name, (url, gpu, kind) in HELD_OUT.items():
+    for name, (url, gpu, kind, tuner) in HELD_OUT.items():
         raw = read_nccl_tests(RAW / name).assign(source_url=url, gpu=gpu, algo="auto")
-        parts.append(tidy(raw, SYSTEMS[gpu][0], kind))
+        rows = tidy(raw, SYSTEMS[gpu][0], kind)
+        if tuner is not None:
+            rows["tuner"] = tuner
+        parts.append(rows)
     return pd.concat(parts, ignore_index=True)
 
 
@@ -75,38 +101,12 @@ def nvls_holdout(rows: pd.DataFrame) -> None:
     print(test.groupby("algorithm")["err"].agg(median_abs=lambda x: x.abs().median(), rows="size").to_string())
 
 
-def per_gpu_floor(rows: pd.DataFrame) -> None:
-    """:func:`~ficco_sim.calibrate.fit_nccl.fit_per_gpu_floor` on the NVIDIA fit rows >= 1 MiB,
-    scored on every row by source (the never-fitted runs of :data:`HELD_OUT` included)."""
-    from ficco_sim.calibrate.fit_nccl import fit_per_gpu_floor
-    nv = rows[(rows["size_bytes"] >= FIT_FROM) & (rows["gpu_profile"].map(VENDOR) == "nccl")]
-    p, e = fit_per_gpu_floor(nv)
-    print(f"NVIDIA, a call floor per GPU, the rest shared (mean |log err| {e:.3f} on {len(nv)} rows):")
-    for g, q in p.items():
-        print(f"  {g}: " + ", ".join(f"{k} {v:.3g}" for k, v in q.items()))
-    test = pd.concat([rows, held_out()], ignore_index=True)
-    test = test[test["gpu_profile"].map(VENDOR) == "nccl"].copy()
-    test["predicted_s"] = predict(test, {g: with_params(load_gpu(g), **q) for g, q in p.items()})
-    test["source"] = test["source_url"].str.split("/").str[3] + ["" if s >= FIT_FROM and u not in
-                                                                 {v[0] for v in HELD_OUT.values()} else " (not fitted)"
-                                                                 for s, u in zip(test["size_bytes"], test["source_url"])]
-    for src, part in test.groupby("source"):
-        print(f"{src}:")
-        print(summary(part).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fit", action="store_true", help="refit the mechanisms and print the held-out errors")
-    ap.add_argument("--per-gpu-floor", action="store_true",
-                    help="fit a call floor per GPU and the shared mechanisms with the link latency jointly "
-                    "(Nelder-Mead) on the NVIDIA rows >= 1 MiB, and score every never-fitted run (profiles unchanged)")
     ap.add_argument("--out", default="validation/public/nccl_tests.csv")
     args = ap.parse_args()
     rows = load()
-    if args.per_gpu_floor:
-        per_gpu_floor(rows)
-        return
     if args.fit:
         big = rows[rows["size_bytes"] >= FIT_FROM]
         nv = big[big["gpu_profile"].map(VENDOR) == "nccl"]
@@ -141,10 +141,12 @@ def main() -> None:
     rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
     rows["command"] = [f"ficco-sim predict collective --gpu {r.gpu_profile} --topology {r.topology} --kind {r.kind} "
                        f"--bytes {int(r.nbytes)}" + (f" --algorithm {r.algorithm}" if r.algorithm != "auto" else "")
+                       + (f" --gpus-per-thread {r.gpus_per_thread}" if r.gpus_per_thread > 1 else "")
+                       + (f" --tuner {r.tuner}" if r.tuner != gpus[r.gpu_profile].comm_kernel.tuner else "")
                        for r in rows.itertuples()]
     used = {g: str(load_gpu(g).provenance("comm_kernel.launch_us").source) if load_gpu(g).comm_kernel.launch
             is not None else "" for g in gpus}
-    never = {url for url, _, _ in HELD_OUT.values()}
+    never = {v[0] for v in HELD_OUT.values()}
     rows["used_for_fit"] = [bool(used[g]) and "nccl-tests" in used[g] and s >= FIT_FROM and u not in never
                             for g, s, u in zip(rows["gpu_profile"], rows["size_bytes"], rows["source_url"])]
     cols = ["source_url", "gpu", "gpus", "collective", "algo", "size_bytes", "measured_s", "predicted_s", "error",

@@ -260,7 +260,7 @@ def cmd_predict(args) -> int:
         gpu, topo = resolve_topology(args)
         nbytes = parse_size(args.bytes, "--bytes")
         t = collective_time(gpu, topo, args.kind, nbytes, engine=args.comm_engine, algorithm=args.algorithm,
-                            sim=args.engine)
+                            sim=args.engine, gpus_per_thread=args.gpus_per_thread, tuner=args.tuner)
         from .schedules.collectives import pick_algorithm
         from .simulate import bus_bandwidth, nccl_tests_size
         algo = pick_algorithm(args.algorithm, args.kind, topo.kind, args.comm_engine, gpus=topo.num_gpus,
@@ -421,6 +421,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "(all-reduce reduced and multicast by the switch: NVLink SHARP on H100/H200 NVSwitch)")
     c.add_argument("--engine", default="des", choices=["des", "analytical"],
                    help="discrete-event (default) or closed-form")
+    c.add_argument("--gpus-per-thread", type=positive_int("--gpus-per-thread"), default=1,
+                   help="GPUs one host thread drives, as nccl-tests' -g (its header's nGpus); default 1: a process "
+                   "per GPU, as torchrun and mpirun -np N -g 1 run. One thread issues their kernels one after "
+                   "another: each more GPU adds comm_kernel.issue_us to a call")
+    c.add_argument("--tuner", choices=["call", "rank"],
+                   help="the size NCCL's tuner picks an all-gather's or reduce-scatter's protocol and channels on: "
+                   "call (NCCL 2.22 and later) or rank (one rank's share: earlier NCCL); default: the profile's "
+                   "comm_kernel.tuner")
     for q in (g, c):
         q.add_argument("--format", default="table", choices=["table", "csv", "json"],
                        help="table (default), csv or json")

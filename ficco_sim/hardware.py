@@ -206,6 +206,12 @@ class _Reader:
             raise InputError(self.where, path, f"{value!r} is too small to be real (at least 1e-9)")
         return int(value) if integer else float(value) * scale
 
+    def choice(self, path: str, options: tuple[str, ...]) -> str:
+        value = self.leaf(path)
+        if value not in options:
+            raise InputError(self.where, path, f"must be one of {', '.join(options)}, got {value!r}")
+        return str(value)
+
     def block(self, path: str, limits: SmLimits | None = None) -> BlockShape:
         b = BlockShape(
             threads=self.number(f"{path}.threads", integer=True),
@@ -229,15 +235,25 @@ def check_block_fits(b: BlockShape, limits: SmLimits, where: str, path: str) -> 
 
 
 def _protocols(r: _Reader) -> tuple[Protocol, ...]:
-    """``comm_kernel.protocols``: ``{name: {latency_us, efficiency}}``; absent: Simple only."""
+    """``comm_kernel.protocols``: ``{name: {latency_us, efficiency}}``, and NCCL's channel rule
+    as ``channel_bytes`` or ``channel_bytes_per_rank`` (at most one); absent: Simple only."""
     if not r.has("comm_kernel.protocols"):
         return (SIMPLE,)
     node = r.node("comm_kernel.protocols")
     if not isinstance(node, dict) or not node:
         raise InputError(r.where, "comm_kernel.protocols", "must map protocol names to latency_us and efficiency")
-    return tuple(Protocol(str(name), r.number(f"comm_kernel.protocols.{name}.latency_us", scale=1e-6, positive=False),
-                          r.number(f"comm_kernel.protocols.{name}.efficiency", at_most=1.0))
-                 for name in node)
+    out = []
+    for name in node:
+        path = f"comm_kernel.protocols.{name}"
+        rules = [k for k in ("channel_bytes", "channel_bytes_per_rank") if r.has(f"{path}.{k}")]
+        if len(rules) > 1:
+            raise InputError(r.where, f"{path}.channel_bytes_per_rank", "give channel_bytes or channel_bytes_per_rank, "
+                             "not both")
+        out.append(Protocol(str(name), r.number(f"{path}.latency_us", scale=1e-6, positive=False),
+                            r.number(f"{path}.efficiency", at_most=1.0),
+                            r.number(f"{path}.{rules[0]}", integer=True) if rules else 0.0,
+                            rules == ["channel_bytes_per_rank"]))
+    return tuple(out)
 
 
 def parse_profile(data: Any, where: str) -> GpuProfile:
@@ -314,6 +330,10 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
             protocols=_protocols(r),
             nvls_channels=r.number("comm_kernel.nvls.channels", integer=True) if r.has("comm_kernel.nvls") else 0,
             nvls_min_gpus=r.number("comm_kernel.nvls.min_gpus", integer=True) if r.has("comm_kernel.nvls") else 0,
+            nvls_latency=r.number("comm_kernel.nvls.latency_us", scale=1e-6, positive=False)
+            if r.has("comm_kernel.nvls.latency_us") else 0.0,
+            issue=r.number("comm_kernel.issue_us", scale=1e-6, positive=False) if r.has("comm_kernel.issue_us") else 0.0,
+            tuner=r.choice("comm_kernel.tuner", ("call", "rank")) if r.has("comm_kernel.tuner") else "call",
         ),
         gemm=GemmModel(tiles=tuple(tiles), efficiency=efficiency,
                        k_overhead=r.number("gemm.k_overhead", positive=False),

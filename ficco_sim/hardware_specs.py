@@ -126,11 +126,16 @@ class Protocol:
     """A wire protocol of SM collectives (NCCL's LL / LL128 / Simple): a fixed cost per transfer
     step (flag handshake between the two kernels) and the share of the bytes on the wire that
     are payload (LL sends a 4-byte flag with every 4 bytes of data: 0.5; LL128 one 8-byte flag
-    per 128-byte line: 120/128; Simple: 1)."""
+    per 128-byte line: 120/128; Simple: 1). ``channel_bytes``: NCCL's channel rule, the bytes
+    of a collective call each channel needs (threads per channel x bytes per thread); a
+    smaller call runs on fewer channels, at least one (0: every channel, whatever the size).
+    ``per_rank``: that share is per rank of the ring (NCCL's ring LL)."""
 
     name: str
     latency: float
     efficiency: float
+    channel_bytes: float = 0.0
+    per_rank: bool = False
 
 
 SIMPLE = Protocol("Simple", 0.0, 1.0)
@@ -151,7 +156,11 @@ class CommKernelSpec:
     handshake; None: the GPU's kernel launch overhead), and the wire protocols it picks from.
     ``nvls_channels``: the channels of an NVLS (NVLink SHARP: the switch reduces and
     multicasts) all-reduce, 0 where the GPU's switch cannot; NCCL's default from
-    ``nvls_min_gpus`` GPUs up."""
+    ``nvls_min_gpus`` GPUs up; ``nvls_latency``: what an NVLS call costs before its bytes
+    move (s). ``issue``: the host time one more GPU's collective kernel takes to issue when
+    one thread drives several GPUs (nccl-tests' ``-g``; s). ``tuner``: the size NCCL's tuner
+    picks an all-gather's or a reduce-scatter's protocol and channels on: ``"call"`` the
+    whole call's bytes (NCCL 2.22 and later), ``"rank"`` one rank's share (before 2.22)."""
 
     block: BlockShape
     channels: int
@@ -160,6 +169,9 @@ class CommKernelSpec:
     protocols: tuple[Protocol, ...] = (SIMPLE,)
     nvls_channels: int = 0
     nvls_min_gpus: int = 0
+    nvls_latency: float = 0.0
+    issue: float = 0.0
+    tuner: str = "call"
 
     def protocol_index(self, nbytes: Any) -> Any:
         """The protocol a transfer step of ``nbytes`` runs with, as NCCL's tuner picks it: the
@@ -177,6 +189,35 @@ class CommKernelSpec:
         x = np.asarray(nbytes, dtype=float)
         best = np.argmin(lat + x[..., None] / rate, axis=-1)
         return int(best) if best.ndim == 0 else best
+
+    def tuned(self, nbytes: Any, call: Any, ranks: Any, grid: Any) -> tuple[Any, Any]:
+        """(protocol index, channels) of SM transfers of ``nbytes`` driven by kernels of
+        ``grid`` channels, as NCCL's tuner picks them for the collective call each is a step
+        of: the call's size is ``nbytes * call`` (0: a point-to-point message, its own bytes)
+        over ``ranks`` ranks; the protocol is picked on the call's bytes per rank
+        (:meth:`protocol_index` of one ring step's), and a call smaller than ``channels x
+        channel_bytes`` (x ``ranks`` where the protocol's share is per rank) runs on fewer
+        channels, at least one. Vectorized; the one rule both engines use.
+
+        >>> spec = CommKernelSpec(BlockShape(512, 96, 0), 16, 25e9, protocols=(
+        ...     Protocol("LL", 1e-6, 0.5, 4096, True), Protocol("Simple", 10e-6, 1.0, 32768)))
+        >>> p, c = spec.tuned(64 << 10, 8, 8, 16)       # one step of a 512 KiB ring call on 8 ranks
+        >>> int(p), int(c)
+        (0, 16)
+        >>> p, c = spec.tuned(64 << 10, 1, 8, 16)       # the same step, the tuner seeing one rank's 64 KiB
+        >>> int(p), int(c)
+        (0, 2)
+        """
+        import numpy as np
+        x, call, ranks = (np.asarray(v, dtype=float) for v in (nbytes, call, ranks))
+        grid = np.asarray(grid, dtype=float)
+        tuned = call > 0
+        size = np.where(tuned, x * call, x)
+        p = np.asarray(self.protocol_index(np.where(tuned, size / np.maximum(ranks, 1), x)))
+        need = np.array([q.channel_bytes for q in self.protocols])[p] * np.where(
+            np.array([q.per_rank for q in self.protocols])[p], np.maximum(ranks, 1), 1.0)
+        channels = np.where(tuned & (need > 0), np.clip(np.floor(size / np.where(need > 0, need, 1.0)), 1, grid), grid)
+        return p, channels
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Iterable
 
 from .engine.closed_form import closed_form_timeline, kernel_isolated_time
@@ -279,18 +280,31 @@ def bus_bandwidth(kind: str, size: int, gpus: int, seconds: float) -> tuple[floa
 
 
 def collective_time(gpu: GpuProfile | str, topology: Topology | str, kind: str, nbytes: int, *,
-                    engine: str = "sm", algorithm: str = "auto", sim: str = "des") -> float:
+                    engine: str = "sm", algorithm: str = "auto", sim: str = "des", gpus_per_thread: int = 1,
+                    tuner: str | None = None) -> float:
     """Isolated time (s) of one collective over every GPU of ``topology``.
 
     ``nbytes`` is the per-rank buffer: the shard for all-gather, the full input for
     reduce-scatter and all-reduce, the whole send buffer for all-to-all, the message
     for send-recv. ``algorithm`` is ``ring``, ``direct`` or ``auto`` (ring on rings).
+    ``gpus_per_thread``: GPUs one host thread drives (nccl-tests' ``-g``; 1: a process per
+    GPU, as training runs): it issues their kernels one after another, so a call takes
+    ``(gpus_per_thread - 1) * comm_kernel.issue`` more. ``tuner``: the NCCL tuner's view of
+    an all-gather's or reduce-scatter's size (``call`` or ``rank``, before NCCL 2.22; None:
+    the profile's ``comm_kernel.tuner``).
     """
     gpu = load_gpu(gpu)
+    if tuner is not None and tuner != gpu.comm_kernel.tuner:
+        if tuner not in ("call", "rank"):
+            raise InputError("--tuner", None, f"must be call or rank, got {tuner!r}")
+        gpu = dataclasses.replace(gpu, comm_kernel=dataclasses.replace(gpu.comm_kernel, tuner=tuner))
+    if isinstance(gpus_per_thread, bool) or not isinstance(gpus_per_thread, int) or gpus_per_thread < 1:
+        raise InputError("--gpus-per-thread", None, f"must be a positive integer, got {gpus_per_thread!r}")
     topo = load_topology(topology, gpu)
+    issue = (gpus_per_thread - 1) * gpu.comm_kernel.issue
     if sim == "des":     # a symmetric collective: lowered and simulated for one GPU
         folded = collective_folded(gpu, topo, kind, nbytes, engine=engine, algorithm=algorithm)
         if folded is not None:
-            return simulate_folded(folded, gpu, topo, record=False).makespan
+            return simulate_folded(folded, gpu, topo, record=False).makespan + issue
     graph = collective_graph(gpu, topo, kind, nbytes, engine=engine, algorithm=algorithm)
-    return _run(graph, gpu, topo, sim, "backfill").makespan
+    return _run(graph, gpu, topo, sim, "backfill").makespan + issue

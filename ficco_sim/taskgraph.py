@@ -25,6 +25,12 @@ Typed model inputs, set by the lowering and read by the engines:
 * ``Kernel.gemm``: the GEMM a ``gemm`` kernel computes (:class:`~ficco_sim.gemm_model.GemmShape`),
   so the closed-form engine can cost it at other sizes; kernels without one (trace
   imports) are costed from their blocks.
+* ``Transfer.tune``: the collective call an SM transfer is a step of, as NCCL's tuner sees
+  it: ``(bytes of the call per byte of the transfer, ranks)``; the engines pick its wire
+  protocol and channels on it (:meth:`~ficco_sim.hardware.CommKernelSpec.tuned`). Empty: a
+  point-to-point message (its own bytes, every channel of its kernels).
+* ``Kernel.setup``: seconds a communication kernel spends after its call floor before its
+  transfers start (an NVLS call's multicast setup).
 * ``Transfer.step``: the concurrency step of a transfer. Transfers of one step are issued
   together and share links, copy engines and channels in the closed-form engine (the DES
   shares whatever actually overlaps). ``None``: a step of its own.
@@ -102,6 +108,7 @@ class Kernel:
     sms: tuple[int, int] | None = None   # the SMs [lo, hi) its blocks may use (None: every SM)
     signals: tuple[tuple[str, float], ...] = ()    # (GEMM kernel, rows share) tile signals it waits on
     stores: tuple[tuple[float, int], ...] = ()     # fused epilogue stores: (rows share up to, dst GPU)
+    setup: float = 0.0           # comm kernels: s after the call floor before its transfers start
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,7 @@ class Transfer:
     io: Mapping[str, object] = field(default_factory=dict, compare=False)
     step: int | None = None
     signals: tuple[tuple[str, float], ...] = ()    # (GEMM kernel, rows share) tile signals it waits on
+    tune: tuple[float, float] = ()     # SM: (call bytes per byte, ranks) of its collective call; (): p2p
 
 
 def _quick_init(cls: type) -> type:

@@ -12,12 +12,14 @@ from ficco_sim.hardware import SIMPLE, load_gpu
 
 
 def ideal(gpu="h100", **changes):
-    """``gpu`` with no launch overhead, no DMA command cost, no collective call floor or
-    protocol costs (payload only, no latency) and no interference."""
+    """``gpu`` with no launch overhead, no DMA command cost, no collective call floor, NVLS
+    setup, per-GPU issue time or protocol costs (payload only, no latency, every channel)
+    and no interference."""
     g = load_gpu(gpu)
     base = dict(launch_overhead=0.0,
                 dma=dataclasses.replace(g.dma, command_overhead=0.0),
-                comm_kernel=dataclasses.replace(g.comm_kernel, launch=None, protocols=(SIMPLE,)),
+                comm_kernel=dataclasses.replace(g.comm_kernel, launch=None, protocols=(SIMPLE,), nvls_latency=0.0,
+                                                issue=0.0),
                 contention=dataclasses.replace(g.contention, compute_per_hbm_util=0.0, comm_per_hbm_util=0.0))
     base.update(changes)
     return dataclasses.replace(g, **base)

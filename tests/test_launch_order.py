@@ -45,7 +45,7 @@ def test_two_gemm_blocks_per_sm_starve_even_a_high_priority_collective_until_sha
          for s in ("none", "par-sm-gf", "par-sm-hi-gf", "par-sm-smem2k-gf", "par-sm-hi-smem2k-gf")}
     assert t["par-sm-gf"] > 0.95 * t["none"]                           # naive: almost serial
     assert t["par-sm-hi-gf"] == pytest.approx(t["par-sm-gf"], rel=1e-3)
-    assert t["par-sm-hi-smem2k-gf"] < 0.93 * t["par-sm-hi-gf"]
+    assert t["par-sm-hi-smem2k-gf"] < 0.97 * t["par-sm-hi-gf"]
     assert t["par-sm-smem2k-gf"] > t["par-sm-gf"]
 
 

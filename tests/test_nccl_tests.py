@@ -156,17 +156,32 @@ def test_calibrate_refuses_multi_node_runs(tmp_path):
     assert not out.exists()
 
 
-def test_a_call_floor_per_gpu_is_recovered_beside_shared_mechanisms():
-    """fit_per_gpu_floor on rows made by known parameters: two systems whose floors differ
-    (12 and 30 us) and whose protocols, SM share and link latency are the same."""
-    truth = {"ll_us": 0.5, "ll128_us": 3.0, "simple_us": 8.0, "sm_share": 0.8, "link_us": 0.5}
-    floors = {"h100": 12.0, "a100": 30.0}
-    rows = pd.DataFrame([{"gpu_profile": g, "topology": f"switch:{n}", "kind": k, "nbytes": b, "algorithm": "ring"}
-                         for g, n in (("h100", 4), ("a100", 8)) for k in ("all-reduce", "all-gather")
-                         for b in (1 << 16, 64 << 20)])
-    gpus = {g: fit_nccl.with_params(load_gpu(g), launch_us=f, **truth) for g, f in floors.items()}
+def test_the_fit_recovers_the_mechanisms_that_made_the_rows():
+    """fit on rows made by known parameters (a thread driving 1 or 8 GPUs, small and large
+    calls of three collectives on two GPUs): the call floor, the issue time per GPU, the link
+    latency, the protocols and the SM share come back, and the rows with them."""
+    truth = {"launch_us": 4.0, "issue_us": 5.0, "link_us": 0.4, "ll_us": 0.6, "ll128_us": 3.0, "simple_us": 8.0,
+             "sm_share": 0.8}
+    rows = pd.DataFrame([{"gpu_profile": g, "topology": f"switch:{n}", "kind": k, "nbytes": b, "algorithm": "ring",
+                          "gpus_per_thread": t, "tuner": "call"}
+                         for g, n, t in (("h100", 4, 1), ("a100", 8, 8)) for k in ("all-reduce", "all-gather",
+                                                                                   "reduce-scatter")
+                         for b in (1 << 12, 1 << 16, 1 << 20, 8 << 20, 64 << 20)])
+    gpus = {g: fit_nccl.with_params(load_gpu(g), **truth) for g in ("h100", "a100")}
     rows["measured_s"] = fit_nccl.predict(rows, gpus)
-    params, err = fit_nccl.fit_per_gpu_floor(rows, evaluations=250)
-    assert err < 0.03
-    assert params["h100"]["launch_us"] < params["a100"]["launch_us"] - 10
-    assert params["h100"]["ll_us"] == params["a100"]["ll_us"]      # shared
+    params, err = fit_nccl.fit(rows, evaluations=120)
+    assert err < 0.01
+    assert params["issue_us"] == pytest.approx(truth["issue_us"], abs=0.5)
+    assert params["sm_share"] == pytest.approx(truth["sm_share"], abs=0.02)
+    assert params["launch_us"] + 14 * (params["link_us"] + params["ll_us"]) == pytest.approx(
+        truth["launch_us"] + 14 * (truth["link_us"] + truth["ll_us"]), rel=0.1)
+
+
+def test_the_reader_says_how_many_gpus_a_thread_drove_and_which_nccl():
+    quiet, superbench, nvidia = (read(DIR / f) for f in (
+        "h100x4_quiet_all_reduce.txt", "a100x8_superbench_all_gather.txt", "h100x8_exemplar_all_reduce.txt"))
+    assert set(quiet["gpus_per_thread"]) == {4} and set(quiet["nccl_version"]) == {"2.29.2"}
+    assert set(superbench["gpus_per_thread"]) == {8} and set(superbench["nccl_version"]) == {""}
+    assert set(nvidia["gpus_per_thread"]) == {1}
+    assert set(fit_nccl.tidy(quiet, "h100", "switch")["tuner"]) == {"call"}
+    assert set(fit_nccl.tidy(quiet.assign(nccl_version="2.18.1"), "h100", "switch")["tuner"]) == {"rank"}

@@ -57,14 +57,15 @@ def test_nvls_where_no_switch_reduces_is_refused(gpu, topology):
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_nvls_moves_n_plus_one_over_n_of_the_buffer_per_link(sim, n):
     """Large NVLS all-reduce: each rank's link carries (n + 1) / n of the buffer each way at
-    the NVLS channels' rate, in two steps (reduce, multicast): closed form
-    floor + 2 step latencies + S (n + 1) / n / (channels x channel bandwidth)."""
+    the NVLS channels' rate, in two steps (reduce, multicast), after the NVLS setup: closed form
+    floor + setup + 2 step latencies + S (n + 1) / n / (channels x channel bandwidth)."""
     S = 1 << 30
     ck = H100.comm_kernel
     t = collective_time(H100, f"switch:{n}", "all-reduce", S, algorithm="nvls", sim=sim)
     simple = next(p for p in ck.protocols if p.name == "Simple")
     hop = 2 * H100.link.latency         # GPU -> switch -> GPU
-    want = ck.launch + 2 * (simple.latency + hop) + S * (n + 1) / n / (ck.nvls_channels * ck.channel_bandwidth)
+    want = ck.launch + ck.nvls_latency + 2 * (simple.latency + hop) + S * (n + 1) / n / (
+        ck.nvls_channels * ck.channel_bandwidth)
     assert t == pytest.approx(want, rel=2e-3)
     assert 2 * (n - 1) * nvls_wire(n) * S / n == pytest.approx(S * (n + 1) / n)
 

@@ -1,19 +1,22 @@
 """NCCL / RCCL's software mechanisms fitted on measured collective times (nccl-tests rows):
-the collective-call floor, the per-step latency of the LL / LL128 / Simple protocols, the
+the collective-call floor, the host time each more GPU a thread drives adds (nccl-tests'
+``-g``), the link latency, the per-step latency of the LL / LL128 / Simple protocols, the
 share of the raw link rate SM-driven traffic reaches (the channels' bandwidth), and, on GPUs
 whose switch reduces (NVLS), the channels an NVLS all-reduce runs on.
 
-Protocol payload shares are NCCL's design (LL: a 4 B flag per 4 B; LL128: 8 B per 128 B
-line), not fitted. The fit is a coordinate descent over :data:`GRID` on the mean
-``|log(predicted / measured)|`` of rows of at least :data:`FIT_FROM` bytes (the sizes overlap
-pieces have; smaller collectives are floors), every prediction by the closed-form engine
+What NCCL's source fixes is not fitted: protocol payload shares (LL: a 4 B flag per 4 B;
+LL128: 8 B per 128 B line), the channel rule (a small call runs on fewer channels), which
+size its tuner sees, and the NVLS latency of its tuner. :func:`fit` is a bounded least
+squares on ``log(predicted / measured)`` of rows of at least :data:`FIT_FROM` bytes (smaller
+collectives are floors), every prediction by the closed-form engine
 (:func:`ficco_sim.collective_time`). Rows are tidy: ``gpu_profile, topology, kind, nbytes,
-algorithm, measured_s`` (:func:`tidy`).
+algorithm, gpus_per_thread, tuner, measured_s`` (:func:`tidy`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pandas as pd
@@ -24,14 +27,16 @@ from ..simulate import collective_time, per_rank_bytes
 from .nccl_tests import KIND
 
 LL, LL128 = 0.5, 120 / 128     # payload shares by design
-GRID = {"launch_us": np.arange(0.0, 24.1, 2.0), "ll_us": np.arange(0.0, 6.1, 0.5),
-        "ll128_us": np.arange(0.0, 30.1, 2.5), "simple_us": np.arange(0.0, 60.1, 5.0),
-        "sm_share": np.arange(0.60, 0.951, 0.025), "nvls_channels": np.arange(4, 33, 1)}
-START = {"launch_us": 8.0, "ll_us": 1.0, "ll128_us": 5.0, "simple_us": 15.0, "sm_share": 0.8, "nvls_channels": 16}
-FIT_FROM = 1 << 20
+# the fitted mechanisms, their bounds and where the fit starts
+BOUNDS = {"launch_us": (0.0, 30.0), "issue_us": (0.0, 20.0), "link_us": (0.0, 5.0), "ll_us": (0.0, 10.0),
+          "ll128_us": (0.0, 40.0), "simple_us": (0.0, 60.0), "sm_share": (0.5, 1.0)}
+START = {"launch_us": 10.0, "issue_us": 3.0, "link_us": 1.0, "ll_us": 1.0, "ll128_us": 5.0, "simple_us": 10.0,
+         "sm_share": 0.8}
+NVLS_CHANNELS = range(4, 33)
+FIT_FROM = 64 << 10
 # where each fitted number lives in a profile
-PATHS = {"launch_us": "comm_kernel.launch_us", "ll_us": "comm_kernel.protocols.LL.latency_us",
-         "ll128_us": "comm_kernel.protocols.LL128.latency_us",
+PATHS = {"launch_us": "comm_kernel.launch_us", "issue_us": "comm_kernel.issue_us", "link_us": "link.latency_us",
+         "ll_us": "comm_kernel.protocols.LL.latency_us", "ll128_us": "comm_kernel.protocols.LL128.latency_us",
          "simple_us": "comm_kernel.protocols.Simple.latency_us", "sm_share": "comm_kernel.channel_bandwidth_gbps",
          "nvls_channels": "comm_kernel.nvls.channels"}
 
@@ -54,23 +59,45 @@ def tidy(rows: pd.DataFrame, gpu_profile: str, topology_kind: str) -> pd.DataFra
     default = (d["env_notes"].astype(str).str.startswith("default env") if "env_notes" in d
                else pd.Series(True, index=d.index))
     d["algorithm"] = np.where(algo.isin(["ring", "nvls"]) & ~default, algo, "auto")
+    if "gpus_per_thread" not in d:
+        d["gpus_per_thread"] = 1
+    d["gpus_per_thread"] = d["gpus_per_thread"].fillna(1).astype(int)
+    if "tuner" not in d:
+        d["tuner"] = [tuner_of(v) for v in d["nccl_version"]] if "nccl_version" in d else "call"
     return d[d["nbytes"] >= 1].reset_index(drop=True)
 
 
+def tuner_of(version: object) -> str:
+    """``rank`` for an NCCL before 2.22 (its tuner sized an all-gather or reduce-scatter by one
+    rank's share), else ``call`` (also when the version is unknown).
+
+    >>> tuner_of("2.21.5"), tuner_of("2.29.2"), tuner_of("")
+    ('rank', 'call', 'call')
+    """
+    m = re.match(r"\s*(\d+)\.(\d+)", str(version))
+    return "rank" if m and (int(m.group(1)), int(m.group(2))) < (2, 22) else "call"
+
+
 def with_params(gpu: GpuProfile, launch_us: float, ll_us: float, ll128_us: float, simple_us: float,
-                sm_share: float, nvls_channels: float | None = None, link_us: float | None = None) -> GpuProfile:
-    """``gpu`` with the collective mechanisms set: call floor, protocol latencies, channel
-    bandwidth such that the default channels reach ``sm_share`` of the raw link rate, the
-    NVLS channels where the GPU has NVLS, and the link latency if given."""
+                sm_share: float, nvls_channels: float | None = None, link_us: float | None = None,
+                issue_us: float | None = None) -> GpuProfile:
+    """``gpu`` with the collective mechanisms set: call floor, protocol latencies (NCCL's
+    channel rule and payload shares kept), channel bandwidth such that the default channels
+    reach ``sm_share`` of the raw link rate, the NVLS channels where the GPU has NVLS, and
+    the link latency and per-GPU issue time if given."""
     if link_us is not None:
         gpu = dataclasses.replace(gpu, link=dataclasses.replace(gpu.link, latency=link_us * 1e-6))
     ck = gpu.comm_kernel
     cb = sm_share * gpu.link.ports * gpu.link.port_bandwidth / ck.channels
-    protos = (Protocol("LL", ll_us * 1e-6, LL), Protocol("LL128", ll128_us * 1e-6, LL128),
-              Protocol("Simple", simple_us * 1e-6, 1.0))
+    lat = {"LL": ll_us, "LL128": ll128_us, "Simple": simple_us}
+    old = {p.name: p for p in ck.protocols}
+    protos = tuple(dataclasses.replace(old[name], latency=lat[name] * 1e-6, efficiency=eff) if name in old
+                   else Protocol(name, lat[name] * 1e-6, eff)
+                   for name, eff in (("LL", LL), ("LL128", LL128), ("Simple", 1.0)))
     nvls = int(nvls_channels) if nvls_channels is not None and ck.nvls_channels else ck.nvls_channels
-    return dataclasses.replace(gpu, comm_kernel=dataclasses.replace(ck, launch=launch_us * 1e-6, protocols=protos,
-                                                                    channel_bandwidth=cb, nvls_channels=nvls))
+    return dataclasses.replace(gpu, comm_kernel=dataclasses.replace(
+        ck, launch=launch_us * 1e-6, protocols=protos, channel_bandwidth=cb, nvls_channels=nvls,
+        issue=ck.issue if issue_us is None else issue_us * 1e-6))
 
 
 def predict(rows: pd.DataFrame, gpus: dict[str, GpuProfile], sim: str = "analytical") -> np.ndarray:
@@ -79,13 +106,16 @@ def predict(rows: pd.DataFrame, gpus: dict[str, GpuProfile], sim: str = "analyti
     def one(r) -> float:
         try:
             return collective_time(gpus[r.gpu_profile], r.topology, r.kind, int(r.nbytes), sim=sim,
-                                   algorithm=getattr(r, "algorithm", "auto"))
+                                   algorithm=getattr(r, "algorithm", "auto"),
+                                   gpus_per_thread=int(getattr(r, "gpus_per_thread", 1)),
+                                   tuner=getattr(r, "tuner", None))
         except InputError:
             return float("nan")
     return np.array([one(r) for r in rows.itertuples()])
 
 
 def loss(rows: pd.DataFrame, params: dict, base: dict[str, GpuProfile] | None = None) -> float:
+    """Mean |log(predicted / measured)| of ``rows`` with ``params`` set on the ``base`` profiles."""
     base = base or {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
     gpus = {g: with_params(p, **params) for g, p in base.items()}
     return float(np.nanmean(np.abs(np.log(predict(rows, gpus) / rows["measured_s"].to_numpy()))))
@@ -106,62 +136,39 @@ def runs_nvls(rows: pd.DataFrame, base: dict[str, GpuProfile]) -> np.ndarray:
     return np.array([one(r) for r in rows.itertuples()], dtype=bool)
 
 
-def fit(rows: pd.DataFrame, passes: int = 3, base: dict[str, GpuProfile] | None = None) -> tuple[dict, float]:
-    """Coordinate descent over :data:`GRID` on the mean |log(predicted / measured)| (``base``:
-    the profiles by ``gpu_profile``; default the built-in ones), each mechanism on the rows it
-    governs: the call floor, protocols and SM share on the rows that do not run NVLS (all
-    rows when fewer than 3 do not), then the NVLS channels on the rows that do (left out of
-    the answer when none does). Returns the parameters and the mean |log error| of all rows."""
+def fit(rows: pd.DataFrame, base: dict[str, GpuProfile] | None = None, evaluations: int = 200
+        ) -> tuple[dict, float]:
+    """Every mechanism at once (bounded least squares, scipy, on ``log(predicted / measured)``
+    with a soft L1 loss so that a few odd rows do not steer it), on every row: the call floor,
+    the per-GPU issue time (only when some rows drive several GPUs from one thread), the link
+    latency, the protocols' per-step latencies and the SM share; then the NVLS channels on the
+    rows that run NVLS, and the rest again. ``base``: the profiles by ``gpu_profile`` (default
+    the built-in ones), whose other numbers (NCCL's channel rule, payload shares, the NVLS
+    latency) are kept. Returns the parameters and the mean |log error| of all rows."""
+    from scipy.optimize import least_squares
     base = base or {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
+    names = [k for k in BOUNDS if k != "issue_us" or (rows.get("gpus_per_thread", pd.Series([1])) > 1).any()]
+    lo, hi = np.array([BOUNDS[k] for k in names]).T
+    measured = rows["measured_s"].to_numpy()
     nvls = runs_nvls(rows, base)
-    plain = rows[~nvls] if (~nvls).sum() >= 3 else rows
-    best = {k: v for k, v in START.items() if k != "nvls_channels"}
-    cur = loss(plain, best, base)
-    for _ in range(passes):
-        for name, values in GRID.items():
-            if name == "nvls_channels":
-                continue
-            for v in values:
-                trial = dict(best, **{name: float(v)})
-                e = loss(plain, trial, base)
-                if e < cur - 1e-12:
-                    best, cur = trial, e
-    if nvls.any():
-        errs = {float(v): loss(rows[nvls], dict(best, nvls_channels=float(v)), base) for v in GRID["nvls_channels"]}
-        best["nvls_channels"] = min(errs, key=errs.get)
-    return best, loss(rows, best, base)
+    best: dict = {}
 
+    def residual(x: np.ndarray) -> np.ndarray:
+        gpus = {g: with_params(p, **dict(zip(names, x)), **best) for g, p in base.items()}
+        r = np.log(predict(rows, gpus) / measured)
+        return np.where(np.isfinite(r), r, 0.0)
 
-SHARED = ("ll_us", "ll128_us", "simple_us", "sm_share", "link_us")     # one value for every GPU of a vendor
-BOUNDS = {"launch_us": (0.0, 60.0), "ll_us": (0.0, 10.0), "ll128_us": (0.0, 30.0), "simple_us": (0.0, 60.0),
-          "sm_share": (0.5, 0.95), "link_us": (0.0, 3.0)}
-
-
-def fit_per_gpu_floor(rows: pd.DataFrame, evaluations: int = 260,
-                      base: dict[str, GpuProfile] | None = None) -> tuple[dict[str, dict], float]:
-    """A joint fit (Nelder-Mead, scipy) of a call floor per GPU profile (``launch_us``: the
-    host, driver and library version differ from system to system) and the vendor's shared
-    mechanisms, the link latency included (:data:`SHARED`), on the rows that do not run NVLS.
-    Returns the parameters by GPU profile and the mean |log error|. Not what the shipped
-    profiles use (:func:`fit`): ``benchmarks/collective_error.py --per-gpu-floor`` scores it."""
-    from scipy.optimize import minimize
-    base = base or {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
-    plain = rows[~runs_nvls(rows, base)]
-    names = [f"launch_us:{g}" for g in base] + list(SHARED)
-    lo, hi = np.array([BOUNDS[n.split(":")[0]] for n in names]).T
-    measured = plain["measured_s"].to_numpy()
-
-    def params(x: np.ndarray) -> dict[str, dict]:
-        v = dict(zip(names, np.clip(x, lo, hi).tolist()))
-        return {g: {"launch_us": v[f"launch_us:{g}"], **{k: v[k] for k in SHARED}} for g in base}
-
-    def err(x: np.ndarray) -> float:
-        gpus = {g: with_params(base[g], **p) for g, p in params(x).items()}
-        return float(np.nanmean(np.abs(np.log(predict(plain, gpus) / measured))))
-
-    start = np.array([15.0] * len(base) + [0.5, 3.0, 8.0, 0.8, 0.5])
-    r = minimize(err, start, method="Nelder-Mead", options={"maxfev": evaluations, "xatol": 0.05, "fatol": 1e-4})
-    return params(r.x), float(r.fun)
+    x = np.array([START[k] for k in names])
+    for final in (False, True):
+        x = least_squares(residual, x, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=1e-3,
+                          max_nfev=evaluations).x
+        if final or not nvls.any():
+            break
+        got = dict(zip(names, x))
+        errs = {c: loss(rows[nvls], dict(got, nvls_channels=float(c)), base) for c in NVLS_CHANNELS}
+        best = {"nvls_channels": float(min(errs, key=errs.get))}
+    params = {**dict(zip(names, x.tolist())), **best}
+    return params, loss(rows, params, base)
 
 
 def band(nbytes: pd.Series) -> pd.Series:
@@ -169,10 +176,16 @@ def band(nbytes: pd.Series) -> pd.Series:
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Median |error| and row count per (profile, GPUs, collective, size band)."""
-    t = table.assign(abs_err=(table["predicted_s"] / table["measured_s"] - 1).abs(), band=band(table["size_bytes"]))
-    return (t.groupby(["gpu_profile", "gpus", "collective", "band"], observed=True)["abs_err"]
-            .agg(median="median", rows="size").reset_index())
+    """Median |error| and row count per (profile, GPUs, collective, size band), the bands
+    ``< 1 MiB``, ``1-64 MiB``, ``>= 64 MiB`` and, across the last two, ``>= 1 MiB``."""
+    t = table.assign(abs_err=(table["predicted_s"] / table["measured_s"] - 1).abs(),
+                     band=band(table["size_bytes"]).astype(str))
+    t = pd.concat([t, t[t["size_bytes"] >= 1 << 20].assign(band=">= 1 MiB")], ignore_index=True)
+    order = {b: i for i, b in enumerate(["< 1 MiB", "1-64 MiB", ">= 64 MiB", ">= 1 MiB"])}
+    out = (t.groupby(["gpu_profile", "gpus", "collective", "band"])["abs_err"]
+           .agg(median="median", rows="size").reset_index())
+    return out.sort_values(["gpu_profile", "gpus", "collective", "band"], key=lambda c: c.map(order) if
+                           c.name == "band" else c, kind="stable").reset_index(drop=True)
 
 
 def profile_values(gpu: GpuProfile, params: dict) -> dict[str, float]:

@@ -15,7 +15,9 @@ table's numbers are read as one stream, a row every ``len(columns)`` values.
 Columns, as in ``../shared/measurements/nccl-tests/``: ``collective`` (``all_reduce``, ...),
 ``gpus``, ``hosts`` (machines the ranks ran on), ``size_bytes`` (nccl-tests' ``size``: the total array for all-gather and
 reduce-scatter), ``count``, ``type``, ``time_us_oop``, ``algbw_oop``, ``busbw_oop``, ``device``,
-``source`` (file and run).
+``source`` (file and run), ``gpus_per_thread`` (the header's ``nGpus``: GPUs one thread drives)
+and ``nccl_version`` (from ``nccl-headers=22902`` or ``NCCL version 2.29.2`` in the run; empty
+when the run does not print it).
 
 >>> text = '''# Collective test starting: all_reduce_perf
 ... # nThread 1 nGpus 2 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20
@@ -44,7 +46,8 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendre
 KIND = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
         "alltoall": "all-to-all", "sendrecv": "send-recv"}         # what ficco-sim models, by its name
 COLUMNS = ["collective", "gpus", "hosts", "size_bytes", "count", "type", "time_us_oop", "algbw_oop", "busbw_oop",
-           "device", "source"]
+           "device", "source", "gpus_per_thread", "nccl_version"]
+_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)|nccl-library=(\d{5})")
 _START = re.compile(r"#\s*Collective test starting:\s*(\w+?)_perf")
 # "#  Rank  0 Group  0 Pid 1 on host device  0 [0x1] NVIDIA H100 80GB HBM3" (no Group before nccl-tests 2.11)
 _RANK = re.compile(r"#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?.*?\bon\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
@@ -83,10 +86,27 @@ def parse(text: str, where: str) -> pd.DataFrame:
         b = starts[r + 1] if r + 1 < len(starts) else len(lines)
         # the "Collective test starting" line comes just before its run's header
         pre = lines[starts[r - 1] if r else 0:a + 1] if r else lines[:a + 1]
-        rows += _run(lines[a:b], pre, where, r + 1)
+        rows += _run(lines[a:b], pre, where, r + 1, _version(pre + lines[a:b]))
     if not rows:
         raise InputError(where, None, "no measured rows (a header with no table under it)")
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _version(lines: list[str]) -> str:
+    """The NCCL version a run printed (``NCCL version 2.29.2``, or nccl-tests' header
+    ``nccl-library=22902``), else "".
+
+    >>> _version(["# nccl-tests version 2.18.3 nccl-headers=22902 nccl-library=22902"])
+    '2.29.2'
+    """
+    for line in lines:
+        m = _VERSION.search(line)
+        if m:
+            if m.group(1):
+                return m.group(1)
+            code = int(m.group(2))
+            return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return ""
 
 
 def _collective(pre: list[str], where: str) -> str:
@@ -106,8 +126,10 @@ def _collective(pre: list[str], where: str) -> str:
                      f"{', '.join(COLLECTIVES)})")
 
 
-def _run(lines: list[str], pre: list[str], where: str, number: int) -> list[dict]:
+def _run(lines: list[str], pre: list[str], where: str, number: int, version: str = "") -> list[dict]:
     coll = _collective(pre, where)
+    per = re.search(r"nGpus\s+(\d+)", lines[0])
+    per_thread = int(per.group(1)) if per and int(per.group(1)) > 0 else 1
     ranks = [m for m in map(_RANK.match, lines) if m]
     devices = [m.group(2).strip() for m in ranks]
     hosts = {m.group(1) for m in ranks}
@@ -153,7 +175,8 @@ def _run(lines: list[str], pre: list[str], where: str, number: int) -> list[dict
             raise InputError(where, f"run {number}: size {size}", f"time must be a positive number of us, got {t!r}")
         out.append({"collective": coll, "gpus": gpus, "hosts": max(1, len(hosts)), "size_bytes": size, "count": count, "type": row[col["type"]],
                     "time_us_oop": t, "algbw_oop": alg, "busbw_oop": bus,
-                    "device": devices[0] if devices else "", "source": f"{where} (run {number})"})
+                    "device": devices[0] if devices else "", "source": f"{where} (run {number})",
+                    "gpus_per_thread": per_thread, "nccl_version": version})
     if len(tokens) % width:
         raise InputError(where, f"run {number}", f"{len(tokens) % width} values left over: the table's rows do not "
                          f"have the header's {width} columns")

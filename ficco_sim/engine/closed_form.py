@@ -72,7 +72,8 @@ from .closed_form_overlap import (CommKernels, Groups, MemKernels, apply_comm_ho
                                   gemm_waits, groups, levels_of, link_coefs, memory_hold)
 from .dag_levels import csr, longest_path_levels, padded_levels
 from .closed_form_tiles import residency, signal_share, sources, store_coef, store_seconds, with_signals
-from .closed_form_tables import graph_comm_kernels, link_tables, memory_kernels, transfer_cost
+from .closed_form_tables import (NO_TUNE, graph_comm_kernels, link_tables, memory_kernels, transfer_cost,
+                                 tuned_terms)
 
 ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX, SIG = range(8)   # SMX: an SM transfer (XFER + its wire protocol)
 
@@ -95,6 +96,7 @@ class Template:
     const: np.ndarray          # CONST: launch; XFER: fixed + latency; MEM/FIXED: duration at ref; SIG: flag latency
     coef: np.ndarray           # XFER: s per byte; GEMM: epilogue stores, s per m*n; SIG: share of rows
     ref_bytes: np.ndarray      # XFER: bytes at ref; GEMM: fused stores' remote bytes per output element
+    tune: np.ndarray           # (nodes, 4) SMX: its call (bytes per byte, ranks), channel cap B/s, channels
     gemm_shape: np.ndarray     # GEMM node -> index into shapes
     shapes: list[GemmShape]    # at ref
     gpu_of: np.ndarray         # node -> GPU (kernels: their GPU; transfers: src)
@@ -192,8 +194,8 @@ def task_rows(t, gpu: GpuProfile, topo: Topology, cost: tuple | None, rows: list
     :func:`transfer_costs` entry; ``shapes``, ``alone``: GEMM shape indices and isolated
     kernel times, shared by the whole template."""
     def node(kind: int, gpu_id: int, const: float = 0.0, coef: float = 0.0, nb: float = 0.0, shape: int = -1,
-             dst: int = -1) -> int:
-        rows.append((kind, gpu_id, const, coef, nb, shape, dst))
+             dst: int = -1, tune: tuple = NO_TUNE) -> int:
+        rows.append((kind, gpu_id, const, coef, nb, shape, dst, tune))
         return len(rows) - 1
 
     if isinstance(t, Kernel):
@@ -203,7 +205,7 @@ def task_rows(t, gpu: GpuProfile, topo: Topology, cost: tuple | None, rows: list
             return begin, begin, node(GEMM, t.gpu, coef=coef, nb=remote,
                                       shape=shapes.setdefault(t.gemm, len(shapes))), None
         if t.kind == "comm":
-            armed = node(CONST, t.gpu, gpu.handshake_of("comm"))   # transfers start here
+            armed = node(CONST, t.gpu, gpu.handshake_of("comm") + t.setup)   # transfers start here
             return begin, begin, node(ZERO, t.gpu), armed
         key = (t.grid, t.block, t.block_time, t.block_hbm_bytes)
         if key not in alone:
@@ -211,7 +213,8 @@ def task_rows(t, gpu: GpuProfile, topo: Topology, cost: tuple | None, rows: list
         return begin, begin, node(MEM if t.kind == "memory" else FIXED, t.gpu, alone[key]), None
     ready = node(ZERO, t.src, dst=t.dst)
     begin = node(ZERO, t.src, dst=t.dst) if t.engine == "sm" else ready
-    return ready, begin, node(SMX if t.engine == "sm" else XFER, t.src, cost[0], cost[1], t.nbytes, dst=t.dst), None
+    return ready, begin, node(SMX if t.engine == "sm" else XFER, t.src, cost[0], cost[1], t.nbytes, dst=t.dst,
+                              tune=cost[4]), None
 
 
 def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: Scenario | None = None) -> Template:
@@ -219,12 +222,12 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
     if gpu.host is not None:
         raise InputError(gpu.path or gpu.name, "host", "a host device (the CPU replay's ranks sharing cores) has "
                          "no closed form; use the discrete-event engine (--engine des)")
-    rows: list[tuple] = []     # (kind, gpu, const, coef, bytes, shape, dst) per node
+    rows: list[tuple] = []     # (kind, gpu, const, coef, bytes, shape, dst, tune) per node
     add_row = rows.append
 
     def node(kind: int, gpu_id: int, const: float = 0.0, coef: float = 0.0, nb: float = 0.0, shape: int = -1,
              dst: int = -1) -> int:
-        add_row((kind, gpu_id, const, coef, nb, shape, dst))
+        add_row((kind, gpu_id, const, coef, nb, shape, dst, NO_TUNE))
         return len(rows) - 1
 
     costs = transfer_costs(graph, gpu, topo)
@@ -271,7 +274,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
                 inputs[begin[t.id]] = (ready[t.id],) + tuple(armed[k] for k in t.drivers)
             inputs[end[t.id]] = (begin[t.id],)
     n = len(rows)
-    kinds, gpus, consts, coefs, nbytes, shape_ix, dsts = (list(c) for c in zip(*rows)) if rows else ([],) * 7
+    kinds, gpus, consts, coefs, nbytes, shape_ix, dsts, tunes = (list(c) for c in zip(*rows)) if rows else ([],) * 8
     lens, flat = csr(inputs)
     level = longest_path_levels(lens, flat)
     levels = padded_levels(lens, flat, level)
@@ -286,7 +289,8 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
     gemm_nodes, comm_nodes, xfer_nodes = ix(end, gemms), ix(end, comms), ix(end, xfers)
     return Template(
         ref=scenario, num_nodes=n, levels=levels, kind=np.array(kinds, dtype=np.int64), const=np.array(consts),
-        coef=np.array(coefs), ref_bytes=np.array(nbytes), gemm_shape=np.array(shape_ix, dtype=np.int64),
+        coef=np.array(coefs), ref_bytes=np.array(nbytes), tune=np.array(tunes, dtype=float).reshape(-1, 4),
+        gemm_shape=np.array(shape_ix, dtype=np.int64),
         shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=ix(begin, gemms),
         comm_nodes=comm_nodes, comm_begin=ix(begin, comms), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
         xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
@@ -368,19 +372,20 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
 
 
 def transfer_terms(tpl: Template, gpu: GpuProfile, nbytes: np.ndarray, xfer: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(fixed s, bytes on the wire) of the transfer nodes ``xfer`` per scenario: SM transfers
-    add their protocol's latency and send its flags too (:meth:`CommKernelSpec.protocol_index`)."""
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fixed s, bytes on the wire, least s per wire byte) of the transfer nodes ``xfer`` per
+    scenario: SM transfers add the latency of the protocol NCCL's tuner picks and send its
+    flags too, and a call too small for every channel runs on fewer (:func:`tuned_terms`)."""
     payload = nbytes[:, xfer]
     fixed = np.broadcast_to(tpl.const[xfer], payload.shape).copy()
     wire = payload.copy()
+    floor = np.zeros_like(payload)
     sm = tpl.kind[xfer] == SMX
     if sm.any():
-        spec = gpu.comm_kernel
-        p = spec.protocol_index(payload[:, sm])
-        fixed[:, sm] += np.array([q.latency for q in spec.protocols])[p]
-        wire[:, sm] /= np.array([q.efficiency for q in spec.protocols])[p]
-    return fixed, wire
+        lat, eff, floor[:, sm] = tuned_terms(gpu, payload[:, sm], tpl.tune[xfer[sm]])
+        fixed[:, sm] += lat
+        wire[:, sm] /= eff
+    return fixed, wire, floor
 
 
 def run(tpl: Template, add: np.ndarray, hold: dict | None = None) -> np.ndarray:
@@ -424,10 +429,10 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
         return {**out, "makespan": ev["makespan"]}
     base, nbytes, gemm_hbm, resident, iso = durations(tpl, gpu, scenarios)
     xfer = np.flatnonzero((tpl.kind == XFER) | (tpl.kind == SMX))
-    fixed, wire = transfer_terms(tpl, gpu, nbytes, xfer)
+    fixed, wire, floor = transfer_terms(tpl, gpu, nbytes, xfer)
     share = resident.get("signal")
     add = base.copy()
-    add[:, xfer] = fixed + tpl.coef[xfer] * wire
+    add[:, xfer] = fixed + np.maximum(tpl.coef[xfer], floor) * wire
     vals = run(tpl, with_signals(tpl, add, share))
     sharing = len(tpl.xfer_nodes) > 0 and tpl.xfer_links is not None
     passes = SHARING_PASSES if sharing else int(contention)
@@ -457,7 +462,7 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
                 coef = per_node[:, xfer]
         last = add
         add = base.copy() if slow is None else base * slow
-        add[:, xfer] = fixed + coef * wire * (1.0 if slow is None else slow[:, xfer])
+        add[:, xfer] = fixed + np.maximum(coef, floor) * wire * (1.0 if slow is None else slow[:, xfer])
         if hold and "mem" in hold:
             waits = gemm_waits(tpl, gpu, vals, add, hold["mem"], resident, waits)
             add += waits

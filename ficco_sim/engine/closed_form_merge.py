@@ -43,7 +43,7 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
     comm_grid = cat("comm_grid")
     out = Template(
         ref=tpls[0].ref, num_nodes=N, levels=levels, kind=cat("kind"), const=cat("const"), coef=cat("coef"),
-        ref_bytes=cat("ref_bytes"), gemm_shape=np.concatenate([r[t.gemm_shape] for r, t in zip(remap, tpls)]),
+        ref_bytes=cat("ref_bytes"), tune=np.concatenate([t.tune for t in tpls]), gemm_shape=np.concatenate([r[t.gemm_shape] for r, t in zip(remap, tpls)]),
         shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=at("gemm_begin"),
         comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
         xfer_begin=at("xfer_begin"), launch=tpls[0].launch, comm_launch=tpls[0].comm_launch,

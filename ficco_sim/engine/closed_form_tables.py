@@ -22,18 +22,40 @@ if TYPE_CHECKING:
     from .closed_form import Template
 
 
+NO_TUNE = (0.0, 0.0, 0.0, 0.0)
+
+
 def transfer_cost(t, gpu: GpuProfile, links: list, latency: float, link_rates: list[float], blocks: int,
-                  shared: int) -> tuple[float, float, float, list]:
-    """(fixed s, s per byte, cap B/s, ``links``) of transfer ``t``: a copy engine's rate
-    (a command's fixed cost), or the driving kernel's ``blocks`` channels divided among the
-    ``shared`` transfers of its step; at most HBM's (half within one GPU); at most each link's
-    rate as the first pass shares it (``link_rates``)."""
+                  shared: int) -> tuple[float, float, float, list, tuple]:
+    """(fixed s, s per byte, cap B/s, ``links``, tuning) of transfer ``t``: a copy engine's
+    rate (a command's fixed cost), or the driving kernel's ``blocks`` channels divided among
+    the ``shared`` transfers of its step; at most HBM's (half within one GPU); at most each
+    link's rate as the first pass shares it (``link_rates``). Tuning (:attr:`Template.tune`):
+    an SM transfer's collective call (``t.tune``), its channel cap and its kernel's channels,
+    from which the evaluation picks its protocol and channels at each size."""
     if t.engine == "dma":
         cap, fixed = gpu.dma.cap(t.src, t.dst), gpu.dma.command_overhead
     else:
         cap, fixed = blocks * gpu.comm_kernel.channel_bandwidth / shared, 0.0
+    chan = cap
     cap = min(cap, gpu.hbm_effective / (2 if t.src == t.dst else 1))
-    return fixed + latency, 1.0 / min(link_rates + [cap]), cap, links
+    tune = ((*(t.tune or (0.0, 0.0)), chan, float(blocks)) if t.engine == "sm" else NO_TUNE)
+    return fixed + latency, 1.0 / min(link_rates + [cap]), cap, links, tune
+
+
+def tuned_terms(gpu: GpuProfile, payload: np.ndarray, tune: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per SM transfer (columns of ``payload``, its bytes per scenario; ``tune`` its rows of
+    :attr:`Template.tune`): the latency and payload share of the protocol NCCL's tuner picks
+    and the least seconds per wire byte its channels allow
+    (:meth:`~ficco_sim.hardware.CommKernelSpec.tuned`; 0 where it has every channel)."""
+    spec = gpu.comm_kernel
+    call, ranks, chan, grid = (tune[:, i] for i in range(4))
+    p, channels = spec.tuned(payload, call, ranks, grid)
+    lat = np.array([q.latency for q in spec.protocols])[p]
+    eff = np.array([q.efficiency for q in spec.protocols])[p]
+    with np.errstate(divide="ignore"):
+        floor = np.where(channels < grid, grid / (chan * channels), 0.0)
+    return lat, eff, floor
 
 
 def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, begin: np.ndarray, level: np.ndarray,

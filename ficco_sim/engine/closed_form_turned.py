@@ -28,7 +28,7 @@ from ..taskgraph import Kernel
 from ..topology import Topology
 from ..workload import Scenario
 from .closed_form import SIG, Template, task_rows
-from .closed_form_tables import comm_kernels, link_tables, memory_kernels, transfer_cost
+from .closed_form_tables import NO_TUNE, comm_kernels, link_tables, memory_kernels, transfer_cost
 from .closed_form_tiles import sources
 from .dag_levels import LazyLevels, longest_path_levels, padded_levels
 from .fold import Share
@@ -41,7 +41,7 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
                          "no closed form; use the discrete-event engine (--engine des)")
     n, tasks, where = share.ranks, share.tasks, share.where
     costs, routes = _costs_of(share, gpu, topo)
-    rows: list[tuple] = []          # (kind, gpu, const, coef, bytes, shape, dst) per node of GPU 0
+    rows: list[tuple] = []          # (kind, gpu, const, coef, bytes, shape, dst, tune) per node of GPU 0
     add = rows.append
     shapes: dict = {}
     alone: dict = {}
@@ -56,7 +56,7 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
                 sig.append(len(rows))
                 sig_of.append((len(rows), h, i))
                 add((SIG, 0, topo.path_latency(h, 0) if h else 0.0, rows_share, 0.0,
-                     shapes.setdefault(tasks[i].gemm, len(shapes)), -1))
+                     shapes.setdefault(tasks[i].gemm, len(shapes)), -1, NO_TUNE))
             sig_nodes[j] = sig
         ready[j], begin[j], end[j], arm = task_rows(t, gpu, topo, costs.get(j), rows, shapes, alone)
         if arm is not None:
@@ -90,7 +90,7 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
             if t.engine == "sm":
                 inputs[begin[j]] = (ready[j],) + tuple(at(d, armed) for d in t.drivers)
             inputs[end[j]] = (begin[j],)
-    kind, gpu0, const, coef, nbytes, shape, dst0 = (np.array(c) for c in zip(*rows))
+    kind, gpu0, const, coef, nbytes, shape, dst0, tune = (np.array(c) for c in zip(*rows))
     turns = np.arange(n)[:, None]
     lens0 = np.fromiter(map(len, inputs), dtype=np.int64, count=N0)
     flat0 = np.fromiter((x for row in inputs for x in row), dtype=np.int64, count=int(lens0.sum()))
@@ -126,7 +126,8 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
         ref=scenario, num_nodes=n * N0, levels=LazyLevels(lambda: padded_levels(lens, flat, level)),
         share_dag=(lens0, flat0 % N0, level0), kind=np.tile(kind, n),
         const=np.tile(const.astype(float), n), coef=np.tile(coef.astype(float), n),
-        ref_bytes=np.tile(nbytes.astype(float), n), gemm_shape=np.tile(shape.astype(np.int64), n),
+        ref_bytes=np.tile(nbytes.astype(float), n), tune=np.tile(tune.astype(float).reshape(-1, 4), (n, 1)),
+        gemm_shape=np.tile(shape.astype(np.int64), n),
         shapes=list(shapes), gpu_of=gpu_of.astype(np.int64), dst_of=dst_of.astype(np.int64),
         gemm_nodes=gemm_nodes, gemm_begin=gemm_begin, comm_nodes=comm_nodes, comm_begin=comm_begin,
         comm_grid=np.tile(np.array([tasks[j].grid for j in comms], dtype=float), n),

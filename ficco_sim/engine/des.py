@@ -268,7 +268,7 @@ class Simulation(Wiring):
         n = int(counts.sum())
         if self.resident[k.id] == 0 and self.blocks_done[k.id] == 0 and math.isnan(rec.start):
             rec.start = self.env.now
-            shake = self.gpu.handshake_of(k.kind)
+            shake = self.gpu.handshake_of(k.kind) + k.setup
             if shake:    # the ranks' handshake: resident, its transfers not started yet
                 self.env.timeout(shake).callbacks.append(lambda _e, ev=self.started[k.id]: ev.succeed())
             else:

@@ -1,6 +1,6 @@
-"""What a DES run's tasks cross and what it records: the wire protocol of an SM transfer,
-the resources a transfer uses per byte (route links, HBM at both ends, a host's cores), the
-real GPUs of a folded run's tasks, and the counter series of a recorded run.
+"""What a DES run's tasks cross and what it records: the resources a transfer uses per byte
+(route links, HBM at both ends, a host's cores), the real GPUs of a folded run's tasks, and
+the counter series of a recorded run.
 
 :class:`Wiring` is the part of :class:`~ficco_sim.engine.des.Simulation` that reads them; it
 keeps the caches and counter series it writes, and reads the simulation's ``gpu``, ``topo``,
@@ -11,29 +11,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hardware import Protocol
 from ..taskgraph import Transfer
 
 
 class Wiring:
-    """Routes, per-byte usage, protocols and counters of a :class:`~ficco_sim.engine.des.Simulation`."""
+    """Routes, per-byte usage and counters of a :class:`~ficco_sim.engine.des.Simulation`."""
 
     def __init__(self) -> None:
         self.counters: dict[str, list[tuple[float, float]]] = {}
-        self._protocols: dict[float, Protocol] = {}
         self._paths: dict[tuple[int, int], tuple[dict[str, float], float]] = {}
         self.link_counters: dict[str, None] = {}     # link resources ever crossed, in first-use order
         self._link_names: list[str] = []             # (their names, as last listed)
         self._link_at = np.zeros(0, dtype=np.int64)   # their fluid resource indices
         self._link_last = np.zeros(0)                # and the loads last recorded
-
-    def _protocol(self, t: Transfer) -> Protocol:
-        """The wire protocol of an SM transfer (its latency and payload share)."""
-        hit = self._protocols.get(t.nbytes)
-        if hit is None:
-            spec = self.gpu.comm_kernel
-            hit = self._protocols[t.nbytes] = spec.protocols[spec.protocol_index(t.nbytes)]
-        return hit
 
     def transfer_usage(self, src: int, dst: int, reduce: bool) -> dict[str, float]:
         """What a transfer from GPU ``src`` to ``dst`` uses per byte: the route's links, HBM

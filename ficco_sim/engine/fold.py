@@ -237,7 +237,7 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
         deps = tuple(sorted(rel(t.deps, g))) if t.deps else ()     # (a set: named in any order)
         if t.__class__ is Kernel:
             key = ("K", t.stream, t.kind, t.grid, t.block, t.block_time, t.block_hbm_bytes, t.role, t.gemm, t.elems,
-                   t.sms, tuple([(share, (dst - g) % n) for share, dst in t.stores]), sig, deps)
+                   t.sms, tuple([(share, (dst - g) % n) for share, dst in t.stores]), sig, deps, t.setup)
             line = queued
         else:
             drivers = t.drivers
@@ -247,7 +247,7 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
                     hit = driven[(g, drivers)] = rel(drivers, g)
                 drivers = hit
             key = ("T", t.engine, t.stream, t.nbytes, (t.src - g) % n, (t.dst - g) % n, t.dma_engine, t.reduce,
-                   t.role, drivers, sig, deps)
+                   t.role, drivers, sig, deps, t.tune)
             line = queued if t.engine == "dma" else loose
         kind = kinds.setdefault(key, len(kinds))
         seen = occurrence[g]    # the k-th task alike on its GPU (comm kernels queued one after another)

@@ -80,8 +80,8 @@ class SmTransfers:
         self.tasks = transfers
         n = len(transfers)
         # one pass over the task objects, then columns
-        ids, src, dst, nbytes, reduce, deps_of, drivers_of, signals = zip(*map(attrgetter(
-            "id", "src", "dst", "nbytes", "reduce", "deps", "drivers", "signals"), transfers)) if n else [()] * 8
+        ids, src, dst, nbytes, reduce, deps_of, drivers_of, signals, tunes = zip(*map(attrgetter(
+            "id", "src", "dst", "nbytes", "reduce", "deps", "drivers", "signals", "tune"), transfers)) if n else [()] * 9
         index = dict(zip(ids, range(n)))
         ndeps = np.fromiter(map(len, deps_of), np.int64, n)
         ndrivers = np.fromiter(map(len, drivers_of), np.int64, n)
@@ -117,7 +117,7 @@ class SmTransfers:
         distinct = pairs[keep]                       # (transfer, driver) pairs without repeats
         self.drv_ptr, self.drv_idx = _by_row(distinct // nk, distinct % nk, n)
         self.open = np.bincount(self.drv_idx, minlength=len(self.kernels)).astype(np.int64)
-        self._incidence(transfers, dk, dj)
+        self._incidence(transfers, dk, dj, tunes)
         # the simpy events they wait on: one callback per event, for all its dependents
         env = sim.env
         for tid, js in others.items():
@@ -137,10 +137,12 @@ class SmTransfers:
         if len(free):
             env.timeout(0).callbacks.append(lambda _e: self._ready(free))
 
-    def _incidence(self, transfers: list, dk: np.ndarray, dj: np.ndarray) -> None:
+    def _incidence(self, transfers: list, dk: np.ndarray, dj: np.ndarray, tunes: tuple) -> None:
         """Each transfer's fluid work and resources, built once: per distinct (real source,
         real destination, reduce) what :meth:`Simulation.transfer_usage` says, plus its first
-        and last drivers' channels."""
+        and last drivers' channels; its wire protocol and the channels NCCL's tuner gives it
+        (:meth:`~ficco_sim.hardware.CommKernelSpec.tuned`: a byte on fewer than its kernel's
+        channels takes that many more of their capacity)."""
         sim, fluid = self.sim, self.sim.fluid
         n = len(transfers)
         ngpu = sim.g.num_gpus
@@ -160,15 +162,18 @@ class SmTransfers:
             pair_latency.append(sim._path(src, dst)[1])
         self.pair_ptr, self.pair_cols = csr(pair_cols)
         self.pair_vals = np.array([v for row in pair_vals for v in row], dtype=float)
-        _, which = np.unique(self.nbytes, return_inverse=True)
-        protocols = [sim._protocol(transfers[j]) for j in np.unique(which, return_index=True)[1]]
-        self.latency = np.asarray(pair_latency)[self.pair] + np.array([p.latency for p in protocols])[which]
-        self.wire = self.nbytes / np.array([p.efficiency for p in protocols])[which]
         send = np.array([fluid.resource(f"send:{k}") for k in self.kernels], dtype=np.int64)
         recv = np.array([fluid.resource(f"recv:{k}") for k in self.kernels], dtype=np.int64)
         # each transfer's first and last driver (``driven`` runs by transfer, drivers in order)
         first = dk[np.searchsorted(dj, np.arange(n), side="left")] if n else dk
         last = dk[np.searchsorted(dj, np.arange(n), side="right") - 1] if n else dk
+        spec = sim.gpu.comm_kernel
+        grid = np.array([sim.g.kernel(k).grid for k in self.kernels], dtype=float)[first] if n else np.zeros(0)
+        tuned = np.array([tu if tu else (0.0, 0.0) for tu in tunes], dtype=float).reshape(n, 2)
+        p, channels = spec.tuned(self.nbytes, tuned[:, 0], tuned[:, 1], grid)
+        self.latency = np.asarray(pair_latency)[self.pair] + np.array([q.latency for q in spec.protocols])[p]
+        self.wire = self.nbytes / np.array([q.efficiency for q in spec.protocols])[p]
+        self.chan_use = grid / channels if n else np.zeros(0)
         self.channels = np.stack([send[first], recv[last]], axis=1) if n else np.zeros((0, 2), dtype=np.int64)
 
     # -- the steps of a batch --------------------------------------------------------------
@@ -212,7 +217,7 @@ class SmTransfers:
             k = len(go)
             rel = np.concatenate([np.repeat(np.arange(k), per), np.repeat(np.arange(k), 2)])
             cols = np.concatenate([self.pair_cols[at], self.channels[go].ravel()])
-            vals = np.concatenate([self.pair_vals[at], np.ones(2 * k)])
+            vals = np.concatenate([self.pair_vals[at], np.repeat(self.chan_use[go], 2)])
             fluid.add_many(self.wire[go], self.dst[go], self.src[go], self.dst[go], rel, cols, vals, go)
             if sim.record:
                 for p in dict.fromkeys(pairs.tolist()):

@@ -71,7 +71,7 @@ def quotient(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = N
     g_all, x_nodes = tpl.gpu_of, tpl.xfer_nodes
     quot = Template(
         ref=tpl.ref, num_nodes=Q, levels=levels, kind=tpl.kind[rep], const=tpl.const[rep], coef=tpl.coef[rep],
-        ref_bytes=tpl.ref_bytes[rep], gemm_shape=tpl.gemm_shape[rep], shapes=tpl.shapes, gpu_of=tpl.gpu_of[rep],
+        ref_bytes=tpl.ref_bytes[rep], tune=tpl.tune[rep], gemm_shape=tpl.gemm_shape[rep], shapes=tpl.shapes, gpu_of=tpl.gpu_of[rep],
         dst_of=tpl.dst_of[rep], gemm_nodes=orbit[tpl.gemm_nodes], gemm_begin=orbit[tpl.gemm_begin],
         comm_nodes=orbit[tpl.comm_nodes], comm_begin=orbit[tpl.comm_begin], comm_grid=tpl.comm_grid,
         xfer_nodes=orbit[x_nodes], xfer_begin=orbit[tpl.xfer_begin],

@@ -133,21 +133,21 @@ class GraphBuilder:
         if isinstance(task, Kernel):
             return self._kernel_sig(g, task.kind, task.stream, task.grid, task.block, task.block_time,
                                     task.block_hbm_bytes, task.elems, task.gemm, task.sms, task.stores, task.signals,
-                                    task.deps)
+                                    task.deps, task.setup)
         return ("T", task.engine, (task.src - g) % n, (task.dst - g) % n, task.nbytes, task.step, task.reduce,
                 task.dma_engine, self._rel(task.drivers, g), self._rel(task.deps, g, unordered=True),
-                self._rel_signals(task.signals, g))
+                self._rel_signals(task.signals, g), task.tune)
 
     def _rel_signals(self, signals, g: int) -> tuple:
         return tuple(zip(self._rel([k for k, _ in signals], g), [r for _, r in signals])) if signals else ()
 
     def _kernel_sig(self, g: int, kind: str, stream: str, grid: int, block, block_time: float, hbm: float, elems,
-                    gemm, sms, stores, signals, deps) -> tuple:
+                    gemm, sms, stores, signals, deps, setup: float = 0.0) -> tuple:
         """Fold mode: a kernel of GPU ``g`` as that GPU sees it (see :meth:`_describe`)."""
         n = self.num_gpus
         return ("K", kind, stream, grid, block, block_time, hbm, elems, gemm, sms,
                 tuple((r, (d - g) % n) for r, d in stores), self._rel_signals(signals, g),
-                self._rel(deps, g, unordered=True))
+                self._rel(deps, g, unordered=True), setup)
 
     def _kernel(self, id: str, gpu: int, make, *sig):
         """A kernel made by ``make()``; in fold mode another GPU's is only described (``sig``:
@@ -200,19 +200,20 @@ class GraphBuilder:
             tuple(signals), deps)
 
     def comm_kernel(self, id: str, gpu: int, *, deps: Sequence[str] = (), label: str = "",
-                    signals: Sequence = (), channels: int = 0) -> Kernel:
+                    signals: Sequence = (), channels: int = 0, setup: float = 0.0) -> Kernel:
         block, grid = self.gpu.comm_kernel.block, channels or self.channels
         return self._kernel(id, gpu, lambda: Kernel(
             id, gpu, COMM, "comm", grid, block, 0.0, 0.0, tuple(deps), "comm", label or "comm", sms=self.comm_range,
-            signals=tuple(signals)), "comm", COMM, grid, block, 0.0, 0.0, None, None, self.comm_range, (),
-            tuple(signals), deps)
+            signals=tuple(signals), setup=setup), "comm", COMM, grid, block, 0.0, 0.0, None, None, self.comm_range, (),
+            tuple(signals), deps, setup)
 
     # -- transfers ---------------------------------------------------------------------
     def sm_transfer(self, id: str, src: int, dst: int, nbytes: float, drivers: Iterable[str], *, step: tuple,
                     deps: Sequence[str] = (), reduce: bool = False, label: str = "",
-                    io: dict | None = None) -> Transfer:
+                    io: dict | None = None, tune: tuple = ()) -> Transfer:
         """``nbytes`` from ``src`` to ``dst`` moved by the comm kernels ``drivers``, in the
-        concurrency step named ``step``."""
+        concurrency step named ``step``; ``tune``: the collective call it is a step of
+        (:attr:`~ficco_sim.taskgraph.Transfer.tune`)."""
         # (``io`` is the caller's own mapping, kept as given: lowerings build one per task)
         if self.fold and src != 0:      # another GPU's: described, never made (_folding, inlined: the bulk)
             n, where, made = self.num_gpus, self._where, self._made
@@ -226,10 +227,11 @@ class GraphBuilder:
                 rel_deps = self._rel(deps, src, unordered=True)
             self._compare(i, ("T", "sm", 0, (dst - src) % n, float(nbytes),
                               self._steps.setdefault(step, len(self._steps)), reduce, 0, self._rel(drivers, src),
-                              rel_deps, ()))
+                              rel_deps, (), tune))
             return TaskRef(id)
         t = Transfer(id, src, dst, float(nbytes), "sm", src, None, tuple(drivers), 0, reduce, tuple(deps), "comm",
-                     label or f"{src}->{dst}", {} if io is None else io, self._steps.setdefault(step, len(self._steps)))
+                     label or f"{src}->{dst}", {} if io is None else io, self._steps.setdefault(step, len(self._steps)),
+                     (), tune)
         if self.fold:
             return self._folding(id, 0, self._describe(t), t)
         self.tasks.append(t)
@@ -249,7 +251,7 @@ class GraphBuilder:
             return self._folding(id, issuer, ("T", "dma", (src - issuer) % n, (dst - issuer) % n, float(nbytes),
                                               self.step(*step), False, e, (),
                                               self._rel(deps, issuer, unordered=True),
-                                              self._rel_signals(tuple(signals), issuer)))
+                                              self._rel_signals(tuple(signals), issuer), ()))
         stream = self.stream(issuer, f"copy{e}", 0)
         return self._add(Transfer(id, src, dst, float(nbytes), "dma", issuer, stream, (), e, False,
                                   tuple(deps), "comm", label or f"{src}->{dst}", dict(io or {}), self.step(*step),

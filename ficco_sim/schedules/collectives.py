@@ -80,6 +80,15 @@ def _rings(b: GraphBuilder, rows: int):
         yield order, {v: i for i, v in enumerate(order)}, off, k, (f".r{r}" if len(parts) > 1 else ""), r
 
 
+def call_tuning(b: GraphBuilder, rank_bytes: float, call_bytes: float, size: float) -> tuple[float, float]:
+    """:attr:`~ficco_sim.taskgraph.Transfer.tune` of the ``size``-byte steps of a ring call
+    whose tuner sees ``call_bytes`` (NCCL 2.22 on: an all-gather's or reduce-scatter's whole
+    call) or ``rank_bytes`` (earlier NCCL: one rank's share; the GPU profile's
+    ``comm_kernel.tuner``); an all-reduce's halves pass its buffer as both."""
+    seen = rank_bytes if b.gpu.comm_kernel.tuner == "rank" else call_bytes
+    return (seen / size, float(b.num_gpus)) if size > 0 else ()
+
+
 def split_rows(rows: int, parts: int) -> list[int]:
     """``rows`` split into ``parts`` near-equal counts (larger ones first).
 
@@ -120,6 +129,7 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
                 part = lambda owner: row_slice(buffer, owner * rows + off, k)  # noqa: E731
                 prev: dict[int, str] = {}
                 size = k * cols * b.elem(dtype)
+                tune = call_tuning(b, e * n if kernels is not None else e, e * n, size)
                 for t in range(1, n):
                     cur = {}
                     label = f"AG ring step {t}"
@@ -129,7 +139,7 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
                         sl = part(owner)
                         cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}{tag}", g, dst, size,
                                                  (kern[g], kern[dst]), step=(prefix, t), deps=d, label=label,
-                                                 io={"src": sl, "dst": sl}).id
+                                                 io={"src": sl, "dst": sl}, tune=tune).id
                     prev = cur
         else:
             for g in range(n):     # (every GPU its peers in the same turned order: see staggered)
@@ -178,6 +188,7 @@ def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: st
             part = lambda chunk: row_slice(buffer, chunk * rows + off, k)  # noqa: E731
             prev: dict[int, str] = {}
             size = k * cols * b.elem(dtype)
+            tune = call_tuning(b, e * n if ring_kernels is not None else e, e * n, size)
             for t in range(1, n):
                 cur = {}
                 label = f"RS ring step {t}"
@@ -187,7 +198,7 @@ def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: st
                     sl = part(chunk)
                     cur[dst] = b.sm_transfer(f"{prefix}.s{t}.{g}-{dst}{tag}", g, dst, size,
                                              (kern[g], kern[dst]), step=(prefix, t), deps=d, reduce=True,
-                                             label=label, io={"src": sl, "dst": sl}).id
+                                             label=label, io={"src": sl, "dst": sl}, tune=tune).id
                 prev = cur
             for g in range(n):
                 last[g].append(prev[g])
@@ -292,12 +303,14 @@ def nvls_all_reduce(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: s
     """All-reduce in the switch (NCCL's NVLS): rank g's slice of ``rows`` rows is summed by
     the switch from every rank's copy (the transfers into g, reducing) and multicast back
     (the transfers out of g, after all of them), on one NVLS kernel per rank of
-    :attr:`CommKernelSpec.nvls_channels` channels (fewer if the schedule caps them). No reduce kernel; each transfer puts
+    :attr:`CommKernelSpec.nvls_channels` channels (fewer if the schedule caps them), which
+    spends :attr:`CommKernelSpec.nvls_latency` before its transfers start. No reduce kernel; each transfer puts
     :func:`nvls_wire` times its slice on the links, so a rank's links carry what NVLS moves."""
     n = b.num_gpus
     size = rows * cols * b.elem(dtype) * nvls_wire(n)
     kern = [b.comm_kernel(f"{prefix}.k{g}", g, label="all-reduce (NVLS)",
-                          channels=min(b.gpu.comm_kernel.nvls_channels, b.channels)).id for g in range(n)]
+                          channels=min(b.gpu.comm_kernel.nvls_channels, b.channels),
+                          setup=b.gpu.comm_kernel.nvls_latency).id for g in range(n)]
     into: list[list[str]] = [[] for _ in range(n)]
     for h in range(n):          # the slice g owns, read from every peer h's copy (made in h's turn)
         for g in staggered(h, n):
