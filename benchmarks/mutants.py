@@ -4,7 +4,7 @@ Each mutant is a one-line change to a copy of the package (never to this checkou
 runs against the copy and the table says which test went red first. A mutant no test kills is a
 mechanism the suite cannot see.
 
-    python benchmarks/mutants.py [--only NAME] [--tests tests/]
+    python benchmarks/mutants.py [--only NAME ...] [--tests tests/ | FILE ...]
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ MUTANTS = {
 }
 
 
-def run(name: str, tests: str) -> dict:
+def run(name: str, tests: list[str]) -> dict:
     path, old, new, what = MUTANTS[name]
     with tempfile.TemporaryDirectory() as d:
         copy = Path(d) / "repo"
@@ -124,7 +124,7 @@ def run(name: str, tests: str) -> dict:
         f.write_text(text.replace(old, new, 1))
         t0 = time.time()
         env = dict(os.environ, PYTHONPATH=str(copy))
-        out = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", tests],
+        out = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                              cwd=copy, env=env, capture_output=True, text=True)
         failed = re.findall(r"^FAILED (\S+)", out.stdout, flags=re.M)
         return {"mutant": name, "switches off": what, "killed by": failed[0] if failed else "NOT KILLED",
@@ -134,7 +134,7 @@ def run(name: str, tests: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", action="append", choices=list(MUTANTS))
-    ap.add_argument("--tests", default="tests/")
+    ap.add_argument("--tests", nargs="+", default=["tests/"], help="test files or directories (default tests/)")
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table
