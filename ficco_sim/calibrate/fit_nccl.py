@@ -140,14 +140,16 @@ def fit(rows: pd.DataFrame, base: dict[str, GpuProfile] | None = None, evaluatio
         ) -> tuple[dict, float]:
     """Every mechanism at once (bounded least squares, scipy, on ``log(predicted / measured)``
     with a soft L1 loss so that a few odd rows do not steer it), on every row: the call floor,
-    the per-GPU issue time (only when some rows drive several GPUs from one thread), the link
+    the per-GPU issue time (only when the rows drive GPUs in two or more ways: one thread for
+    one GPU, for four, ...; else the base profile's), the link
     latency, the protocols' per-step latencies and the SM share; then the NVLS channels on the
     rows that run NVLS, and the rest again. ``base``: the profiles by ``gpu_profile`` (default
     the built-in ones), whose other numbers (NCCL's channel rule, payload shares, the NVLS
     latency) are kept. Returns the parameters and the mean |log error| of all rows."""
     from scipy.optimize import least_squares
     base = base or {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
-    names = [k for k in BOUNDS if k != "issue_us" or (rows.get("gpus_per_thread", pd.Series([1])) > 1).any()]
+    # the issue time per GPU is told apart from the floor only by rows of two ways of driving GPUs
+    names = [k for k in BOUNDS if k != "issue_us" or rows.get("gpus_per_thread", pd.Series([1])).nunique() > 1]
     lo, hi = np.array([BOUNDS[k] for k in names]).T
     measured = rows["measured_s"].to_numpy()
     nvls = runs_nvls(rows, base)

@@ -160,7 +160,7 @@ def _traces(cal: Calibration, base: GpuProfile, paths: Sequence[str], report_dir
 
 def _nccl_tests(cal: Calibration, base: GpuProfile, paths: Sequence[str], topology: str, report_dir: Any) -> None:
     """Raw nccl-tests / rccl-tests output: the collective mechanisms (call floor, protocol
-    latencies, SM share of the link) fitted on the rows of 1 MiB and more
+    latencies, SM share of the link) fitted on the rows of 64 KiB and more
     (:mod:`.fit_nccl`), every row's error reported."""
     from . import fit_nccl
     if topology not in ("switch", "fc", "ring"):
@@ -174,7 +174,8 @@ def _nccl_tests(cal: Calibration, base: GpuProfile, paths: Sequence[str], topolo
     rows = fit_nccl.tidy(raw, cal.gpu, topology)
     big = rows[rows["size_bytes"] >= fit_nccl.FIT_FROM]
     if len(big) < 3:
-        raise InputError(paths[0], None, f"{len(big)} rows of at least 1 MiB; the collective mechanisms need 3 or more")
+        raise InputError(paths[0], None, f"{len(big)} rows of at least {fit_nccl.FIT_FROM >> 10} KiB; the collective "
+                         "mechanisms need 3 or more")
     profiles = {cal.gpu: base}
     params, _ = fit_nccl.fit(big, base=profiles)
     rows["predicted_s"] = fit_nccl.predict(rows, {cal.gpu: fit_nccl.with_params(base, **params)})
@@ -182,10 +183,13 @@ def _nccl_tests(cal: Calibration, base: GpuProfile, paths: Sequence[str], topolo
     table = cal.nccl_summary = fit_nccl.summary(rows)
     errs = "; ".join(f"{r.collective} x{r.gpus} {r.band}: {100 * r.median:.1f}% ({r.rows})" for r in table.itertuples())
     kinds = ", ".join(sorted(big["collective"].unique()))
-    src = (f"fitted by ficco-sim calibrate {_today()} on {len(big)} nccl-tests rows >= 1 MiB ({kinds}) of "
+    src = (f"fitted by ficco-sim calibrate {_today()} on {len(big)} nccl-tests rows >= {fit_nccl.FIT_FROM >> 10} KiB ({kinds}) of "
            f"{', '.join(Path(p).name for p in paths)} on {topology}; median |error| in sample (not held out): {errs}")
     if len(big["collective"].unique()) == 1:
         src += "; one collective alone does not tell the call floor from the per-step latencies"
+    if "issue_us" not in params and (big["gpus_per_thread"] > 1).any():
+        src += (f"; every run drove {int(big['gpus_per_thread'].iloc[0])} GPUs from one thread, so the issue time "
+                "per GPU is the base profile's (comm_kernel.issue_us) and the floor is fitted beside it")
     for path, value in fit_nccl.profile_values(base, params).items():
         cal.updates[path] = (value, "fitted", src)
     if report_dir:
