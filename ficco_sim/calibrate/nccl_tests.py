@@ -16,7 +16,7 @@ Columns, as in ``../shared/measurements/nccl-tests/``: ``collective`` (``all_red
 ``gpus``, ``hosts`` (machines the ranks ran on), ``size_bytes`` (nccl-tests' ``size``: the total array for all-gather and
 reduce-scatter), ``count``, ``type``, ``time_us_oop``, ``algbw_oop``, ``busbw_oop``, ``device``,
 ``source`` (file and run), ``gpus_per_thread`` (the header's ``nGpus``: GPUs one thread drives)
-and ``nccl_version`` (from ``nccl-headers=22902`` or ``NCCL version 2.29.2`` in the run; empty
+and ``nccl_version`` (from ``nccl-library=22902`` or ``NCCL version 2.29.2`` in the run; empty
 when the run does not print it).
 
 >>> text = '''# Collective test starting: all_reduce_perf
