@@ -98,6 +98,8 @@ def _version(lines: list[str]) -> str:
 
     >>> _version(["# nccl-tests version 2.18.3 nccl-headers=22902 nccl-library=22902"])
     '2.29.2'
+    >>> _version(["h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4"]), _version(["# nThread 1 nGpus 8"])
+    ('2.21.5', '')
     """
     for line in lines:
         m = _VERSION.search(line)
