@@ -53,8 +53,7 @@ def tuned_terms(gpu: GpuProfile, payload: np.ndarray, tune: np.ndarray) -> tuple
     p, channels = spec.tuned(payload, call, ranks, grid)
     lat = np.array([q.latency for q in spec.protocols])[p]
     eff = np.array([q.efficiency for q in spec.protocols])[p]
-    with np.errstate(divide="ignore"):
-        floor = np.where(channels < grid, grid / (chan * channels), 0.0)
+    floor = np.where(channels < grid, grid / (chan * channels), 0.0)     # channels >= 1, chan > 0
     return lat, eff, floor
 
 
