@@ -69,8 +69,8 @@ from ..topology import Topology, load_topology
 from ..workload import Scenario
 from .closed_form_contention import slowdowns
 from .closed_form_overlap import (CommKernels, Groups, MemKernels, apply_comm_hold, apply_memory_hold, comm_release,
-                                  gemm_waits, groups, levels_of, link_coefs, memory_hold)
-from .dag_levels import csr, longest_path_levels, padded_levels
+                                  gemm_waits, groups, link_coefs, memory_hold)
+from .dag_levels import csr, levels_of, longest_path_levels, padded_levels
 from .closed_form_tiles import residency, signal_share, sources, store_coef, store_seconds, with_signals
 from .closed_form_tables import (NO_TUNE, graph_comm_kernels, link_tables, memory_kernels, transfer_cost,
                                  tuned_terms)
@@ -396,21 +396,22 @@ def run(tpl: Template, add: np.ndarray, hold: dict | None = None) -> np.ndarray:
     vals = np.zeros_like(add)
     cache = tpl.level_cache
     if hold and "comm" not in cache:
-        cache["comm"] = levels_of(tpl, tpl.comm_kernels.begin) if tpl.comm_kernels is not None else {}
-        cache["mem"] = levels_of(tpl, tpl.mem.nodes) if tpl.mem is not None else {}
+        for name, ks, at in (("comm", tpl.comm_kernels, "begin"), ("mem", tpl.mem, "nodes")):
+            cache[name] = levels_of(tpl.levels, tpl.num_nodes, getattr(ks, at)) if ks is not None else {}
     comm_at = cache["comm"] if hold and "comm" in hold else {}
     mem_at = cache["mem"] if hold and "mem" in hold else {}
     one = len(vals) == 1        # one scenario: 1-d views of its row (2-d fancy indexing costs twice as much)
     v, a = vals[0], add[0]
-    for lv, (ids, pad) in enumerate(tpl.levels):
-        if one:
-            v[ids] = v[pad].max(axis=1) + a[ids]
-        else:
-            vals[:, ids] = vals[:, pad].max(axis=2) + add[:, ids]
-        if lv in comm_at:
-            apply_comm_hold(tpl, vals, add, hold["comm"], comm_at[lv], lv)
-        if lv in mem_at:
-            apply_memory_hold(tpl, vals, add, hold["mem"], mem_at[lv], lv)
+    with np.errstate(divide="ignore", invalid="ignore"):    # once, not per held level
+        for lv, (ids, pad) in enumerate(tpl.levels):
+            if one:
+                v[ids] = v[pad].max(axis=1) + a[ids]
+            else:
+                vals[:, ids] = vals[:, pad].max(axis=2) + add[:, ids]
+            if lv in comm_at:
+                apply_comm_hold(tpl, vals, add, hold["comm"], comm_at[lv], lv)
+            if lv in mem_at:
+                apply_memory_hold(tpl, vals, add, hold["mem"], mem_at[lv], lv)
     return vals
 
 
@@ -430,8 +431,7 @@ def evaluate(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | Non
     base, nbytes, gemm_hbm, resident, iso = durations(tpl, gpu, scenarios)
     xfer = np.flatnonzero((tpl.kind == XFER) | (tpl.kind == SMX))
     fixed, wire, floor = transfer_terms(tpl, gpu, nbytes, xfer)
-    share = resident.get("signal")
-    add = base.copy()
+    share, add = resident.get("signal"), base.copy()
     add[:, xfer] = fixed + np.maximum(tpl.coef[xfer], floor) * wire
     vals = run(tpl, with_signals(tpl, add, share))
     sharing = len(tpl.xfer_nodes) > 0 and tpl.xfer_links is not None

@@ -399,8 +399,8 @@ def comm_release(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: d
     frac = np.where(_slots(gpu, run, ck.need, ck.occupancy, True) > 0,
                     np.where(run["waves"] > 0, (run["waves"] - 1) / run["waves"], 0.0), 1.0)
     first = np.append(ck.gemm_order, np.iinfo(np.int64).max)[run["j"]] < ck.order[None, :]
-    return {"mode": np.where(wait, np.where(high, 2, 1), 0), "frac": frac, "waves": run["waves"], "first": first,
-            **_partner_nodes(tpl, run, len(vals[0]) - 1)}
+    return {"on": wait, "mode": np.where(wait, np.where(high, 2, 1), 0), "frac": frac, "waves": run["waves"],
+            "first": first, **_partner_nodes(tpl, run, len(vals[0]) - 1)}
 
 
 def _scaled(mk: MemKernels, gpu: GpuProfile, comm: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -416,15 +416,6 @@ def _scaled(mk: MemKernels, gpu: GpuProfile, comm: np.ndarray) -> tuple[np.ndarr
     return grid, mk.block_time * comm[:, None], mk.block_hbm * mk.grid * comm[:, None] / grid
 
 
-def levels_of(tpl: "Template", nodes: np.ndarray) -> dict[int, np.ndarray]:
-    """Level index -> positions in ``nodes`` of the nodes at that level."""
-    where = np.full(tpl.num_nodes + 1, -1, dtype=np.int64)
-    for lv, (ids, _) in enumerate(tpl.levels):
-        where[ids] = lv
-    lv_of = where[nodes]
-    return {int(lv): np.flatnonzero(lv_of == lv) for lv in np.unique(lv_of) if lv >= 0}
-
-
 @functools.lru_cache(maxsize=64)
 def _rows(P: int) -> np.ndarray:
     """(P, 1) row numbers: ``x[_rows(P), idx]`` is ``take_along_axis(x, idx, 1)`` without its
@@ -436,25 +427,31 @@ def _rows(P: int) -> np.ndarray:
 
 def _at_level(hold: dict, cols: np.ndarray, lv: int) -> dict:
     """The hold's per-kernel (P, kernels) arrays at the kernels ``cols`` of level ``lv``, sliced
-    once per hold: a hold is kept over the contention passes, and each level's slices serve them all."""
+    once per hold: a hold is kept over the contention passes, and each level's slices serve them all.
+    ``live``: some kernel of the level is held in some scenario (``on``); else the level is skipped."""
     memo = hold.setdefault("at_level", {})
     hit = memo.get(lv)
     if hit is None:
         hit = memo[lv] = {k: v[:, cols] for k, v in hold.items() if k != "at_level"}
+        hit["live"] = bool(hit["on"].any())
     return hit
 
 
 def apply_memory_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray,
                       lv: int) -> None:
     """End the memory kernels ``cols`` of level ``lv`` (their end nodes were just computed) by the
-    two-phase rule of :func:`.closed_form_overlap.memory_hold` against their GEMM's times in this pass."""
-    vals[:, tpl.mem.nodes[cols]] = _held_ends(tpl, vals, add, _at_level(hold, cols, lv), cols)
+    two-phase rule of :func:`.closed_form_overlap.memory_hold` against their GEMM's times in this pass
+    (under :func:`~ficco_sim.engine.closed_form.run`'s ``np.errstate``)."""
+    h = _at_level(hold, cols, lv)
+    if h["live"]:
+        vals[:, tpl.mem.nodes[cols]] = _held_ends(tpl, vals, add, h, cols)
 
 
 def held_ends(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: dict, cols: np.ndarray) -> np.ndarray:
     """(P, cols) ends of the memory kernels ``cols`` under the two-phase rule (see
     :func:`apply_memory_hold`), their ends in ``vals`` where no GEMM holds them."""
-    return _held_ends(tpl, vals, add, {k: v[:, cols] for k, v in hold.items() if k != "at_level"}, cols)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _held_ends(tpl, vals, add, {k: v[:, cols] for k, v in hold.items() if k != "at_level"}, cols)
 
 
 def _held_ends(tpl: "Template", vals: np.ndarray, add: np.ndarray, h: dict, cols: np.ndarray) -> np.ndarray:
@@ -471,9 +468,7 @@ def _held_ends(tpl: "Template", vals: np.ndarray, add: np.ndarray, h: dict, cols
     d2 = np.where(on, b - np.maximum(split, s), 0.0)
     alone, f1, f2 = h["alone"], h["f1"], h["f2"]
     w1, w2 = d1 * f1, d2 * f2                                              # work done (alone-seconds)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(w1 >= alone, alone / f1,
-                     np.where(w1 + w2 >= alone, d1 + (alone - w1) / f2, d1 + d2 + alone - w1 - w2))
+    t = np.where(w1 >= alone, alone / f1, np.where(w1 + w2 >= alone, d1 + (alone - w1) / f2, d1 + d2 + alone - w1 - w2))
     got = add[:, mk.nodes[cols]] * np.where(alone > 0, t / np.where(alone > 0, alone, 1.0), 1.0)
     return np.where(on, s + got, vals[:, mk.nodes[cols]])
 
@@ -483,6 +478,8 @@ def apply_comm_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: di
     """Apply the release of the communication kernels ``cols`` of level ``lv`` (their begin nodes
     were just computed): the partner GEMM's begin is already known (a shallower level)."""
     h = _at_level(hold, cols, lv)
+    if not h["live"]:
+        return
     c = tpl.comm_kernels.begin[cols]
     s = vals[:, c]
     rows = _rows(len(vals))
@@ -491,8 +488,7 @@ def apply_comm_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: di
     b = a + dur
     mode, frac, waves = h["mode"], h["frac"], h["waves"]
     wave = dur / waves
-    with np.errstate(divide="ignore", invalid="ignore"):
-        boundary = np.minimum(a + np.ceil((s - a) / np.where(wave > 0, wave, 1.0)) * wave, b)
+    boundary = np.minimum(a + np.ceil((s - a) / np.where(wave > 0, wave, 1.0)) * wave, b)
     release = np.where(mode == 2, boundary, a + frac * dur)
     # a GEMM reaching the SMs at the same instant holds the kernel only if issued before it
     tie = np.abs(a - s) <= 1e-12 * np.maximum(np.abs(s), 1e-9)

@@ -102,16 +102,17 @@ def memory_kernels(mems: list[Kernel], nodes: np.ndarray, begin: np.ndarray, gpu
     ``nodes``, ``begin``: the kernels' end and begin nodes."""
     r, c = join_keys(gpu_of[nodes], gpu_of[gemm_nodes])
     earlier = level[gemm_begin][c] < level[nodes][r]
+    shapes = _distinct_blocks([k.block for k in mems])        # each distinct block's needs, once
+    ix = shapes["block_ix"]
     return MemKernels(
         nodes=nodes, begin=begin,
         grid=np.array([k.grid for k in mems], dtype=float), block_time=np.array([k.block_time for k in mems]),
         block_hbm=np.array([k.block_hbm_bytes for k in mems]),
-        need=np.array([block_needs(gpu.sm, k.block) for k in mems], dtype=np.int64).reshape(-1, 4),
-        occupancy=np.array([blocks_per_sm(gpu.sm, k.block) for k in mems], dtype=np.int64),
+        need=np.array([block_needs(gpu.sm, b) for b in shapes["blocks"]], dtype=np.int64).reshape(-1, 4)[ix],
+        occupancy=np.array([blocks_per_sm(gpu.sm, b) for b in shapes["blocks"]], dtype=np.int64)[ix],
         gemms=padded_lists(r[earlier], c[earlier], len(mems), len(gemm_nodes), ordered=True),
         **_gpu_gemms(gpu_of[nodes], gpu_of[gemm_nodes]),
-        elems=np.array([np.nan if k.elems is None else k.elems for k in mems], dtype=float),
-        **_distinct_blocks([k.block for k in mems]))
+        elems=np.array([np.nan if k.elems is None else k.elems for k in mems], dtype=float), **shapes)
 
 
 def link_tables(paths: list[list], caps, topo: Topology, which: np.ndarray | None = None) -> dict[str, np.ndarray]:

@@ -18,7 +18,7 @@ from the whole graph's template.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 import numpy as np
 
@@ -197,24 +197,30 @@ def _costs(share: Share, gpu: GpuProfile, topo: Topology) -> tuple[dict[int, tup
         if t.engine == "sm":
             chan[(where[t.drivers[0]][1], step)] += 1
         rows.append((j, t, step, r))
-    share_of: Counter = Counter()
-    for ((a, b), step, r), count in kinds.items():
-        for g in range(n):
-            for lk in route((a + g) % n, (b + g) % n)[0]:
-                share_of[(lk, step, r)] += count
+    orbit: dict[int, Counter] = {}      # d -> the links crossed by the routes of every pair (g, g + d)
+
+    def turned(d: int) -> Counter:
+        hit = orbit.get(d)
+        if hit is None:
+            hit = orbit[d] = Counter(lk for g in range(n) for lk in route(g, (g + d) % n)[0])
+        return hit
+
+    apart: defaultdict = defaultdict(Counter)    # (step, round) -> {d: GPU 0's transfers d apart}
+    for ((a, b), step, r), count in kinds.items():      # a pair turned by every g is every pair d apart
+        apart[(step, r)][(b - a) % n] += count
     bandwidth = {(u, v): bw for u, v, bw in topo.graph.edges(data="bandwidth")}
     out = {}
     for j, t, step, r in rows:
         links, latency = route(t.src, t.dst)
-        rates = [bandwidth[lk] / (share_of[(lk, step, r)] if t.step is not None else 1) for lk in links]
+        rates = [bandwidth[lk] / (sum(c * turned(d)[lk] for d, c in apart[(step, r)].items())
+                                  if t.step is not None else 1) for lk in links]
         if t.engine == "sm":
             i = where[t.drivers[0]][1]
             blocks, shared = tasks[i].grid, chan[(i, step)]
         else:
             blocks = shared = 0
         out[j] = transfer_cost(t, gpu, links, latency, rates, blocks, shared)
-    for a, b in {(t.src, t.dst) for _, t, _, _ in rows}:     # every turned pair's route, for the link tables
-        for g in range(n):
-            route((a + g) % n, (b + g) % n)
+    for d in {(t.dst - t.src) % n for _, t, _, _ in rows}:     # every turned pair's route, for the link tables
+        turned(d)
     return out, routes
 

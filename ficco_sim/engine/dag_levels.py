@@ -87,6 +87,16 @@ def _padded_row_by_row(lens: np.ndarray, flat: np.ndarray, level: np.ndarray) ->
     return out
 
 
+def levels_of(levels: Sequence[Level], num_nodes: int, nodes: np.ndarray) -> dict[int, np.ndarray]:
+    """Level index (in ``levels``, :func:`padded_levels` of a DAG of ``num_nodes`` nodes) ->
+    positions in ``nodes`` of the nodes at that level."""
+    where = np.full(num_nodes + 1, -1, dtype=np.int64)
+    for lv, (ids, _) in enumerate(levels):
+        where[ids] = lv
+    lv_of = where[nodes]
+    return {int(lv): np.flatnonzero(lv_of == lv) for lv in np.unique(lv_of) if lv >= 0}
+
+
 def longest_path_levels(lens: np.ndarray, src: np.ndarray) -> np.ndarray:
     """Longest-path depth of every node (inputs first: depth 1), by Kahn's algorithm: a node's
     depth is one more than its deepest input's, known once its last input is taken (``lens``,

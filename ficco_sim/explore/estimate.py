@@ -101,7 +101,7 @@ def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo
         alias = _ALIASES.get(key)
         hit = _get(alias) if alias is not None else None
         if hit is None:
-            with paused_gc():
+            with paused_gc(kept=True):
                 graph = _lowered(key, scenario, schedule, gpu, topo)
                 if isinstance(graph, Share):
                     graph = graph.without_gemms()
@@ -118,7 +118,7 @@ def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo
         return hit[2]
     hit = _get(key)
     if hit is None:
-        with paused_gc():
+        with paused_gc(kept=True):
             tpl = _compiled(_lowered(key, scenario, schedule, gpu, topo), gpu, topo, scenario)
         hit = _remember(key, (gpu, topo, tpl), tpl.num_nodes)
     return hit[2]
@@ -154,7 +154,7 @@ def _merged(tpls: list[Template], scenario: Scenario, topo: Topology) -> tuple[T
     key = ("merged", *(id(t) for t in tpls))
     hit = _get(key)
     if hit is None:
-        with paused_gc():
+        with paused_gc(kept=True):
             merged, offs = merge(tpls)
             if rotation_symmetric(scenario, topo):
                 stride = 1 + max(int(max(t.gpu_of.max(initial=0), t.dst_of.max(initial=0))) for t in tpls)
