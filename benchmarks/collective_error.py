@@ -34,8 +34,8 @@ from ficco_sim.calibrate.nccl_tests import read as read_nccl_tests
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "measurements" / "nccl-tests" / "nccl_tests.csv"
 RAW = Path(__file__).resolve().parents[1] / "validation" / "nccl-tests"
 # raw nccl-tests output from sources no fit ever sees (validation/nccl-tests/README.md): NVIDIA's 8 x H100
-# all-reduce sample and microsoft/superbenchmark's 8 x A100 runs of four collectives;
-# file -> (source URL, GPU as the shared table names it, topology kind)
+# all-reduce sample, microsoft/superbenchmark's 8 x A100 runs of four collectives, xxrjun/nccl-tests-cluster's
+# 8 and 4 x H100 runs of five;
 # (source URL, GPU as the shared table names it, topology kind, NCCL tuner: the file's own when None)
 HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
     "https://github.com/NVIDIA/exemplar-performance/blob/e249aa3c788284d1575379ccf73568c383d4c91e/"
@@ -45,7 +45,12 @@ HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
     **{f"a100x8_superbench_{c}.txt": (
         f"https://github.com/microsoft/superbenchmark/blob/700d6501f110ed17a7016f1b9f2e453926f7b7a1/tests/data/"
         f"nccl_{c.replace('_', '')}.log", "A100-SXM4-40GB", "switch", "rank")
-       for c in ("all_gather", "reduce_scatter", "all_reduce", "alltoall")}}
+       for c in ("all_gather", "reduce_scatter", "all_reduce", "alltoall")},
+    # 8 and 4 H100 on one host, NCCL 2.29.2, five collectives each, 32 MiB - 16 GiB (Apache-2.0)
+    **{f"h100x{n}_xxrjun_cnode3-002.txt": (
+        f"https://github.com/xxrjun/nccl-tests-cluster/blob/455de4f8dee2fa94cd4044a7109fd8c576f9e6c1/benchmarks/"
+        f"example-cluster01/nccl-benchmark-results/single-node/runs/20260128-145017/without-debug/logs/"
+        f"nccl_N1_G{n}_cnode3-002.log", "H100-SXM-80GB", "switch", None) for n in (8, 4)}}
 SYSTEMS = {"H100-SXM-80GB": ("h100", "switch"), "A100-SXM4-40GB": ("a100", "switch"), "MI300X": ("mi300x", "fc")}
 VENDOR = {"h100": "nccl", "a100": "nccl", "mi300x": "rccl"}
 

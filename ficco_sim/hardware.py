@@ -29,7 +29,7 @@ import yaml
 
 from .errors import InputError
 from .hardware_specs import (SIMPLE, BlockShape, CommKernelSpec, Contention, DmaSpec, GemmModel, GemmTile,  # noqa: F401
-                             HostSpec, LinkSpec, NVLS_MIN_BYTES, Protocol, Provenance, SmLimits)
+                             HostSpec, LinkSpec, NVLS_MIN_BYTES, P2pRule, Protocol, Provenance, SmLimits)
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "hw_profiles"
 KINDS = ("datasheet", "measured", "fitted", "derived", "assumption")
@@ -256,6 +256,20 @@ def _protocols(r: _Reader) -> tuple[Protocol, ...]:
     return tuple(out)
 
 
+def _p2p(r: _Reader) -> P2pRule | None:
+    """``comm_kernel.p2p``: NCCL's point-to-point channel rule (:class:`P2pRule`); absent: a
+    grouped send runs on every channel of its kernel."""
+    if not r.has("comm_kernel.p2p"):
+        return None
+    q = "comm_kernel.p2p"
+    rule = P2pRule(channels=r.number(f"{q}.channels", integer=True), per_peer=r.number(f"{q}.per_peer", integer=True),
+                   min_part=r.number(f"{q}.min_part_kib", scale=KIB), max_part=r.number(f"{q}.max_part_kib", scale=KIB),
+                   ll_bytes=r.number(f"{q}.ll_kib_per_channel", scale=KIB, positive=False))
+    if rule.max_part < rule.min_part:
+        raise InputError(r.where, f"{q}.max_part_kib", "is below min_part_kib")
+    return rule
+
+
 def parse_profile(data: Any, where: str) -> GpuProfile:
     """Validate a parsed profile mapping and build a :class:`GpuProfile` (SI units)."""
     r = _Reader(data, where)
@@ -334,6 +348,7 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
             if r.has("comm_kernel.nvls.latency_us") else 0.0,
             issue=r.number("comm_kernel.issue_us", scale=1e-6, positive=False) if r.has("comm_kernel.issue_us") else 0.0,
             tuner=r.choice("comm_kernel.tuner", ("call", "rank")) if r.has("comm_kernel.tuner") else "call",
+            p2p=_p2p(r),
         ),
         gemm=GemmModel(tiles=tuple(tiles), efficiency=efficiency,
                        k_overhead=r.number("gemm.k_overhead", positive=False),

@@ -141,6 +141,42 @@ class Protocol:
 SIMPLE = Protocol("Simple", 0.0, 1.0)
 
 
+@dataclass(frozen=True)
+class P2pRule:
+    """How NCCL (2.20 and later, single node) spreads one point-to-point send of a grouped
+    call (an all-to-all's or a send-recv's) over channels: ``channels`` p2p channels in the
+    communicator (``p2pnChannels``), at most ``per_peer`` for one peer; a send starts on as
+    many as ``channels / ranks`` allows (halved from ``per_peer``), at most one per
+    ``min_part`` bytes, and doubles them while a part exceeds ``max_part`` bytes (up to
+    ``per_peer``). It runs LL when it carries at most ``ll_bytes`` per channel, else Simple."""
+
+    channels: int
+    per_peer: int
+    min_part: float
+    max_part: float
+    ll_bytes: float
+
+    def split(self, nbytes: Any, ranks: Any) -> Any:
+        """Channels of a send of ``nbytes`` among ``ranks`` ranks (vectorized).
+
+        >>> rule = P2pRule(32, 32, 64 << 10, 16 << 20, 16 << 10)
+        >>> [int(rule.split(s << 20, 8)) for s in (32, 64, 128, 256)]   # 8 ranks start on 4
+        [4, 4, 8, 16]
+        >>> int(rule.split(32 << 20, 4)), int(rule.split(100 << 10, 8))
+        (8, 2)
+        """
+        import numpy as np
+        x, ranks = np.asarray(nbytes, dtype=float), np.maximum(np.asarray(ranks, dtype=float), 1.0)
+        start = float(self.per_peer)
+        least = np.full(np.broadcast(x, ranks).shape, start)
+        while (big := (least * ranks > self.channels) & (least > 1)).any():     # NCCL's nChannelsMin
+            least = np.where(big, least / 2, least)
+        n = np.maximum(np.minimum(least, np.ceil(x / self.min_part)), 1.0)
+        while (more := (np.maximum(self.min_part, x / n) > self.max_part) & (n <= self.per_peer / 2)).any():
+            n = np.where(more, n * 2, n)
+        return n
+
+
 # NCCL runs an all-reduce smaller than this per rank in Ring/LL even where NVLS is its default:
 # on 8 x H200 "NVLS engaged >= 2 MiB; RING/LL below 1 MiB" ([MLENG-NET] in
 # ../shared/reference/hardware.md). One number for every GPU, so that a scenario's template
@@ -172,6 +208,7 @@ class CommKernelSpec:
     nvls_latency: float = 0.0
     issue: float = 0.0
     tuner: str = "call"
+    p2p: P2pRule | None = None
 
     def protocol_index(self, nbytes: Any) -> Any:
         """The protocol a transfer step of ``nbytes`` runs with, as NCCL's tuner picks it: the
@@ -197,16 +234,23 @@ class CommKernelSpec:
         over ``ranks`` ranks; the protocol is picked on the call's bytes per rank
         (:meth:`protocol_index` of one ring step's), and a call smaller than ``channels x
         channel_bytes`` (x ``ranks`` where the protocol's share is per rank) runs on fewer
-        channels, at least one. Vectorized; the one rule both engines use.
+        channels, at least one. A send of a grouped point-to-point call (``call`` 0, ``ranks``
+        the communicator's) takes its channels and protocol from :class:`P2pRule` where the
+        profile has one; a message of no call (``ranks`` 0) runs on every channel, its protocol
+        the fastest alone. Vectorized; the one rule both engines use.
 
         >>> spec = CommKernelSpec(BlockShape(512, 96, 0), 16, 25e9, protocols=(
-        ...     Protocol("LL", 1e-6, 0.5, 4096, True), Protocol("Simple", 10e-6, 1.0, 32768)))
+        ...     Protocol("LL", 1e-6, 0.5, 4096, True), Protocol("Simple", 10e-6, 1.0, 32768)),
+        ...     p2p=P2pRule(32, 32, 64 << 10, 16 << 20, 16 << 10))
         >>> p, c = spec.tuned(64 << 10, 8, 8, 16)       # one step of a 512 KiB ring call on 8 ranks
         >>> int(p), int(c)
         (0, 16)
         >>> p, c = spec.tuned(64 << 10, 1, 8, 16)       # the same step, the tuner seeing one rank's 64 KiB
         >>> int(p), int(c)
         (0, 2)
+        >>> p, c = spec.tuned(32 << 20, 0, 8, 16)       # a 32 MiB send among 8 ranks: Simple on 4 channels
+        >>> int(p), int(c)
+        (1, 4)
         """
         import numpy as np
         x, call, ranks = (np.asarray(v, dtype=float) for v in (nbytes, call, ranks))
@@ -217,6 +261,13 @@ class CommKernelSpec:
         need = np.array([q.channel_bytes for q in self.protocols])[p] * np.where(
             np.array([q.per_rank for q in self.protocols])[p], np.maximum(ranks, 1), 1.0)
         channels = np.where(tuned & (need > 0), np.clip(np.floor(size / np.where(need > 0, need, 1.0)), 1, grid), grid)
+        if self.p2p is not None:
+            p2p = ~tuned & (ranks > 0)
+            n = np.minimum(self.p2p.split(x, ranks), grid)
+            channels = np.where(p2p, n, channels)
+            names = [q.name for q in self.protocols]
+            if "LL" in names and "Simple" in names:
+                p = np.where(p2p, np.where(x <= n * self.p2p.ll_bytes, names.index("LL"), names.index("Simple")), p)
         return p, channels
 
 

@@ -27,8 +27,11 @@ Typed model inputs, set by the lowering and read by the engines:
   imports) are costed from their blocks.
 * ``Transfer.tune``: the collective call an SM transfer is a step of, as NCCL's tuner sees
   it: ``(bytes of the call per byte of the transfer, ranks)``; the engines pick its wire
-  protocol and channels on it (:meth:`~ficco_sim.hardware.CommKernelSpec.tuned`). Empty: a
-  point-to-point message (its own bytes, every channel of its kernels).
+  protocol and channels on it (:meth:`~ficco_sim.hardware.CommKernelSpec.tuned`).
+  ``(0, ranks)``: one send of a grouped point-to-point call among ``ranks`` ranks (an
+  all-to-all's, a send-recv's), on the channels NCCL's p2p rule gives it
+  (:class:`~ficco_sim.hardware.P2pRule`). Empty: a message no library call tunes (its own
+  bytes, every channel of its kernels).
 * ``Kernel.setup``: seconds a communication kernel spends after its call floor before its
   transfers start (an NVLS call's multicast setup).
 * ``Transfer.step``: the concurrency step of a transfer. Transfers of one step are issued
@@ -131,7 +134,7 @@ class Transfer:
     io: Mapping[str, object] = field(default_factory=dict, compare=False)
     step: int | None = None
     signals: tuple[tuple[str, float], ...] = ()    # (GEMM kernel, rows share) tile signals it waits on
-    tune: tuple[float, float] = ()     # SM: (call bytes per byte, ranks) of its collective call; (): p2p
+    tune: tuple[float, float] = ()     # SM: (call bytes per byte, ranks) of its call; (0, ranks): a grouped send
 
 
 def _quick_init(cls: type) -> type:

@@ -13,13 +13,13 @@ from ficco_sim.hardware import SIMPLE, load_gpu
 
 def ideal(gpu="h100", **changes):
     """``gpu`` with no launch overhead, no DMA command cost, no collective call floor, NVLS
-    setup, per-GPU issue time or protocol costs (payload only, no latency, every channel)
-    and no interference."""
+    setup, per-GPU issue time or protocol costs (payload only, no latency, every channel,
+    a grouped send's too) and no interference."""
     g = load_gpu(gpu)
     base = dict(launch_overhead=0.0,
                 dma=dataclasses.replace(g.dma, command_overhead=0.0),
                 comm_kernel=dataclasses.replace(g.comm_kernel, launch=None, protocols=(SIMPLE,), nvls_latency=0.0,
-                                                issue=0.0),
+                                                issue=0.0, p2p=None),
                 contention=dataclasses.replace(g.contention, compute_per_hbm_util=0.0, comm_per_hbm_util=0.0))
     base.update(changes)
     return dataclasses.replace(g, **base)

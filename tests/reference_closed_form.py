@@ -208,9 +208,14 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
         if t.engine == "dma":
             bw, fixed = min(bw, gpu.dma.cap(t.src, t.dst)), gpu.dma.command_overhead
         else:
-            k = graph.kernel(t.drivers[0])
-            bw = min(bw, k.grid * gpu.comm_kernel.channel_bandwidth / chan[(k.id, step[t.id])])
-            proto = gpu.comm_kernel.protocols[gpu.comm_kernel.protocol_index(t.nbytes)]
+            k, spec = graph.kernel(t.drivers[0]), gpu.comm_kernel
+            kernel_share = k.grid * spec.channel_bandwidth / chan[(k.id, step[t.id])]
+            call, ranks = t.tune or (0.0, 0.0)
+            p, c = (float(v) for v in spec.tuned(t.nbytes, call, ranks, k.grid))     # NCCL's tuner, the one rule
+            bw = min(bw, kernel_share)
+            if c < k.grid:      # fewer channels: a grouped send's own, or that share of a ring step's kernel
+                bw = min(bw, c * spec.channel_bandwidth if call == 0 and ranks > 0 else kernel_share * c / k.grid)
+            proto = spec.protocols[int(p)]
             fixed, wire = proto.latency, t.nbytes / proto.efficiency
         bw = min(bw, gpu.hbm_effective / (2 if t.src == t.dst else 1))
         return fixed + topo.path_latency(t.src, t.dst) + wire * (1.0 / bw) * slow

@@ -2,7 +2,8 @@
 (NCCL's channel rule), the size the tuner sees (the whole call, or one rank's share before
 NCCL 2.22) picks the protocol and the channels, an NVLS call pays its setup once, and a host
 thread driving several GPUs issues their kernels one after another. Switching any of these
-off in an engine turns a test here red."""
+off in an engine turns a test here red; so does NCCL's p2p rule (a grouped send's channels
+and protocol, from its own bytes and the communicator's ranks)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import ideal
 from ficco_sim import collective_time
-from ficco_sim.hardware import Protocol
+from ficco_sim.hardware import P2pRule, Protocol
 from ficco_sim.topology import ring
 
 KIB = 1 << 10
@@ -20,10 +21,13 @@ LL = Protocol("LL", 1e-6, 0.5, 4096, True)            # NCCL's: 512 threads x 8 
 SIMPLE = Protocol("Simple", 30e-6, 1.0, 32768)
 
 
+P2P = P2pRule(32, 32, 64 * KIB, 16 << 20, 16 * KIB)     # NCCL 2.29 on an NVSwitch node
+
+
 def tuned_gpu(tuner: str = "call"):
     base = ideal()
     return dataclasses.replace(base, comm_kernel=dataclasses.replace(
-        base.comm_kernel, protocols=(LL, SIMPLE), tuner=tuner, issue=5e-6))
+        base.comm_kernel, protocols=(LL, SIMPLE), tuner=tuner, issue=5e-6, p2p=P2P))
 
 
 def ll_step(gpu, nbytes: float, channels: int, alpha: float) -> float:
@@ -92,3 +96,34 @@ def test_a_thread_driving_several_gpus_issues_their_kernels_one_after_another(si
     one = collective_time(gpu, "switch:8", "all-reduce", 1 << 20, sim=sim)
     eight = collective_time(gpu, "switch:8", "all-reduce", 1 << 20, sim=sim, gpus_per_thread=8)
     assert eight - one == pytest.approx(7 * 5e-6, rel=1e-9)
+
+
+def step(gpu, protocol: Protocol, nbytes: float, channels: int, alpha: float) -> float:
+    return alpha + protocol.latency + nbytes / protocol.efficiency / (channels * gpu.comm_kernel.channel_bandwidth)
+
+
+@pytest.mark.parametrize("sim", ["des", "analytical"])
+@pytest.mark.parametrize("n, nbytes, channels, protocol", [
+    (8, 32 << 20, 4, SIMPLE),       # 32 / 8 ranks: starts on 4, parts of 8 MiB need no more
+    (8, 128 << 20, 8, SIMPLE),      # parts of 32 MiB > 16: doubled once
+    (4, 32 << 20, 8, SIMPLE),       # 32 / 4 ranks: 8
+    (8, 48 * KIB, 1, SIMPLE),       # one 64 KiB part; 48 KiB > 16 KiB on one channel
+    (8, 16 * KIB, 1, LL),           # at most 16 KiB per channel: LL
+])
+def test_a_send_runs_on_the_channels_and_protocol_of_nccls_p2p_rule(sim, n, nbytes, channels, protocol):
+    """nccl-tests' sendrecv: one send of ``nbytes`` in a communicator of ``n`` ranks, links far
+    faster than the channels: the time of one step on the rule's channels and protocol."""
+    gpu, alpha = tuned_gpu(), 1e-6
+    t = collective_time(gpu, ring(n, 10e12, alpha), "send-recv", nbytes, sim=sim)
+    assert t == pytest.approx(step(gpu, protocol, nbytes, channels, alpha), rel=1e-6)
+
+
+@pytest.mark.parametrize("sim", ["des", "analytical"])
+def test_each_peer_of_an_all_to_all_has_its_own_channels(sim):
+    """All-to-all on 4 GPUs, 64 KiB to each peer: each send runs on one channel of its own (a
+    cap, not a share of the kernel: the three sends of a rank together use 3 of its 16), so
+    the call takes one channel's time for 64 KiB, not three."""
+    gpu = tuned_gpu()
+    fast = dataclasses.replace(gpu, link=dataclasses.replace(gpu.link, port_bandwidth=1e15, latency=0.0))
+    t = collective_time(fast, "switch:4", "all-to-all", 4 * 64 * KIB, sim=sim)
+    assert t == pytest.approx(step(fast, SIMPLE, 64 * KIB, 1, 0.0), rel=1e-6)

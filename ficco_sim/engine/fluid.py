@@ -131,10 +131,11 @@ class FluidPool:
         self.live += 1
 
     def add_many(self, remaining: np.ndarray, gpu: np.ndarray, src: np.ndarray, dst: np.ndarray,
-                 rel: np.ndarray, cols: np.ndarray, vals: np.ndarray, owner: np.ndarray) -> None:
-        """Add a batch of uncapped transfers (weight 1) at once: entry ``e`` of the incidence
-        is batch member ``rel[e]`` using ``vals[e]`` of resource ``cols[e]`` (members in
-        order); ``owner`` is each member's index as :meth:`finished` returns it."""
+                 rel: np.ndarray, cols: np.ndarray, vals: np.ndarray, owner: np.ndarray, cap=np.inf) -> None:
+        """Add a batch of transfers (weight 1, capped at ``cap``: one or one per member) at
+        once: entry ``e`` of the incidence is batch member ``rel[e]`` using ``vals[e]`` of
+        resource ``cols[e]`` (members in order); ``owner`` is each member's index as
+        :meth:`finished` returns it."""
         k = len(remaining)
         slot = len(self.acts)
         while slot + k > len(self.remaining):
@@ -142,7 +143,7 @@ class FluidPool:
         self._flush()
         sl = slice(slot, slot + k)
         self.acts.extend([None] * k)
-        self.remaining[sl], self.rate[sl], self.cap[sl], self.weight[sl] = remaining, 0.0, np.inf, 1.0
+        self.remaining[sl], self.rate[sl], self.cap[sl], self.weight[sl] = remaining, 0.0, cap, 1.0
         self.alive[sl], self.compute[sl], self.gpu[sl] = True, False, gpu
         self._slots = None
         self.ends[sl, 0], self.ends[sl, 1] = src, dst

@@ -173,7 +173,12 @@ class SmTransfers:
         p, channels = spec.tuned(self.nbytes, tuned[:, 0], tuned[:, 1], grid)
         self.latency = np.asarray(pair_latency)[self.pair] + np.array([q.latency for q in spec.protocols])[p]
         self.wire = self.nbytes / np.array([q.efficiency for q in spec.protocols])[p]
-        self.chan_use = grid / channels if n else np.zeros(0)
+        # a ring step's fewer channels are the ones its next step reuses: its bytes take grid / channels
+        # of its kernels' capacity; a grouped send's are its own (NCCL gives each peer other channels):
+        # a cap of its own, its bytes taking their share of the kernels like any other
+        sends = (tuned[:, 0] == 0) & (tuned[:, 1] > 0) & (channels < grid)
+        self.chan_use = np.where(sends, 1.0, grid / channels) if n else np.zeros(0)
+        self.cap = np.where(sends, channels * spec.channel_bandwidth, np.inf) if n else np.zeros(0)
         self.channels = np.stack([send[first], recv[last]], axis=1) if n else np.zeros((0, 2), dtype=np.int64)
 
     # -- the steps of a batch --------------------------------------------------------------
@@ -218,7 +223,7 @@ class SmTransfers:
             rel = np.concatenate([np.repeat(np.arange(k), per), np.repeat(np.arange(k), 2)])
             cols = np.concatenate([self.pair_cols[at], self.channels[go].ravel()])
             vals = np.concatenate([self.pair_vals[at], np.repeat(self.chan_use[go], 2)])
-            fluid.add_many(self.wire[go], self.dst[go], self.src[go], self.dst[go], rel, cols, vals, go)
+            fluid.add_many(self.wire[go], self.dst[go], self.src[go], self.dst[go], rel, cols, vals, go, self.cap[go])
             if sim.record:
                 for p in dict.fromkeys(pairs.tolist()):
                     sim.link_counters.update((r, None) for r in self.pair_links[p])

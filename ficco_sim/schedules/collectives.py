@@ -89,6 +89,12 @@ def call_tuning(b: GraphBuilder, rank_bytes: float, call_bytes: float, size: flo
     return (seen / size, float(b.num_gpus)) if size > 0 else ()
 
 
+def p2p_tuning(b: GraphBuilder) -> tuple[float, float]:
+    """:attr:`~ficco_sim.taskgraph.Transfer.tune` of one send of a grouped point-to-point
+    call among the builder's GPUs (NCCL's all-to-all and send-recv)."""
+    return (0.0, float(b.num_gpus))
+
+
 def split_rows(rows: int, parts: int) -> list[int]:
     """``rows`` split into ``parts`` near-equal counts (larger ones first).
 
@@ -264,7 +270,8 @@ def all_to_all(b: GraphBuilder, prefix: str, counts: Sequence[Sequence[int]], co
                 continue
             io = {"src": row_slice(src_buffer, src_off[p][q], rows), "dst": row_slice(dst_buffer, dst_off[p][q], rows)}
             if engine == "sm":
-                b.sm_transfer(f"{prefix}.{p}-{q}", p, q, rows * esize, (kern[p], kern[q]), step=(prefix,), label="A2A", io=io)
+                b.sm_transfer(f"{prefix}.{p}-{q}", p, q, rows * esize, (kern[p], kern[q]), step=(prefix,), label="A2A",
+                              io=io, tune=p2p_tuning(b))
             else:
                 done[q].append(b.dma_transfer(f"{prefix}.{p}-{q}", q, p, q, rows * esize, step=(prefix,),
                                               deps=list(deps[p]) + list(deps[q]), label="A2A", io=io).id)
@@ -333,7 +340,7 @@ def send_recv(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *,
     if engine == "sm":
         k0 = b.comm_kernel(f"{prefix}.k0", 0, label="send").id
         k1 = b.comm_kernel(f"{prefix}.k1", 1, label="recv").id
-        b.sm_transfer(f"{prefix}.0-1", 0, 1, e, (k0, k1), step=(prefix,), label="send/recv", io=io)
+        b.sm_transfer(f"{prefix}.0-1", 0, 1, e, (k0, k1), step=(prefix,), label="send/recv", io=io, tune=p2p_tuning(b))
         return [[k0], [k1]]
     t = b.dma_transfer(f"{prefix}.0-1", 1, 0, 1, e, step=(prefix,), label="send/recv", io=io).id
     return [[t], [t]]
