@@ -411,9 +411,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--topology", help="ring:N | fc:N | switch:N | name | YAML path (default switch:8)")
     c.add_argument("--gpus", type=positive_int("--gpus"), help="GPUs of a parametric topology (default: its N)")
     c.add_argument("--kind", required=True, choices=["all-gather", "reduce-scatter", "all-reduce", "all-to-all",
-                                                       "send-recv"], help="the collective")
+                                                       "send-recv"],
+                   help="the collective; all-to-all and send-recv are grouped point-to-point calls, each send on the "
+                   "channels NCCL's p2p rule gives it (comm_kernel.p2p: 32 / ranks to start, more for parts over "
+                   "16 MiB)")
     c.add_argument("--bytes", required=True, help="per-rank buffer: the shard for all-gather, the full input for "
-                   "reduce-scatter/all-reduce, the send buffer for all-to-all (e.g. 64MiB)")
+                   "reduce-scatter/all-reduce, the send buffer for all-to-all, the message for send-recv "
+                   "(e.g. 64MiB)")
     c.add_argument("--comm-engine", default="sm", choices=["sm", "dma"],
                    help="SM kernels (default, as NCCL/RCCL) or copy engines")
     c.add_argument("--algorithm", default="auto", choices=["auto", "ring", "direct", "nvls"],
