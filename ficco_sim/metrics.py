@@ -21,12 +21,10 @@ All times in seconds.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from .engine.closed_form_overlap import disjoint
-from .taskgraph import Kernel, TaskGraph
+from .taskgraph import Kernel, TaskGraph, evolve
 from .timeline import Timeline
 
 NAMES = ("makespan", "t_comp_iso", "t_comm_iso", "serial", "ideal", "ideal_speedup", "speedup", "of_ideal",
@@ -106,7 +104,7 @@ def comm_only_graph(graph: TaskGraph) -> TaskGraph:
     stores go with it)."""
     drop = {k.id for k in graph.kernels if k.kind == "gemm"}
     tasks = [t if drop.isdisjoint(t.deps) and not t.signals else
-             dataclasses.replace(t, deps=tuple(d for d in t.deps if d not in drop),
+             evolve(t, deps=tuple(d for d in t.deps if d not in drop),
                                  signals=tuple(s for s in t.signals if s[0] not in drop))
              for t in graph.tasks if t.id not in drop]
     return TaskGraph.build(graph.num_gpus, graph.streams, tasks, buffers=graph.buffers, meta=graph.meta)

@@ -165,6 +165,21 @@ def _quick_init(cls: type) -> type:
 _quick_init(Kernel)
 _quick_init(Transfer)
 
+
+def evolve(task, **changes):
+    """``dataclasses.replace`` of a task without re-running its ``__init__`` (a tenth of the
+    time: the folded templates copy hundreds of tasks with fewer dependencies); the task
+    types have no ``__post_init__`` to skip.
+
+    >>> t = Transfer("t", 0, 1, 8.0, "sm", 0, None, ("k",), deps=("a", "b"))
+    >>> evolve(t, deps=("a",)) == dataclasses.replace(t, deps=("a",))
+    True
+    """
+    new = object.__new__(type(task))
+    new.__dict__.update(task.__dict__)
+    new.__dict__.update(changes)
+    return new
+
 Task = Union[Kernel, Transfer]
 
 

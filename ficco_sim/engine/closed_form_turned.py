@@ -209,11 +209,18 @@ def _costs(share: Share, gpu: GpuProfile, topo: Topology) -> tuple[dict[int, tup
     for ((a, b), step, r), count in kinds.items():      # a pair turned by every g is every pair d apart
         apart[(step, r)][(b - a) % n] += count
     bandwidth = {(u, v): bw for u, v, bw in topo.graph.edges(data="bandwidth")}
+    load: dict = {}                     # (link, step, round) -> transfers of every GPU crossing it
+
+    def sharers(lk, step, r) -> int:
+        hit = load.get((lk, step, r))
+        if hit is None:
+            hit = load[(lk, step, r)] = sum(c * turned(d)[lk] for d, c in apart[(step, r)].items())
+        return hit
+
     out = {}
     for j, t, step, r in rows:
         links, latency = route(t.src, t.dst)
-        rates = [bandwidth[lk] / (sum(c * turned(d)[lk] for d, c in apart[(step, r)].items())
-                                  if t.step is not None else 1) for lk in links]
+        rates = [bandwidth[lk] / (sharers(lk, step, r) if t.step is not None else 1) for lk in links]
         if t.engine == "sm":
             i = where[t.drivers[0]][1]
             blocks, shared = tasks[i].grid, chan[(i, step)]

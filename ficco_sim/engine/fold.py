@@ -19,10 +19,10 @@ into one record per task of the full graph.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
-from ..taskgraph import Kernel, TaskGraph, Transfer
+from ..taskgraph import Kernel, TaskGraph, Transfer, evolve
 from ..timeline import LazyTimeline, TaskRecord, Timeline
 from ..topology import Topology, gpu_index, gpu_node
 
@@ -57,7 +57,7 @@ class Share:
             kept += not g
         where = {x: (h, place[i]) for x, (h, i) in self.where.items() if not gemm[i]}
         tasks = tuple(t if all(d in where for d in t.deps) and not t.signals else
-                      replace(t, deps=tuple(d for d in t.deps if d in where),
+                      evolve(t, deps=tuple(d for d in t.deps if d in where),
                               signals=tuple(x for x in t.signals if x[0] in where))
                       for t, g in zip(self.tasks, gemm) if not g)
         return Share(self.ranks, self.streams, tasks, where, cut_from=(self, place))
@@ -268,10 +268,10 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
         deps = tuple(rep_of[get(d)[0]] for d in t.deps)
         sigs = tuple((rep_of[get(k)[0]], share) for k, share in t.signals)
         if isinstance(t, Kernel):
-            tasks.append(replace(t, deps=deps, signals=sigs))
+            tasks.append(evolve(t, deps=deps, signals=sigs))
         else:
             pairs[t.id] = (t.src, t.dst)
-            tasks.append(replace(t, src=0, dst=0, deps=deps, signals=sigs,
+            tasks.append(evolve(t, src=0, dst=0, deps=deps, signals=sigs,
                                  drivers=tuple(rep_of[get(k)[0]] for k in t.drivers)))
     streams = [s for s in graph.streams if s.gpu == 0]
     try:
@@ -301,10 +301,10 @@ def prefolded(ranks: int, streams: list, tasks: list, where: dict[str, tuple[int
         deps = tuple(map(rep, t.deps))
         sigs = tuple((rep(k), share) for k, share in t.signals)
         if isinstance(t, Kernel):
-            out.append(replace(t, deps=deps, signals=sigs))
+            out.append(evolve(t, deps=deps, signals=sigs))
         else:
             pairs[t.id] = (t.src, t.dst)
-            out.append(replace(t, src=0, dst=0, deps=deps, signals=sigs, drivers=tuple(map(rep, t.drivers))))
+            out.append(evolve(t, src=0, dst=0, deps=deps, signals=sigs, drivers=tuple(map(rep, t.drivers))))
     one = TaskGraph.build(1, streams, _referenced_first(out), buffers=buffers, meta=dict(meta, folded_ranks=ranks))
     return Folded(one, ranks, pairs, None, None, unfold, ids)
 
