@@ -267,6 +267,8 @@ def _p2p(r: _Reader) -> P2pRule | None:
                    ll_bytes=r.number(f"{q}.ll_kib_per_channel", scale=KIB, positive=False))
     if rule.max_part < rule.min_part:
         raise InputError(r.where, f"{q}.max_part_kib", "is below min_part_kib")
+    if rule.per_peer > rule.channels:
+        raise InputError(r.where, f"{q}.per_peer", f"{rule.per_peer} exceeds the {rule.channels} p2p channels")
     return rule
 
 

@@ -240,6 +240,12 @@ BAD_PROFILES = {
                            "comm_kernel.smem_kib", "per-block limit"),
     "block_limit_above_sm": (lambda d: d["sm"]["max_smem_per_block_kib"].update(value=300),
                              "sm.max_smem_per_block_kib", "exceeds"),
+    "p2p_parts_inverted": (lambda d: d["comm_kernel"]["p2p"]["max_part_kib"].update(value=32),
+                           "comm_kernel.p2p.max_part_kib", "below min_part_kib"),
+    "p2p_per_peer_above_channels": (lambda d: d["comm_kernel"]["p2p"]["per_peer"].update(value=64),
+                                    "comm_kernel.p2p.per_peer", "exceeds"),
+    "p2p_missing_field": (lambda d: d["comm_kernel"]["p2p"].pop("ll_kib_per_channel"),
+                          "comm_kernel.p2p.ll_kib_per_channel", "missing"),
 }
 
 
