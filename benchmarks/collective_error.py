@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from ficco_sim import load_gpu
-from ficco_sim.calibrate.fit_nccl import FIT_FROM, fit, predict, summary, tidy, with_params
+from ficco_sim.calibrate.fit_nccl import FIT_FROM, fit, predict, summary, tidy, with_fitted
 from ficco_sim.calibrate.nccl_tests import KIND
 from ficco_sim.calibrate.nccl_tests import read as read_nccl_tests
 
@@ -99,7 +99,7 @@ def nvls_holdout(rows: pd.DataFrame) -> None:
     h = rows[rows["gpu_profile"] == "h100"]
     train, test = h[h["gpus"] < 6], h[h["gpus"] == 6].copy()
     p, e = fit(train)
-    test["predicted_s"] = predict(test, {"h100": with_params(load_gpu("h100"), **p)})
+    test["predicted_s"] = predict(test, with_fitted({"h100": load_gpu("h100")}, p))
     test["err"] = test["predicted_s"] / test["measured_s"] - 1
     print(f"H100 fitted on 2 and 4 GPUs ({len(train)} rows): {p} (mean |log err| {e:.3f}); held out, 6 GPUs, "
           f"median |err| by algorithm:")
@@ -121,7 +121,7 @@ def main() -> None:
             train = nv[~nv["source_url"].str.contains(held)]
             test = pd.concat([rows[rows["source_url"].str.contains(held)], extra], ignore_index=True)
             p, e = fit(train)
-            test["predicted_s"] = predict(test, {g: with_params(load_gpu(g), **p) for g in test["gpu_profile"].unique()})
+            test["predicted_s"] = predict(test, with_fitted({g: load_gpu(g) for g in test["gpu_profile"].unique()}, p))
             print(f"NCCL fitted without {held}: {p} (train mean |log err| {e:.3f}); held out:")
             print(summary(test).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         nvls_holdout(big)
@@ -132,7 +132,8 @@ def main() -> None:
             test = held_out()
             test = test[test["gpu_profile"].map(VENDOR) == vendor].copy()
             if len(test):
-                test["predicted_s"] = predict(test, {g: with_params(load_gpu(g), **p) for g in test["gpu_profile"].unique()})
+                gpus = {g: load_gpu(g) for g in test["gpu_profile"].unique()}
+                test["predicted_s"] = predict(test, with_fitted(gpus, p))
                 print("  held out (never fitted on):")
                 print(summary(test).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         return

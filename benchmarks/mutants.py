@@ -100,6 +100,9 @@ MUTANTS = {
                                  "floor = np.where(channels < grid, np.where(own, 1.0 / spec.channel_bandwidth, "
                                  "grid / chan) / channels, 0.0)",
                                  "floor = np.zeros_like(channels)", "closed form: NCCL's channel rule"),
+    "fit-visible": ("ficco_sim/calibrate/fit_nccl.py",
+                    "        if np.nanmax(np.abs(np.log(moved / ref)), initial=0.0) >= SEEN:", "        if True:",
+                    "calibrate: a mechanism no row sees kept, not fitted"),
     "p2p-rule": ("ficco_sim/hardware_specs.py", "        if self.p2p is not None:", "        if False:",
                  "NCCL's p2p rule: a grouped send's channels and protocol"),
     "p2p-lowering": ("ficco_sim/schedules/collectives.py", "    return (0.0, float(b.num_gpus))", "    return ()",

@@ -177,6 +177,24 @@ def test_the_fit_recovers_the_mechanisms_that_made_the_rows():
         truth["launch_us"] + 14 * (truth["link_us"] + truth["ll_us"]), rel=0.1)
 
 
+def test_a_mechanism_no_row_sees_is_kept_not_fitted():
+    """Calls of 256 MiB and up run Simple only: the LL and LL128 latencies move no row, so the
+    fit keeps them as the base profile has them (a fit of them would be any number); the
+    Simple latency and the SM share, which those rows do see, are fitted. Switching
+    :func:`fit_nccl.visible` off fits all of them."""
+    truth = {"launch_us": 4.0, "link_us": 0.4, "ll_us": 0.6, "ll128_us": 3.0, "simple_us": 8.0, "sm_share": 0.8}
+    rows = pd.DataFrame([{"gpu_profile": "h100", "topology": "switch:4", "kind": k, "nbytes": b, "algorithm": "ring",
+                          "gpus_per_thread": 1, "tuner": "call"}
+                         for k in ("all-gather", "reduce-scatter") for b in (256 << 20, 1 << 30, 4 << 30)])
+    base = load_gpu("h100")
+    rows["measured_s"] = fit_nccl.predict(rows, {"h100": fit_nccl.with_params(base, **truth)})
+    assert {"ll_us", "ll128_us"}.isdisjoint(fit_nccl.visible(rows, {"h100": base}))
+    params, _ = fit_nccl.fit(rows, evaluations=60)
+    assert "ll_us" not in params and "ll128_us" not in params and {"simple_us", "sm_share"} <= set(params)
+    assert params["sm_share"] == pytest.approx(truth["sm_share"], abs=0.02)
+    assert fit_nccl.PATHS["ll_us"] not in fit_nccl.profile_values(base, params)
+
+
 def test_the_reader_says_how_many_gpus_a_thread_drove_and_which_nccl():
     quiet, superbench, nvidia = (read(DIR / f) for f in (
         "h100x4_quiet_all_reduce.txt", "a100x8_superbench_all_gather.txt", "h100x8_exemplar_all_reduce.txt"))

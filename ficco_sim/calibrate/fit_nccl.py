@@ -32,6 +32,10 @@ BOUNDS = {"launch_us": (0.0, 30.0), "issue_us": (0.0, 20.0), "link_us": (0.0, 5.
           "ll128_us": (0.0, 40.0), "simple_us": (0.0, 60.0), "sm_share": (0.5, 1.0)}
 START = {"launch_us": 10.0, "issue_us": 3.0, "link_us": 1.0, "ll_us": 1.0, "ll128_us": 5.0, "simple_us": 10.0,
          "sm_share": 0.8}
+# a mechanism is fitted only where the rows see it: moved by this much, it moves some row's time by SEEN
+NUDGE = {"launch_us": 5.0, "issue_us": 5.0, "link_us": 5.0, "ll_us": 5.0, "ll128_us": 5.0, "simple_us": 5.0,
+         "sm_share": 0.05}
+SEEN = 0.01
 NVLS_CHANNELS = range(4, 33)
 FIT_FROM = 64 << 10
 # where each fitted number lives in a profile
@@ -114,11 +118,40 @@ def predict(rows: pd.DataFrame, gpus: dict[str, GpuProfile], sim: str = "analyti
     return np.array([one(r) for r in rows.itertuples()])
 
 
+def current(gpu: GpuProfile) -> dict[str, float]:
+    """The fitted mechanisms (:data:`BOUNDS`) as ``gpu`` has them (a protocol it lacks: where
+    the fit starts), so that ``with_params(gpu, **current(gpu))`` is ``gpu``'s collectives."""
+    ck, lat = gpu.comm_kernel, {p.name: p.latency * 1e6 for p in gpu.comm_kernel.protocols}
+    return {"launch_us": (ck.launch if ck.launch is not None else gpu.launch_overhead) * 1e6,
+            "issue_us": ck.issue * 1e6, "link_us": gpu.link.latency * 1e6,
+            "ll_us": lat.get("LL", START["ll_us"]), "ll128_us": lat.get("LL128", START["ll128_us"]),
+            "simple_us": lat.get("Simple", START["simple_us"]),
+            "sm_share": ck.channel_bandwidth * ck.channels / (gpu.link.ports * gpu.link.port_bandwidth)}
+
+
+def with_fitted(base: dict[str, GpuProfile], params: dict) -> dict[str, GpuProfile]:
+    """The ``base`` profiles with ``params`` set, every mechanism not in it as each has it."""
+    return {g: with_params(p, **{**current(p), **params}) for g, p in base.items()}
+
+
 def loss(rows: pd.DataFrame, params: dict, base: dict[str, GpuProfile] | None = None) -> float:
     """Mean |log(predicted / measured)| of ``rows`` with ``params`` set on the ``base`` profiles."""
     base = base or {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
-    gpus = {g: with_params(p, **params) for g, p in base.items()}
-    return float(np.nanmean(np.abs(np.log(predict(rows, gpus) / rows["measured_s"].to_numpy()))))
+    return float(np.nanmean(np.abs(np.log(predict(rows, with_fitted(base, params)) / rows["measured_s"].to_numpy()))))
+
+
+def visible(rows: pd.DataFrame, base: dict[str, GpuProfile]) -> list[str]:
+    """The mechanisms of :data:`BOUNDS` the rows can tell: moved by :data:`NUDGE` from the
+    base profiles' values, each moves some row's predicted time by :data:`SEEN` or more (a
+    protocol no row runs, a floor too small beside calls of hundreds of microseconds, do not,
+    and are kept as the base profile has them)."""
+    ref = predict(rows, with_fitted(base, {}))
+    out = []
+    for k, step in NUDGE.items():
+        moved = predict(rows, {g: with_params(p, **{**current(p), k: current(p)[k] + step}) for g, p in base.items()})
+        if np.nanmax(np.abs(np.log(moved / ref)), initial=0.0) >= SEEN:
+            out.append(k)
+    return out
 
 
 def runs_nvls(rows: pd.DataFrame, base: dict[str, GpuProfile]) -> np.ndarray:
@@ -142,22 +175,26 @@ def fit(rows: pd.DataFrame, base: dict[str, GpuProfile] | None = None, evaluatio
     with a soft L1 loss so that a few odd rows do not steer it), on every row: the call floor,
     the per-GPU issue time (only when the rows drive GPUs in two or more ways: one thread for
     one GPU, for four, ...; else the base profile's), the link
-    latency, the protocols' per-step latencies and the SM share; then the NVLS channels on the
+    latency, the protocols' per-step latencies and the SM share, each only if the rows see it
+    (:func:`visible`; else the base profile's); then the NVLS channels on the
     rows that run NVLS, and the rest again. ``base``: the profiles by ``gpu_profile`` (default
     the built-in ones), whose other numbers (NCCL's channel rule, payload shares, the NVLS
-    latency) are kept. Returns the parameters and the mean |log error| of all rows."""
+    latency) are kept. Returns the parameters fitted and the mean |log error| of all rows."""
     from scipy.optimize import least_squares
     base = base or {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
     # the issue time per GPU is told apart from the floor only by rows of two ways of driving GPUs
-    names = [k for k in BOUNDS if k != "issue_us" or rows.get("gpus_per_thread", pd.Series([1])).nunique() > 1]
+    seen = visible(rows, base)
+    names = [k for k in BOUNDS if k in seen and
+             (k != "issue_us" or rows.get("gpus_per_thread", pd.Series([1])).nunique() > 1)]
+    if not names:
+        return {}, loss(rows, {}, base)
     lo, hi = np.array([BOUNDS[k] for k in names]).T
     measured = rows["measured_s"].to_numpy()
     nvls = runs_nvls(rows, base)
     best: dict = {}
 
     def residual(x: np.ndarray) -> np.ndarray:
-        gpus = {g: with_params(p, **dict(zip(names, x)), **best) for g, p in base.items()}
-        r = np.log(predict(rows, gpus) / measured)
+        r = np.log(predict(rows, with_fitted(base, {**dict(zip(names, x)), **best})) / measured)
         return np.where(np.isfinite(r), r, 0.0)
 
     x = np.array([START[k] for k in names])
@@ -195,6 +232,7 @@ def profile_values(gpu: GpuProfile, params: dict) -> dict[str, float]:
     out = {PATHS[k]: round(v, 3) for k, v in params.items() if k not in ("sm_share", "nvls_channels")}
     if "nvls_channels" in params and gpu.comm_kernel.nvls_channels:
         out[PATHS["nvls_channels"]] = int(params["nvls_channels"])
-    cb = params["sm_share"] * gpu.link.ports * gpu.link.port_bandwidth / gpu.comm_kernel.channels
-    out[PATHS["sm_share"]] = round(cb / 1e9, 3)
+    if "sm_share" in params:
+        cb = params["sm_share"] * gpu.link.ports * gpu.link.port_bandwidth / gpu.comm_kernel.channels
+        out[PATHS["sm_share"]] = round(cb / 1e9, 3)
     return out

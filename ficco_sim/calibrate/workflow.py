@@ -178,7 +178,7 @@ def _nccl_tests(cal: Calibration, base: GpuProfile, paths: Sequence[str], topolo
                          "mechanisms need 3 or more")
     profiles = {cal.gpu: base}
     params, _ = fit_nccl.fit(big, base=profiles)
-    rows["predicted_s"] = fit_nccl.predict(rows, {cal.gpu: fit_nccl.with_params(base, **params)})
+    rows["predicted_s"] = fit_nccl.predict(rows, fit_nccl.with_fitted(profiles, params))
     rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
     table = cal.nccl_summary = fit_nccl.summary(rows)
     errs = "; ".join(f"{r.collective} x{r.gpus} {r.band}: {100 * r.median:.1f}% ({r.rows})" for r in table.itertuples())
@@ -187,6 +187,12 @@ def _nccl_tests(cal: Calibration, base: GpuProfile, paths: Sequence[str], topolo
            f"{', '.join(Path(p).name for p in paths)} on {topology}; median |error| in sample (not held out): {errs}")
     if len(big["collective"].unique()) == 1:
         src += "; one collective alone does not tell the call floor from the per-step latencies"
+    if big["size_bytes"].min() >= 1 << 20:
+        src += (f"; its smallest call is {int(big['size_bytes'].min()) >> 20} MiB, so the floor and the per-step "
+                "latencies are fitted where they are a few percent of a call (calls below 1 MiB pin them)")
+    kept = [fit_nccl.PATHS[k] for k in fit_nccl.BOUNDS if k not in params and k != "issue_us"]
+    if kept:
+        src += f"; not seen by these rows, kept as the base profile has them: {', '.join(kept)}"
     if "issue_us" not in params and (big["gpus_per_thread"] > 1).any():
         src += (f"; every run drove {int(big['gpus_per_thread'].iloc[0])} GPUs from one thread, so the issue time "
                 "per GPU is the base profile's (comm_kernel.issue_us) and the floor is fitted beside it")
