@@ -92,14 +92,24 @@ def kendall_tau(x: Sequence[float], y: Sequence[float], y_tol: Sequence[float] |
     return round((conc - disc) / denom, 4) if denom else float("nan")
 
 
+TIE = 1e-9     # predictions this close (relative) are one prediction: the model ranks neither first
+
+
 def top1_match(predicted: Sequence[float], measured: Sequence[float], tol: Sequence[float] | None = None) -> bool:
-    """Whether the fastest predicted item is also the fastest measured one (``tol``: or
-    measures within the notches of it, :func:`median_notch`)."""
+    """Whether the fastest measured item is one the prediction ranks first: the fastest
+    predicted, or any predicted the same (to :data:`TIE`; a tie is no ranking, as in
+    :func:`kendall_tau`); ``tol``: or one that measures within the notches of the fastest
+    measured (:func:`median_notch`).
+
+    >>> top1_match([2.0, 2.0, 3.0], [1.1, 1.0, 1.2]), top1_match([2.0, 2.1, 3.0], [1.1, 1.0, 1.2])
+    (True, False)
+    """
     if not predicted:
         return False
-    best_p = min(range(len(predicted)), key=lambda i: predicted[i])
+    low = min(predicted)
     best_m = min(range(len(measured)), key=lambda i: measured[i])
-    return best_p == best_m or _apart(measured, tol, best_p, best_m) == 0
+    firsts = [i for i, p in enumerate(predicted) if p <= low * (1 + TIE)]
+    return best_m in firsts or any(_apart(measured, tol, i, best_m) == 0 for i in firsts)
 
 
 def summarize(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
@@ -120,7 +130,7 @@ def summarize(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
             "top1": top1_match(p, m) if len(g) > 1 else float("nan"),
             "kendall_tau_resolved": kendall_tau(p, m, tol) if len(g) > 1 and tol else float("nan"),
             "top1_resolved": top1_match(p, m, tol) if len(g) > 1 and tol else float("nan"),
-            "predicted_best": g["schedule"].iloc[min(range(len(p)), key=p.__getitem__)],
+            "predicted_best": " = ".join(g["schedule"].iloc[i] for i in range(len(p)) if p[i] <= min(p) * (1 + TIE)),
             "measured_best": g["schedule"].iloc[min(range(len(m)), key=m.__getitem__)],
         })
     per = pd.DataFrame(rows, columns=["scenario", "schedules", "mape", "kendall_tau", "top1", "predicted_best",
