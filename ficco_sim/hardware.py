@@ -263,10 +263,8 @@ def _p2p(r: _Reader) -> P2pRule | None:
         return None
     q = "comm_kernel.p2p"
     rule = P2pRule(channels=r.number(f"{q}.channels", integer=True), per_peer=r.number(f"{q}.per_peer", integer=True),
-                   min_part=r.number(f"{q}.min_part_kib", scale=KIB), max_part=r.number(f"{q}.max_part_kib", scale=KIB),
+                   chunk=r.number(f"{q}.chunk_kib", scale=KIB),
                    ll_bytes=r.number(f"{q}.ll_kib_per_channel", scale=KIB, positive=False))
-    if rule.max_part < rule.min_part:
-        raise InputError(r.where, f"{q}.max_part_kib", "is below min_part_kib")
     if rule.per_peer > rule.channels:
         raise InputError(r.where, f"{q}.per_peer", f"{rule.per_peer} exceeds the {rule.channels} p2p channels")
     return rule

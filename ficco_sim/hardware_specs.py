@@ -143,23 +143,33 @@ SIMPLE = Protocol("Simple", 0.0, 1.0)
 
 @dataclass(frozen=True)
 class P2pRule:
-    """How NCCL (2.20 and later, single node) spreads one point-to-point send of a grouped
-    call (an all-to-all's or a send-recv's) over channels: ``channels`` p2p channels in the
-    communicator (``p2pnChannels``), at most ``per_peer`` for one peer; a send starts on as
-    many as ``channels / ranks`` allows (halved from ``per_peer``), at most one per
-    ``min_part`` bytes, and doubles them while a part exceeds ``max_part`` bytes (up to
-    ``per_peer``). It runs LL when it carries at most ``ll_bytes`` per channel, else Simple."""
+    """How NCCL (2.20 and later, single node) moves one point-to-point send of a grouped call
+    (an all-to-all's or a send-recv's): ``channels`` p2p channels in the communicator
+    (``p2pnChannels``), at most ``per_peer`` for one peer; a send starts on as many as
+    ``channels / ranks`` allows (halved from ``per_peer``), at most one per ``chunk / 8``
+    bytes, and doubles them while a part exceeds ``chunk x 32`` bytes (up to ``per_peer``).
+    It runs LL when it carries at most ``ll_bytes`` per channel, else Simple. On each channel
+    its part goes through the peer's staging buffer ``chunk`` bytes at a time, copied in and
+    then out: a two-stage pipeline whose last chunk (or whole part, if smaller) is copied out
+    after the rest has moved (:meth:`CommKernelSpec.p2p_fill`)."""
 
     channels: int
     per_peer: int
-    min_part: float
-    max_part: float
+    chunk: float
     ll_bytes: float
+
+    @property
+    def min_part(self) -> float:
+        return self.chunk / 8      # minPartSize on one node (src/enqueue.cc)
+
+    @property
+    def max_part(self) -> float:
+        return self.chunk * 32     # maxPartSize on one node
 
     def split(self, nbytes: Any, ranks: Any) -> Any:
         """Channels of a send of ``nbytes`` among ``ranks`` ranks (vectorized).
 
-        >>> rule = P2pRule(32, 32, 64 << 10, 16 << 20, 16 << 10)
+        >>> rule = P2pRule(32, 32, 512 << 10, 16 << 10)
         >>> [int(rule.split(s << 20, 8)) for s in (32, 64, 128, 256)]   # 8 ranks start on 4
         [4, 4, 8, 16]
         >>> int(rule.split(32 << 20, 4)), int(rule.split(100 << 10, 8))
@@ -241,7 +251,7 @@ class CommKernelSpec:
 
         >>> spec = CommKernelSpec(BlockShape(512, 96, 0), 16, 25e9, protocols=(
         ...     Protocol("LL", 1e-6, 0.5, 4096, True), Protocol("Simple", 10e-6, 1.0, 32768)),
-        ...     p2p=P2pRule(32, 32, 64 << 10, 16 << 20, 16 << 10))
+        ...     p2p=P2pRule(32, 32, 512 << 10, 16 << 10))
         >>> p, c = spec.tuned(64 << 10, 8, 8, 16)       # one step of a 512 KiB ring call on 8 ranks
         >>> int(p), int(c)
         (0, 16)
@@ -269,6 +279,25 @@ class CommKernelSpec:
             if "LL" in names and "Simple" in names:
                 p = np.where(p2p, np.where(x <= n * self.p2p.ll_bytes, names.index("LL"), names.index("Simple")), p)
         return p, channels
+
+    def p2p_fill(self, wire: Any, call: Any, ranks: Any, channels: Any) -> Any:
+        """Seconds a grouped send (``call`` 0, ``ranks`` > 0; others 0) of ``wire`` bytes on
+        ``channels`` channels takes beyond its bytes' time: each channel's last chunk (its
+        whole part when smaller) copied out of the staging buffer after the rest has crossed,
+        at one channel's rate (:class:`P2pRule`). Vectorized; both engines call it.
+
+        >>> spec = CommKernelSpec(BlockShape(512, 96, 0), 16, 20e9, p2p=P2pRule(32, 32, 512 << 10, 16 << 10))
+        >>> round(float(spec.p2p_fill(32 << 20, 0, 8, 4)) * 1e6, 2)     # 8 MiB per channel: one 512 KiB chunk
+        26.21
+        >>> round(float(spec.p2p_fill(64 << 10, 0, 8, 1)) * 1e6, 2), float(spec.p2p_fill(32 << 20, 4, 8, 4))
+        (3.28, 0.0)
+        """
+        import numpy as np
+        x, call, ranks, channels = (np.asarray(v, dtype=float) for v in (wire, call, ranks, channels))
+        if self.p2p is None:
+            return np.zeros(np.broadcast(x, call, ranks, channels).shape)
+        part = np.minimum(x / np.maximum(channels, 1.0), self.p2p.chunk)
+        return np.where((call == 0) & (ranks > 0), part / self.channel_bandwidth, 0.0)
 
 
 @dataclass(frozen=True)

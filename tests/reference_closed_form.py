@@ -216,7 +216,8 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
             if c < k.grid:      # fewer channels: a grouped send's own, or that share of a ring step's kernel
                 bw = min(bw, c * spec.channel_bandwidth if call == 0 and ranks > 0 else kernel_share * c / k.grid)
             proto = spec.protocols[int(p)]
-            fixed, wire = proto.latency, t.nbytes / proto.efficiency
+            wire = t.nbytes / proto.efficiency
+            fixed = proto.latency + float(spec.p2p_fill(wire, call, ranks, c))
         bw = min(bw, gpu.hbm_effective / (2 if t.src == t.dst else 1))
         return fixed + topo.path_latency(t.src, t.dst) + wire * (1.0 / bw) * slow
 

@@ -21,7 +21,7 @@ LL = Protocol("LL", 1e-6, 0.5, 4096, True)            # NCCL's: 512 threads x 8 
 SIMPLE = Protocol("Simple", 30e-6, 1.0, 32768)
 
 
-P2P = P2pRule(32, 32, 64 * KIB, 16 << 20, 16 * KIB)     # NCCL 2.29 on an NVSwitch node
+P2P = P2pRule(32, 32, 512 * KIB, 16 * KIB)     # NCCL 2.29 on an NVSwitch node
 
 
 def tuned_gpu(tuner: str = "call"):
@@ -98,8 +98,12 @@ def test_a_thread_driving_several_gpus_issues_their_kernels_one_after_another(si
     assert eight - one == pytest.approx(7 * 5e-6, rel=1e-9)
 
 
-def step(gpu, protocol: Protocol, nbytes: float, channels: int, alpha: float) -> float:
-    return alpha + protocol.latency + nbytes / protocol.efficiency / (channels * gpu.comm_kernel.channel_bandwidth)
+def step(gpu, protocol: Protocol, nbytes: float, channels: int, alpha: float, fill: bool = True) -> float:
+    """One grouped send: its latencies, its bytes on ``channels`` channels and (``fill``) each
+    channel's last chunk copied out after the rest, min(part, 512 KiB) at one channel's rate."""
+    cb, wire = gpu.comm_kernel.channel_bandwidth, nbytes / protocol.efficiency
+    last = min(wire / channels, 512 * KIB) / cb if fill else 0.0
+    return alpha + protocol.latency + last + wire / (channels * cb)
 
 
 @pytest.mark.parametrize("sim", ["des", "analytical"])

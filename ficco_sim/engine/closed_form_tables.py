@@ -49,12 +49,13 @@ def tuned_terms(gpu: GpuProfile, payload: np.ndarray, tune: np.ndarray) -> tuple
     and the least seconds per wire byte its channels allow
     (:meth:`~ficco_sim.hardware.CommKernelSpec.tuned`; 0 where it has every channel): a ring
     step's share of its kernel on fewer channels, a grouped send's own channels (as the DES,
-    :mod:`.sm_transfers`)."""
+    :mod:`.sm_transfers`); a grouped send's latency includes its pipeline's last chunk
+    (:meth:`~ficco_sim.hardware.CommKernelSpec.p2p_fill`)."""
     spec = gpu.comm_kernel
     call, ranks, chan, grid = (tune[:, i] for i in range(4))
     p, channels = spec.tuned(payload, call, ranks, grid)
-    lat = np.array([q.latency for q in spec.protocols])[p]
     eff = np.array([q.efficiency for q in spec.protocols])[p]
+    lat = np.array([q.latency for q in spec.protocols])[p] + spec.p2p_fill(payload / eff, call, ranks, channels)
     own = (call == 0) & (ranks > 0)
     floor = np.where(channels < grid, np.where(own, 1.0 / spec.channel_bandwidth, grid / chan) / channels, 0.0)
     return lat, eff, floor

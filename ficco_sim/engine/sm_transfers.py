@@ -171,8 +171,9 @@ class SmTransfers:
         grid = np.array([sim.g.kernel(k).grid for k in self.kernels], dtype=float)[first] if n else np.zeros(0)
         tuned = np.array([tu if tu else (0.0, 0.0) for tu in tunes], dtype=float).reshape(n, 2)
         p, channels = spec.tuned(self.nbytes, tuned[:, 0], tuned[:, 1], grid)
-        self.latency = np.asarray(pair_latency)[self.pair] + np.array([q.latency for q in spec.protocols])[p]
         self.wire = self.nbytes / np.array([q.efficiency for q in spec.protocols])[p]
+        self.latency = (np.asarray(pair_latency)[self.pair] + np.array([q.latency for q in spec.protocols])[p]
+                        + spec.p2p_fill(self.wire, tuned[:, 0], tuned[:, 1], channels))
         # a ring step's fewer channels are the ones its next step reuses: its bytes take grid / channels
         # of its kernels' capacity; a grouped send's are its own (NCCL gives each peer other channels):
         # a cap of its own, its bytes taking their share of the kernels like any other
