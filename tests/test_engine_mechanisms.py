@@ -133,6 +133,39 @@ def test_blocks_retire_one_at_a_time_so_a_big_block_waits_for_the_last_wave_unle
     assert cf.by_id()["c"].start == pytest.approx(c.start, rel=1e-2)
 
 
+@pytest.mark.parametrize("engine", ["des", "closed form"])
+def test_a_copy_slows_by_the_hbm_rule_while_a_gemm_covers_it(engine):
+    """The rule's other side: a copy a GEMM covers throughout moves its bytes 1 + c slower,
+    c = comm_per_hbm_util x the GEMM's HBM rate / peak (here 1.0, the GEMM not slowed in
+    turn, so its rate is its rate alone); with the term off the copy takes its time alone."""
+    from ficco_sim.contention import comm_slowdown
+    from ficco_sim.engine.closed_form import closed_form_timeline
+    from ficco_sim.gemm_model import hbm_traffic
+    from ficco_sim.topology import load_topology
+    base = ideal("h100")
+    gpu = dataclasses.replace(base, contention=dataclasses.replace(base.contention, comm_per_hbm_util=1.0))
+    topo = load_topology("switch:2", gpu)
+    run = simulate_graph if engine == "des" else closed_form_timeline
+
+    def timeline(g, copy=True, gemm=True):
+        b = GraphBuilder(g, 2)
+        if gemm:
+            b.gemm("g", 0, 4096, 4096, 16384, "float16")
+        if copy:
+            b.dma_transfer("x", 0, 0, 1, 20e6, step=("x", 0))
+        return run(b.build(), g, topo).by_id()
+
+    gemm = timeline(gpu, copy=False)["g"]
+    rate = hbm_traffic(4096, 4096, 16384, "float16") / (gemm.end - gemm.start)
+    alone, beside = timeline(gpu, gemm=False)["x"], timeline(gpu)
+    assert beside["x"].end < beside["g"].end                       # covered throughout
+    took = (beside["x"].end - beside["x"].start) / (alone.end - alone.start)
+    assert took == pytest.approx(float(comm_slowdown(gpu, rate)), rel=0.02)
+    assert took > 1.01
+    off = timeline(base)["x"]
+    assert off.end - off.start == pytest.approx(alone.end - alone.start, rel=1e-9)
+
+
 def test_a_gemm_slows_by_the_hbm_rule_only_while_a_copy_covers_it_in_both_engines():
     """The contention rule integrated: an 8192^3 H100 GEMM beside a copy that covers part of
     its run goes 1 + b slower at every covered instant (b = compute_per_hbm_util x the copy's
