@@ -237,6 +237,13 @@ class CommKernelSpec:
         best = np.argmin(lat + x[..., None] / rate, axis=-1)
         return int(best) if best.ndim == 0 else best
 
+    @staticmethod
+    def grouped(call: Any, ranks: Any) -> Any:
+        """Whether a transfer tuned ``(call, ranks)`` (:attr:`~ficco_sim.taskgraph.Transfer.tune`)
+        is a send of a grouped point-to-point call: no call size, a communicator's ranks."""
+        import numpy as np
+        return (np.asarray(call) == 0) & (np.asarray(ranks) > 0)
+
     def tuned(self, nbytes: Any, call: Any, ranks: Any, grid: Any) -> tuple[Any, Any]:
         """(protocol index, channels) of SM transfers of ``nbytes`` driven by kernels of
         ``grid`` channels, as NCCL's tuner picks them for the collective call each is a step
@@ -272,7 +279,7 @@ class CommKernelSpec:
             np.array([q.per_rank for q in self.protocols])[p], np.maximum(ranks, 1), 1.0)
         channels = np.where(tuned & (need > 0), np.clip(np.floor(size / np.where(need > 0, need, 1.0)), 1, grid), grid)
         if self.p2p is not None:
-            p2p = ~tuned & (ranks > 0)
+            p2p = self.grouped(call, ranks)
             n = np.minimum(self.p2p.split(x, ranks), grid)
             channels = np.where(p2p, n, channels)
             names = [q.name for q in self.protocols]
@@ -297,7 +304,7 @@ class CommKernelSpec:
         if self.p2p is None:
             return np.zeros(np.broadcast(x, call, ranks, channels).shape)
         part = np.minimum(x / np.maximum(channels, 1.0), self.p2p.chunk)
-        return np.where((call == 0) & (ranks > 0), part / self.channel_bandwidth, 0.0)
+        return np.where(self.grouped(call, ranks), part / self.channel_bandwidth, 0.0)
 
 
 @dataclass(frozen=True)

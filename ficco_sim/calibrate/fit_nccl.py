@@ -82,6 +82,12 @@ def tuner_of(version: object) -> str:
     return "rank" if m and (int(m.group(1)), int(m.group(2))) < (2, 22) else "call"
 
 
+def channel_rate(gpu: GpuProfile, sm_share: float) -> float:
+    """Channel bandwidth (B/s) at which the default channels reach ``sm_share`` of the raw
+    link rate (the fitted SM share; :func:`current` inverts it)."""
+    return sm_share * gpu.link.ports * gpu.link.port_bandwidth / gpu.comm_kernel.channels
+
+
 def with_params(gpu: GpuProfile, launch_us: float, ll_us: float, ll128_us: float, simple_us: float,
                 sm_share: float, nvls_channels: float | None = None, link_us: float | None = None,
                 issue_us: float | None = None) -> GpuProfile:
@@ -92,7 +98,7 @@ def with_params(gpu: GpuProfile, launch_us: float, ll_us: float, ll128_us: float
     if link_us is not None:
         gpu = dataclasses.replace(gpu, link=dataclasses.replace(gpu.link, latency=link_us * 1e-6))
     ck = gpu.comm_kernel
-    cb = sm_share * gpu.link.ports * gpu.link.port_bandwidth / ck.channels
+    cb = channel_rate(gpu, sm_share)
     lat = {"LL": ll_us, "LL128": ll128_us, "Simple": simple_us}
     old = {p.name: p for p in ck.protocols}
     protos = tuple(dataclasses.replace(old[name], latency=lat[name] * 1e-6, efficiency=eff) if name in old
@@ -126,7 +132,7 @@ def current(gpu: GpuProfile) -> dict[str, float]:
             "issue_us": ck.issue * 1e6, "link_us": gpu.link.latency * 1e6,
             "ll_us": lat.get("LL", START["ll_us"]), "ll128_us": lat.get("LL128", START["ll128_us"]),
             "simple_us": lat.get("Simple", START["simple_us"]),
-            "sm_share": ck.channel_bandwidth * ck.channels / (gpu.link.ports * gpu.link.port_bandwidth)}
+            "sm_share": ck.channel_bandwidth / channel_rate(gpu, 1.0)}
 
 
 def with_fitted(base: dict[str, GpuProfile], params: dict) -> dict[str, GpuProfile]:
@@ -233,6 +239,5 @@ def profile_values(gpu: GpuProfile, params: dict) -> dict[str, float]:
     if "nvls_channels" in params and gpu.comm_kernel.nvls_channels:
         out[PATHS["nvls_channels"]] = int(params["nvls_channels"])
     if "sm_share" in params:
-        cb = params["sm_share"] * gpu.link.ports * gpu.link.port_bandwidth / gpu.comm_kernel.channels
-        out[PATHS["sm_share"]] = round(cb / 1e9, 3)
+        out[PATHS["sm_share"]] = round(channel_rate(gpu, params["sm_share"]) / 1e9, 3)
     return out

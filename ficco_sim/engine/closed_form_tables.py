@@ -56,7 +56,7 @@ def tuned_terms(gpu: GpuProfile, payload: np.ndarray, tune: np.ndarray) -> tuple
     p, channels = spec.tuned(payload, call, ranks, grid)
     eff = np.array([q.efficiency for q in spec.protocols])[p]
     lat = np.array([q.latency for q in spec.protocols])[p] + spec.p2p_fill(payload / eff, call, ranks, channels)
-    own = (call == 0) & (ranks > 0)
+    own = spec.grouped(call, ranks)
     floor = np.where(channels < grid, np.where(own, 1.0 / spec.channel_bandwidth, grid / chan) / channels, 0.0)
     return lat, eff, floor
 

@@ -177,7 +177,7 @@ class SmTransfers:
         # a ring step's fewer channels are the ones its next step reuses: its bytes take grid / channels
         # of its kernels' capacity; a grouped send's are its own (NCCL gives each peer other channels):
         # a cap of its own, its bytes taking their share of the kernels like any other
-        sends = (tuned[:, 0] == 0) & (tuned[:, 1] > 0) & (channels < grid)
+        sends = spec.grouped(tuned[:, 0], tuned[:, 1]) & (channels < grid)
         self.chan_use = np.where(sends, 1.0, grid / channels) if n else np.zeros(0)
         self.cap = np.where(sends, channels * spec.channel_bandwidth, np.inf) if n else np.zeros(0)
         self.channels = np.stack([send[first], recv[last]], axis=1) if n else np.zeros((0, 2), dtype=np.int64)
