@@ -366,9 +366,10 @@ def prepare(graph: TaskGraph) -> None:
 
 
 def verify(graph: TaskGraph, rank: int, bufs: dict[str, torch.Tensor], seed: int,
-           oracle_bufs: dict[str, torch.Tensor] | None = None) -> tuple[bool, float]:
-    """Compare one rank's buffers with the reference (or, without one, the oracle)."""
-    want = reference.expected(graph, rank, seed)
+           oracle_bufs: dict[str, torch.Tensor] | None = None, ins: list | None = None) -> tuple[bool, float]:
+    """Compare one rank's buffers with the reference (or, without one, the oracle); ``ins``:
+    :func:`.reference.reference_inputs`, made once per graph."""
+    want = reference.expected(graph, rank, seed, ins)
     ok, err = True, 0.0
     if want is not None:
         for where, values in want:

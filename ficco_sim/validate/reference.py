@@ -115,13 +115,24 @@ def reset(bufs: dict[str, torch.Tensor], graph: TaskGraph, rank: int, inputs: li
         t.copy_(fresh[name])
 
 
-def expected(graph: TaskGraph, rank: int, seed: int = 0) -> list[tuple[Slice, torch.Tensor]] | None:
-    """Every (where a result lives on ``rank``, its float64 reference values), from meta: one
-    result for a dependent pair, two (the GEMM's and the collective's) for an independent one."""
+def reference_inputs(graph: TaskGraph, seed: int = 0, device: str | torch.device = "cpu") -> list | None:
+    """Every rank's inputs in float64 on ``device`` (the replay's GPU computes the reference
+    in milliseconds where a CPU takes seconds per rank at 4096^3), or None without meta.reference."""
     spec = ref_spec(graph)
     if spec is None:
         return None
-    ins = [make_inputs(graph, r, spec["inputs"], torch.float64, "cpu", seed) for r in range(graph.num_gpus)]
+    return [make_inputs(graph, r, spec["inputs"], torch.float64, device, seed) for r in range(graph.num_gpus)]
+
+
+def expected(graph: TaskGraph, rank: int, seed: int = 0,
+             ins: list | None = None) -> list[tuple[Slice, torch.Tensor]] | None:
+    """Every (where a result lives on ``rank``, its float64 reference values), from meta: one
+    result for a dependent pair, two (the GEMM's and the collective's) for an independent one.
+    ``ins``: :func:`reference_inputs`, made once for all ranks (default: on the CPU, here)."""
+    spec = ref_spec(graph)
+    if spec is None:
+        return None
+    ins = ins if ins is not None else reference_inputs(graph, seed)
     got = REFERENCES[spec["kind"]](graph, spec, ins, rank)
     return got if isinstance(got, list) else [got]
 
@@ -182,7 +193,7 @@ assert set(REFERENCES) == set(KINDS), f"references {sorted(REFERENCES)} != scena
 def check(result: torch.Tensor, want: torch.Tensor) -> tuple[bool, float]:
     """(close enough, max abs error) of a replay's result against the reference."""
     rtol, atol = TOLERANCE.get(result.dtype, (1e-2, 1e-2))
-    got = result.detach().to("cpu", torch.float64)
+    got = result.detach().to(want.device, torch.float64)
     err = (got - want).abs().max().item() if got.numel() else 0.0
     ok = got.shape == want.shape and bool(torch.allclose(got, want, rtol=rtol, atol=atol))
     return ok, err

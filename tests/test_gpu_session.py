@@ -1,0 +1,96 @@
+"""The GPU session's scripts and the files one H200 session committed
+(validation/gpu/h200/2026-11-27/): they parse, and what they say is what the files hold."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SESSION = ROOT / "validation" / "gpu" / "h200" / "2026-11-27"
+
+
+def _module(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gemm_table_covers_every_decomposition_the_dil_bar_reads():
+    shapes = _module("gpu_gemm_table").layer_shapes()
+    table = pd.read_csv(SESSION / "h200-gemm_times.csv", comment="#")
+    assert len(table) == len(shapes) * 7
+    for whole in (2048, 4096, 8192):
+        for p in (8, 16):
+            assert (table["m"] == whole // p).sum() == len(shapes)
+
+
+def test_copy_bytes_inside_a_window_are_prorated():
+    overlap = _module("gpu_contention").overlap_bytes
+    assert overlap([(0.0, 2.0)], 100, 1.0, 5.0) == (50.0, 1.0)
+    assert overlap([(0.0, 1.0), (3.0, 4.0)], 10, 1.0, 3.0) == (0.0, 0.0)
+
+
+def test_session_tables_read_the_committed_files():
+    mod = _module("h200_session")
+    dil = mod.dil(SESSION)
+    assert dil.row_count == 12
+    contention = mod.contention(SESSION)
+    assert contention.row_count == 4
+    # the measurement the README quotes: copies beside a GEMM chain run far below their alone rate
+    rows = pd.read_csv(SESSION / "h200-contention.csv", comment="#")
+    back_to_back = rows[(rows["path"] == "dma") & (rows["duty"] == 1.0)]
+    assert (back_to_back["copy_active_gbps"] < 0.5 * back_to_back["copy_alone_gbps"]).all()
+
+
+def test_reference_on_another_device_gives_the_same_check():
+    from ficco_sim.validate import reference
+    from ficco_sim.validate.executor import verify
+    from ficco_sim.validate.single_gpu import run_local_cpu
+    from ficco_sim.validate.testing import tiny
+    graph = tiny("gemm-rs", "shard-p2p-sm", gpus=3, m=12, n=5, k=3)
+    bufs = [reference.make_inputs(graph, r, reference.input_buffers(graph), torch.float32, "cpu")
+            for r in range(graph.num_gpus)]
+    run_local_cpu(graph, bufs)
+    ins = reference.reference_inputs(graph, 0, torch.device("cpu"))
+    for r in range(graph.num_gpus):
+        assert verify(graph, r, bufs[r], 0, None, ins) == verify(graph, r, bufs[r], 0)
+        assert verify(graph, r, bufs[r], 0, None, ins)[0]
+    bufs[1][reference.ref_spec(graph)["c"]] += 1.0
+    assert not verify(graph, 1, bufs[1], 0, None, ins)[0]
+
+
+@pytest.mark.parametrize("script", ["gpu_gemm_table", "gpu_contention", "h200_session"])
+def test_scripts_import_without_a_gpu(script):
+    assert _module(script).__doc__
+
+
+
+def test_one_scenarios_schedules_draw_their_inputs_once(monkeypatch):
+    """Single-GPU replays of one scenario share its buffers (every run restores them first); a
+    schedule that leaves its result unwritten is still caught after one that wrote it."""
+    from ficco_sim.validate import single_gpu
+    from ficco_sim.validate.executor import Job, ReplayOptions
+    from ficco_sim.validate.testing import tiny
+    made, real_restorer = [], single_gpu._restorer
+    monkeypatch.setattr(single_gpu, "_restorer", lambda *a: made.append(1) or real_restorer(*a))
+    graphs = [tiny("ag-gemm", s, gpus=2, m=8, n=4, k=4) for s in ("shard-p2p-sm", "ficco-a2a-dma", "shard-p2p-dma")]
+    graphs.append(tiny("gemm-rs", "shard-p2p-sm", gpus=2, m=8, n=4, k=4))
+    real_run, runs = single_gpu.run_local_cpu, []
+
+    def run(graph, *a, **kw):     # the third job writes nothing
+        runs.append(graph)
+        if graph is not graphs[2]:
+            real_run(graph, *a, **kw)
+    monkeypatch.setattr(single_gpu, "run_local_cpu", run)
+    res = single_gpu.run_single([Job(f"j{i}", g) for i, g in enumerate(graphs)],
+                                ReplayOptions(device="cpu", mode="single-gpu", repeats=1, warmup=0))
+    assert [r.correct for r in res] == [True, True, False, True]
+    assert len(made) == 2        # ag-gemm's three schedules, then gemm-rs
