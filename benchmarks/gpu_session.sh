@@ -12,18 +12,24 @@
 #   2. ficco-sim calibrate --device cuda --base <h100|h200> (microbenchmarks + fit)
 #   3. ficco-sim validate --device cuda --single-gpu, 2 ranks, 4096^3, every basic schedule,
 #      with --profile (one Kineto trace per schedule), predicted with the measured profile
-#   4. the same with 4 ranks, if the budget still allows it
+#   4. benchmarks/gpu_gemm_table.py: cuBLAS times of the library models' layers at m = 128..8192
+#      (Vidur's table format; decomposition loss is read off it)
+#   5. benchmarks/gpu_contention.py: a GEMM chain beside copies (copy engine and SM kernel) at
+#      several copy rates, and the copies' own rate meanwhile (CUDA only)
+#   6. validate the independent pairs (ag/a2a/ar-par-gemm: a GEMM beside a collective), 4 ranks
+#   7. the dependent pairs with 4, then 8 ranks, as far as the budget allows
 # It never changes GPU settings (no clocks, power limits, resets): it only reads them.
 #
 # What comes back in $OUT (the device tool returns at most 8 files, 2 folders deep,
 # 16 MiB each): log, env.txt, summary.txt, <gpu>-measured.yaml, <gpu>-bench.csv (the raw
-# benchmark rows), results.tar.gz (calibration report + validation CSV/MD/PNG) and
+# benchmark rows), <gpu>-gemm_times.csv, results.tar.gz (calibration report + validation CSV/MD/PNG) and
 # traces.tar.gz (Kineto traces). See validation/README.md for where to commit them.
 #
 # Needs python3 with torch (CUDA) and the project's dependencies; simpy is not in the
 # device image, so carry a wheel: `python3 -m pip download --no-deps --only-binary=:all:
 # -d .whl simpy` here, then name `.whl` in the run's carry list.
 # Environment overrides: BASE (h100|h200|profile.yaml), BUDGET (s), PYTHON, SIZE (validate m=n=k),
+# SKIP (step names to leave out, space-separated, e.g. SKIP="calibrate gemm-table" for a rerun),
 # DEVICE (default cuda; DEVICE=cpu runs the same plumbing on a CPU, for testing this script).
 
 set -uo pipefail
@@ -98,6 +104,9 @@ run_step() {
         printf '[%s] (timeout %s s) %s\n' "$name" "$limit" "$*"
         return 0
     fi
+    case " ${SKIP:-} " in
+        *" $name "*) echo "== $name: skipped (SKIP)" | tee -a "$LOG"; SUMMARY+=("$name: skipped (SKIP)"); return 0 ;;
+    esac
     if [ "$limit" -lt 20 ]; then
         echo "== $name: skipped, only $((BUDGET - SECONDS)) s of the ${BUDGET} s budget left" | tee -a "$LOG"
         SUMMARY+=("$name: skipped (budget)")
@@ -184,7 +193,7 @@ ensure_simpy() {
 pack() {
     # One archive for the reports, one for the traces; each must stay under 16 MiB.
     local limit=$((16 * 1024 * 1024 - 4096))
-    tar -czf "$OUT/results.tar.gz" -C "$WORK" $(cd "$WORK" && ls -d calib validation 2>/dev/null) 2>>"$LOG"
+    tar -czf "$OUT/results.tar.gz" -C "$WORK" $(cd "$WORK" && ls -d calib validation gemm 2>/dev/null) 2>>"$LOG"
     [ -d "$WORK/traces" ] && tar -czf "$OUT/traces.tar.gz" -C "$WORK" traces 2>>"$LOG"
     for f in "$OUT/results.tar.gz" "$OUT/traces.tar.gz"; do
         if [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt "$limit" ]; then
@@ -195,6 +204,7 @@ pack() {
     [ -f "$PROFILE" ] && cp "$PROFILE" "$OUT/"
     local bench=$WORK/calib/$GPU-measured_bench.csv
     [ -f "$bench" ] && cp "$bench" "$OUT/$GPU-bench.csv"
+    [ -f "$WORK/gemm/$GPU-gemm_times.csv" ] && cp "$WORK/gemm/$GPU-gemm_times.csv" "$OUT/"
     ls -la "$OUT" | tee -a "$LOG"
 }
 
@@ -219,15 +229,26 @@ else
     export OUT PY ROOT BASE
     run_step environment 60 bash -c environment
 fi
-run_step calibrate 240 "${FICCO[@]}" calibrate --device "$DEVICE" --base "$BASE" --out "$PROFILE" \
+run_step calibrate 120 "${FICCO[@]}" calibrate --device "$DEVICE" --base "$BASE" --out "$PROFILE" \
     --report "$WORK/calib" --force "${QUICKARG[@]}"
 if [ "$DRY" = 1 ] || [ -f "$PROFILE" ]; then USE=$PROFILE; else USE=$BASE; fi
-run_step validate-2ranks 200 "${VALIDATE[@]}" --world-size 2 --gpu "$USE" --out "$WORK/validation/ranks2" \
+GEMMARGS=()
+[ "$QUICK" = 1 ] && GEMMARGS=(--quick)
+[ "$DEVICE" = cpu ] && GEMMARGS+=(--device cpu)
+run_step gemm-table 90 "$PY" "$ROOT/benchmarks/gpu_gemm_table.py" --out "$WORK/gemm/$GPU-gemm_times.csv" \
+    "${GEMMARGS[@]}"
+[ "$DEVICE" = cuda ] && run_step contention 60 "$PY" "$ROOT/benchmarks/gpu_contention.py" \
+    --out "$WORK/gemm/$GPU-contention.csv"
+run_step validate-2ranks 150 "${VALIDATE[@]}" --world-size 2 --gpu "$USE" --out "$WORK/validation/ranks2" \
     --profile "$WORK/traces/ranks2"
-run_step validate-4ranks 150 "${VALIDATE[@]}" --world-size 4 --gpu "$USE" --out "$WORK/validation/ranks4"
+PAR=(ag-par-gemm:m=$SIZE,n=$SIZE,k=$SIZE a2a-par-gemm:m=$SIZE,n=$SIZE,k=$SIZE ar-par-gemm:m=$SIZE,n=$SIZE,k=$SIZE)
+run_step validate-par-4ranks 100 "${FICCO[@]}" validate --device "$DEVICE" --single-gpu --scenarios "${PAR[@]}" \
+    --repeats "$REPEATS" --warmup 1 --world-size 4 --gpu "$USE" --out "$WORK/validation/par4" --profile "$WORK/traces/par4"
+run_step validate-4ranks 120 "${VALIDATE[@]}" --world-size 4 --gpu "$USE" --out "$WORK/validation/ranks4"
+run_step validate-8ranks 90 "${VALIDATE[@]}" --world-size 8 --gpu "$USE" --out "$WORK/validation/ranks8"
 
 if [ "$DRY" = 1 ]; then
-    echo "[pack] $OUT/{log,env.txt,summary.txt,$GPU-measured.yaml,$GPU-bench.csv,results.tar.gz,traces.tar.gz}"
+    echo "[pack] $OUT/{log,env.txt,summary.txt,$GPU-measured.yaml,$GPU-bench.csv,$GPU-gemm_times.csv,results.tar.gz,traces.tar.gz}"
     exit 0
 fi
 pack

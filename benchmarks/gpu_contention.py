@@ -1,0 +1,161 @@
+"""How much a GEMM slows while copies run beside it on the same GPU, and the copies while the
+GEMM runs, at several copy rates: the measured curve the contention rule
+(:mod:`ficco_sim.contention`: ``1 + compute_per_hbm_util * rate / peak``) must follow.
+
+Run on a CUDA GPU (``benchmarks/gpu_session.sh`` runs it). For each GEMM shape a chain of
+back-to-back ``torch.mm`` calls (about 3 ms alone) runs on one stream while a second stream
+repeats ``[copy of --copy-mib MiB, sleep]``; the sleep sets the copies' duty cycle, hence their
+average rate. Copies are contiguous ``dst.copy_(src)`` (``dma``: a copy engine, ``Memcpy DtoD``
+in a profiler trace) or ``torch.add(src, 0, out=dst)`` (``sm``: an elementwise kernel, which
+also takes SMs). Every copy has a start and an end event, so the bytes moved inside the GEMM
+chain's window are known (linear within a copy). Per row:
+
+* ``alone_s`` / ``beside_s``: the chain alone and beside the copies (medians of --repeats);
+* ``copy_gbps``: bytes the copies moved inside the window / window (bytes copied, not read +
+  written: the HBM traffic is twice this);
+* ``copy_active_gbps``: the same bytes / the part of the window a copy was running, and
+  ``copy_alone_gbps`` the rate of one copy alone (the copies' own slowdown is their ratio).
+
+Below a duty of 1 the sleep between copies is a kernel too (``torch.cuda._sleep``): beside a
+GEMM that holds every SM it waits for a free slot, so those rows measure the copies' rate less
+cleanly than the back-to-back (``duty = 1``) rows.
+
+    python benchmarks/gpu_contention.py --out contention.csv          # ~20 s on an H200
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import platform
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from ficco_sim.files import write_text_atomic  # noqa: E402
+
+SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 2048, 8192), (512, 8192, 8192))
+DUTIES = (1.0, 0.6, 0.35, 0.2, 0.1, 0.05)
+COLUMNS = ["m", "n", "k", "chain", "path", "duty", "copy_bytes", "copies", "alone_s", "beside_s", "slowdown",
+           "copy_gbps", "copy_active_gbps", "copy_alone_gbps", "repeats"]
+
+
+def overlap_bytes(spans: list[tuple[float, float]], nbytes: int, t0: float, t1: float) -> tuple[float, float]:
+    """(bytes moved in [t0, t1], seconds of [t0, t1] some copy ran) by copies of ``nbytes``
+    each over ``spans`` (start, end), each at a constant rate.
+
+    >>> overlap_bytes([(0.0, 1.0), (2.0, 3.0)], 100, 0.5, 2.5)
+    (100.0, 1.0)
+    """
+    moved = active = 0.0
+    for s, e in spans:
+        lo, hi = max(s, t0), min(e, t1)
+        if hi > lo:
+            moved += nbytes * (hi - lo) / max(e - s, 1e-15)
+            active += hi - lo
+    return moved, active
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--copy-mib", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--chain-ms", type=float, default=3.0, help="GEMM chain length alone (ms)")
+    ap.add_argument("--device", default="cuda", help="a CUDA device (cpu only under a fake torch.cuda, in tests)")
+    args = ap.parse_args()
+    import numpy as np
+    import torch
+
+    dev = torch.device(args.device)
+    name = torch.cuda.get_device_name(dev)
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    main_s, copy_s = torch.cuda.current_stream(dev), torch.cuda.Stream(device=dev)
+    nbytes = args.copy_mib << 20
+    dtype = torch.float16 if dev.type == "cuda" else torch.float32
+    src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    src.fill_(1)
+
+    def copy(path: str) -> None:
+        dst.copy_(src) if path == "dma" else torch.add(src, 0, out=dst)
+
+    def timed(fn, n: int = 5) -> float:
+        fn()
+        out = []
+        for _ in range(n):
+            e0, e1 = ev(), ev()
+            e0.record()
+            fn()
+            e1.record()
+            e1.synchronize()
+            out.append(e0.elapsed_time(e1) * 1e-3)
+        return float(np.median(out))
+
+    # the sleep kernel's cycles per second on this GPU's clock
+    cyc = 20_000_000
+    hz = cyc / timed(lambda: torch.cuda._sleep(cyc), 3)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    lines = [f"# benchmarks/gpu_contention.py on {name}, torch {torch.__version__}, cuda {torch.version.cuda}, "
+             f"host {platform.node()}, {stamp}; copy {args.copy_mib} MiB, sleep clock {hz / 1e9:.3f} GHz, "
+             f"medians of {args.repeats} (CUDA events)", ",".join(COLUMNS)]
+    alone_copy = {p: timed(lambda p=p: copy(p)) for p in ("dma", "sm")}
+    for m, n, k in SHAPES:
+        a = torch.randn(m, k, device=dev, dtype=dtype)
+        b = torch.randn(k, n, device=dev, dtype=dtype)
+        c = torch.empty(m, n, device=dev, dtype=dtype)
+        one = timed(lambda: torch.mm(a, b, out=c))
+        chain = max(1, round(args.chain_ms * 1e-3 / one))
+
+        def run_chain() -> None:
+            for _ in range(chain):
+                torch.mm(a, b, out=c)
+        alone = timed(run_chain, args.repeats)
+        for path in ("dma", "sm"):
+            t_copy = alone_copy[path]
+            for duty in DUTIES:
+                period = t_copy / duty
+                gap = int((period - t_copy) * hz)
+                count = math.ceil((3.0 * alone + 4 * period) / period) + 2
+                beside, rates, active_rates = [], [], []
+                for _ in range(args.repeats):
+                    torch.cuda.synchronize(dev)
+                    marks = [(ev(), ev()) for _ in range(count)]
+                    with torch.cuda.stream(copy_s):
+                        torch.cuda._sleep(int(0.01 * hz))    # hold both streams until all is issued
+                        for s, e in marks:
+                            s.record(copy_s)
+                            copy(path)
+                            e.record(copy_s)
+                            if gap > 0:
+                                torch.cuda._sleep(gap)
+                    g0, g1 = ev(), ev()
+                    main_s.wait_event(marks[0][1])     # copies are in flight when the chain starts
+                    g0.record(main_s)
+                    run_chain()
+                    g1.record(main_s)
+                    torch.cuda.synchronize(dev)
+                    ref = marks[0][0]
+                    t0, t1 = ref.elapsed_time(g0) * 1e-3, ref.elapsed_time(g1) * 1e-3
+                    spans = [(ref.elapsed_time(s) * 1e-3, ref.elapsed_time(e) * 1e-3) for s, e in marks]
+                    moved, active = overlap_bytes(spans, nbytes, t0, t1)
+                    if spans[-1][1] < t1:
+                        print(f"warning: the copies ended before the chain ({m}x{n}x{k} {path} duty {duty})")
+                    beside.append(t1 - t0)
+                    rates.append(moved / (t1 - t0) / 1e9)
+                    active_rates.append(moved / max(active, 1e-12) / 1e9)
+                med = float(np.median(beside))
+                lines.append(",".join(str(x) for x in (
+                    m, n, k, chain, path, duty, nbytes, count, f"{alone:.6g}", f"{med:.6g}", f"{med / alone:.4f}",
+                    f"{np.median(rates):.1f}", f"{np.median(active_rates):.1f}", f"{nbytes / t_copy / 1e9:.1f}",
+                    args.repeats)))
+                print(lines[-1], flush=True)
+        del a, b, c
+    write_text_atomic(args.out, "\n".join(lines) + "\n")
+    print(f"wrote {args.out}: {len(lines) - 2} rows")
+
+
+if __name__ == "__main__":
+    main()

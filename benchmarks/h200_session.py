@@ -1,0 +1,128 @@
+"""ficco-sim against the H200 measurements of a GPU session (validation/gpu/h200/<date>/).
+
+Nothing here was fitted on these files: the profiles are the shipped ones (``h200``: datasheet
+compute, H100's NCCL fit; ``h100``: GEMM fitted on Vidur's H100 table), unless a table says
+"calibrated", which is the profile ``ficco-sim calibrate --device cuda`` wrote in the session.
+Four tables:
+
+1. GEMM cost model vs ``h200-gemm_times.csv`` (cuBLAS, the library models' layers,
+   ``benchmarks/gpu_gemm_table.py``): |error| median, p90, signed median.
+2. Decomposition loss (DIL) read off that table vs predicted (``benchmarks/dil_error.py``'s
+   definition), at 8 and 16 pieces the issue's bar (|diff| <= 0.05).
+3. The single-GPU replays (``validate --device cuda --single-gpu``) predicted again with the
+   shipped profiles: MAPE, signed median, mean Kendall tau, top-1, per (kind, ranks).
+4. Copies beside a GEMM chain (``benchmarks/gpu_contention.py``, copy engine, back-to-back
+   copies): the GEMM's and the copies' measured slowdowns against the contention rule's
+   (:mod:`ficco_sim.contention`) at the measured copy rate and the GEMM's HBM rate.
+
+    python benchmarks/h200_session.py [validation/gpu/h200/2026-11-27]
+"""
+
+from __future__ import annotations
+
+import glob
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+from scipy.stats import kendalltau
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))             # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from dil_error import BAR, dil_table  # noqa: E402
+
+from ficco_sim.calibrate.fit_gemm import predict_times  # noqa: E402
+from ficco_sim.calibrate.measurements import read_gemm_table  # noqa: E402
+from ficco_sim.contention import comm_slowdown, compute_slowdown  # noqa: E402
+from ficco_sim.gemm_model import gemm_time, hbm_traffic  # noqa: E402
+from ficco_sim.hardware import load_gpu  # noqa: E402
+
+DEFAULT = ROOT / "validation" / "gpu" / "h200" / "2026-11-27"
+PROFILES = ("h200", "h100")
+
+
+def gemm_error(folder: Path) -> Table:
+    rows = read_gemm_table(folder / "h200-gemm_times.csv", "h200")
+    t = Table(title=f"1. GEMM model vs {len(rows)} cuBLAS GEMMs on the H200 (never fitted)")
+    for c in ("profile", "median |err|", "p90 |err|", "signed median", ">= 1 ms median |err|"):
+        t.add_column(c, justify="right")
+    for p in PROFILES:
+        err = predict_times(load_gpu(p), rows) / rows["time_s"].to_numpy() - 1.0
+        long = rows["time_s"].to_numpy() >= 1e-3
+        t.add_row(p, f"{100 * np.median(abs(err)):.1f}%", f"{100 * np.quantile(abs(err), .9):.1f}%",
+                  f"{100 * np.median(err):+.1f}%", f"{100 * np.median(abs(err[long])):.1f}%")
+    return t
+
+
+def dil(folder: Path) -> Table:
+    rows = read_gemm_table(folder / "h200-gemm_times.csv", "h200")
+    t = Table(title=f"2. DIL on the H200 (profile h200, never fitted); bar |diff| <= {BAR} at 8 and 16 pieces")
+    for c in ("whole m", "pieces", "shapes", "measured", "predicted", "diff", "bar"):
+        t.add_column(c, justify="right")
+    rows = rows.assign(predicted_s=predict_times(load_gpu("h200"), rows))
+    d = dil_table(rows, "time_s").merge(dil_table(rows, "predicted_s"), on=["group", "n", "k", "m_whole", "pieces"])
+    for (whole, p), x in d.groupby(["m_whole", "pieces"]):
+        meas, pred = x["time_s"].median(), x["predicted_s"].median()
+        bar = ("met" if abs(pred - meas) <= BAR else "missed") if p in (8, 16) else ""
+        t.add_row(str(whole), str(p), str(len(x)), f"{meas:.3f}", f"{pred:.3f}", f"{pred - meas:+.3f}", bar)
+    return t
+
+
+def replays(folder: Path) -> Table:
+    from ficco_sim.validate.workflow import parse_scenario, simulate_pairs
+    runs = pd.concat([pd.read_csv(f, comment="#") for f in sorted(glob.glob(str(folder / "validation/*/*.csv")))])
+    t = Table(title="3. Single-GPU replays on the H200 (every rank's work on one GPU), predicted again")
+    for c in ("profile", "kind", "ranks", "rows", "MAPE", "signed median", "Kendall tau", "top-1"):
+        t.add_column(c, justify="right")
+    for p in ("calibrated",) + PROFILES:
+        gpu = None if p == "calibrated" else load_gpu(p)
+        for (kind, ranks), x in runs.groupby(["kind", "gpus"]):
+            x = x.reset_index(drop=True)
+            pred = x["predicted_s"].to_numpy()
+            if gpu is not None:
+                got = {}
+                for (m, n, k), y in x.groupby(["m", "n", "k"]):
+                    sc = parse_scenario(f"{kind}:m={m},n={n},k={k}", int(ranks), "float16")
+                    pairs, _ = simulate_pairs([sc], list(y["schedule"]), gpu, None, fold=True)
+                    got.update({(m, n, k, pr[1].name): pr[3] for pr in pairs})
+                pred = np.array([got[(r.m, r.n, r.k, r.schedule)] for r in x.itertuples()])
+            meas = x["measured_s"].to_numpy()
+            err = pred / meas - 1.0
+            taus, top = [], []
+            for i in x.groupby(["m", "n", "k"]).indices.values():
+                taus.append(kendalltau(pred[i], meas[i]).statistic)
+                top.append(np.argmin(pred[i]) == np.argmin(meas[i]))
+            t.add_row(p, kind, str(ranks), str(len(x)), f"{100 * np.mean(abs(err)):.1f}%",
+                      f"{100 * np.median(err):+.1f}%", f"{np.nanmean(taus):.2f}", f"{np.mean(top):.0%}")
+    return t
+
+
+def contention(folder: Path) -> Table:
+    rows = pd.read_csv(folder / "h200-contention.csv", comment="#")
+    rows = rows[(rows["path"] == "dma") & (rows["duty"] == 1.0)]
+    gpu = load_gpu("h200")
+    t = Table(title="4. Back-to-back copy-engine copies beside a GEMM chain on the H200 (profile h200's rule)")
+    for c in ("GEMM m x n x k", "copy rate beside (GB/s)", "GEMM slowdown", "rule", "copy slowdown", "rule"):
+        t.add_column(c, justify="right")
+    for r in rows.itertuples():
+        copy_rate = 2 * r.copy_gbps * 1e9                    # a copy reads and writes HBM
+        gemm_rate = hbm_traffic(r.m, r.n, r.k, "float16") / gemm_time(gpu, r.m, r.n, r.k, "float16")
+        t.add_row(f"{r.m}x{r.n}x{r.k}", f"{r.copy_gbps:.0f} (alone {r.copy_alone_gbps:.0f})", f"{r.slowdown:.3f}",
+                  f"{compute_slowdown(gpu, copy_rate):.3f}", f"{r.copy_alone_gbps / r.copy_active_gbps:.2f}",
+                  f"{comm_slowdown(gpu, gemm_rate):.3f}")
+    return t
+
+
+def main(folder: Path = DEFAULT) -> None:
+    console = Console(width=150)
+    for part in (gemm_error, dil, replays, contention):
+        console.print(part(folder))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT)
