@@ -94,3 +94,22 @@ def test_one_scenarios_schedules_draw_their_inputs_once(monkeypatch):
                                 ReplayOptions(device="cpu", mode="single-gpu", repeats=1, warmup=0))
     assert [r.correct for r in res] == [True, True, False, True]
     assert len(made) == 2        # ag-gemm's three schedules, then gemm-rs
+
+
+@pytest.mark.parametrize("name", ["ranks2/ag-gemm_x2_m4096_n4096_k4096_float16_dimM_shard-p2p-dma",
+                                  "ranks2/gemm-rs_x2_m4096_n4096_k4096_float16_dimM_ficco-a2a-sm",
+                                  "par4/ar-par-gemm_x4_m4096_n4096_k4096_float16_dimM_par-dma"])
+def test_h200_replay_traces_import_whole_and_replay_exactly(name):
+    """The executor's own Kineto traces from the H200 (copy-engine memcpys, SM copy kernels,
+    cuBLAS nvjet GEMMs, the sleep gate): every GPU op imported, the exact replay within 1%."""
+    import gzip
+    import json
+
+    from ficco_sim.traces import load_trace
+    from ficco_sim.traces.replay import replay
+    path = SESSION / "traces" / f"{name}.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    raw = sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    trace = load_trace([path])
+    assert len(trace.ops) == raw
+    assert abs(replay(trace, footprints=False).error) <= 0.01
