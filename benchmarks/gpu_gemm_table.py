@@ -2,18 +2,10 @@
 
 Run on a machine with a CUDA GPU (the device tool's H100/H200; ``benchmarks/gpu_session.sh``
 runs it): every (model, layer, tensor-parallel degree) of the built-in library's models
-(:data:`ficco_sim.explore.library.MODELS`, shapes from the models' public configurations) at
-token counts m = 128 ... 8192 (powers of two), so that the decomposition loss of cutting an
+(:func:`ficco_sim.explore.library.layer_gemms`, shapes from the models' public configurations)
+at token counts m = 128 ... 8192 (powers of two), so that the decomposition loss of cutting an
 m = 2048, 4096 or 8192 GEMM into 2-16 row pieces (``p * t(m / p) / t(m) - 1``) can be read off
 the table, as ``benchmarks/dil_error.py`` reads it off Vidur's.
-
-Layers (``op`` as Vidur names them), for hidden h, FFN f, heads a, KV heads v, head dim d,
-tensor-parallel degree t:
-
-    attn_pre_proj   n = (a + 2 v) d / t,      k = h       (QKV)
-    attn_post_proj  n = h,                    k = a d / t (out-projection)
-    mlp_up_proj     n = f (x2 if gated) / t,  k = h
-    mlp_down_proj   n = h,                    k = f / t
 
 Timing: ``torch.mm(a, b, out=c)``, float16, one warm-up then ``--repeats`` runs, each timed
 with CUDA events after a 256 MiB write that evicts L2; median, min and max in ms.
@@ -32,34 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from ficco_sim.explore.library import MODELS  # noqa: E402
+from ficco_sim.explore.library import layer_gemms  # noqa: E402
 from ficco_sim.files import write_text_atomic  # noqa: E402
 
-OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 TPS = (1, 2, 4, 8)
 MS = tuple(2**p for p in range(7, 14))      # 128 .. 8192
-
-
-def layer_shapes(tps=TPS) -> list[tuple[str, str, int, int, int]]:
-    """(model, op, tp, n, k) of every layer the table times.
-
-    >>> rows = layer_shapes()
-    >>> ("llama-70b", "attn_pre_proj", 8, 1280, 8192) in rows
-    True
-    >>> ("llama-70b", "mlp_up_proj", 1, 57344, 8192) in rows
-    True
-    """
-    out = []
-    for name, m in MODELS.items():
-        d = m.head_dim
-        ffn_out = m.ffn * (2 if m.gated else 1)
-        for t in tps:
-            shapes = {"attn_pre_proj": ((m.heads + 2 * m.kv_heads) * d // t, m.hidden),
-                      "attn_post_proj": (m.hidden, m.heads * d // t),
-                      "mlp_up_proj": (ffn_out // t, m.hidden),
-                      "mlp_down_proj": (m.hidden, m.ffn // t)}
-            out += [(name, op, t, *shapes[op]) for op in OPS]
-    return out
 
 
 def main() -> None:
@@ -76,7 +45,7 @@ def main() -> None:
     cuda = dev.type == "cuda"
     name = torch.cuda.get_device_name(dev) if cuda else platform.processor() or "cpu"
     gpu = args.gpu or next((g for g in ("h200", "h100", "a100", "b200") if g in name.lower()), "gpu")
-    shapes = layer_shapes()[:2] if args.quick else layer_shapes()
+    shapes = layer_gemms(TPS)[:2] if args.quick else layer_gemms(TPS)
     ms = MS[:2] if args.quick else MS
     dtype = torch.float16 if cuda else torch.float32
     dname = str(dtype).replace("torch.", "")

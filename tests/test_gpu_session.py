@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 import torch
 
+from ficco_sim.explore.library import layer_gemms
+
 ROOT = Path(__file__).resolve().parents[1]
 SESSION = ROOT / "validation" / "gpu" / "h200" / "2026-11-27"
 
@@ -24,7 +26,8 @@ def _module(name: str):
 
 
 def test_gemm_table_covers_every_decomposition_the_dil_bar_reads():
-    shapes = _module("gpu_gemm_table").layer_shapes()
+    mod = _module("gpu_gemm_table")
+    shapes = layer_gemms(mod.TPS)
     table = pd.read_csv(SESSION / "h200-gemm_times.csv", comment="#")
     assert len(table) == len(shapes) * 7
     for whole in (2048, 4096, 8192):
@@ -113,3 +116,18 @@ def test_h200_replay_traces_import_whole_and_replay_exactly(name):
     trace = load_trace([path])
     assert len(trace.ops) == raw
     assert abs(replay(trace, footprints=False).error) <= 0.01
+
+
+def test_calibrating_on_one_gpu_measures_hbm_not_the_peer_copy_rate(tmp_path):
+    """The benchmark's copies stay within one GPU: their rate is HBM's (read + write), so
+    calibrate writes hbm.efficiency and keeps the base profile's peer (NVLink) copy-engine rate."""
+    from ficco_sim.calibrate.workflow import calibrate_from_files
+    from ficco_sim.hardware import load_gpu
+    out = tmp_path / "h200.yaml"
+    calibrate_from_files([SESSION / "h200-bench.csv"], gpu="local", base_profile="h200", out=out)
+    got, base = load_gpu(out), load_gpu("h200")
+    assert got.dma.bandwidth == base.dma.bandwidth
+    assert got.provenance("hbm.efficiency").kind == "fitted"
+    assert 0.8 < got.hbm_efficiency < 0.95
+    # the largest copy moved 1 GiB in 0.508 ms: half of what the fitted HBM rate allows, within 5%
+    assert got.hbm_effective / 2 == pytest.approx((1 << 30) / 0.508e-3, rel=0.05)

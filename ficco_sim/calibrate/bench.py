@@ -47,7 +47,8 @@ SIZES: dict[str, dict[str, Any]] = {
     "small": dict(whole=[32, 64, 128, 256, 384, 512, 768, 1024], base=(1024, 1024, 1024),
                   copies=[2**p for p in range(12, 27, 2)], repeats=7, warmup=2, contention=(768, 16 << 20)),
     "full": dict(whole=[256, 512, 1024, 2048, 4096, 6144, 8192], base=(8192, 8192, 8192),
-                 copies=[2**p for p in range(12, 31, 2)], repeats=20, warmup=3, contention=(4096, 256 << 20)),
+                 copies=[2**p for p in range(12, 31, 2)], repeats=20, warmup=3, contention=(4096, 256 << 20),
+                 layers=dict(tps=(1, 8), ms=(256, 1024, 4096))),
 }
 
 
@@ -132,13 +133,27 @@ class Timer:
 
 def gemm_points(cfg: dict[str, Any]) -> list[tuple[str, int, int, int]]:
     """(group, m, n, k): the whole-shape sweep, then M/N and M/N^2 pieces of the base shape
-    (N = 2 and 4 GPUs, i.e. shard and FiCCO granularity) along M and along N."""
+    (N = 2 and 4 GPUs, i.e. shard and FiCCO granularity) along M and along N; with
+    ``cfg["layers"]`` (``tps``, ``ms``) also the library models' layer GEMMs
+    (:func:`~ficco_sim.explore.library.layer_gemms`), grouped by model so that the fit holds
+    whole models out. Square shapes alone leave the fit free to trade efficiency against the
+    per-block overhead (a session on an H200 fitted k_overhead 967 on them); real layers are
+    skinny (k = 8192 with m or n <= 1,024), where cuBLAS is 11-13% below its square rate.
+
+    >>> pts = gemm_points(dict(whole=[64], base=(64, 64, 64), layers=dict(tps=(8,), ms=(256,))))
+    >>> ("llama-70b", 256, 1280, 8192) in pts, len({g for g, *_ in pts if not g.startswith(("whole", "split"))})
+    (True, 5)
+    """
     pts = [("whole", s, s, s) for s in cfg["whole"]]
     bm, bn, bk = cfg["base"]
     pts.append(("whole", bm, bn, bk))
     for parts in (2, 4, 8, 16):
         pts.append((f"split_m/{parts}", max(1, bm // parts), bn, bk))
         pts.append((f"split_n/{parts}", bm, max(1, bn // parts), bk))
+    if cfg.get("layers"):
+        from ..explore.library import layer_gemms
+        pts += [(model, m, n, k) for model, _, _, n, k in layer_gemms(cfg["layers"]["tps"])
+                for m in cfg["layers"]["ms"]]
     seen, out = set(), []
     for p in pts:
         if p[1:] not in seen:

@@ -13,8 +13,8 @@ Fit a hardware profile's numbers to real timings.
 
 Two ways in:
   on this machine    --device cuda | cuda:1
-                     runs torch microbenchmarks (GEMM sweep incl. decomposed pieces, copy
-                     bandwidth on DMA and on SMs, GEMM under a concurrent copy, stream
+                     runs torch microbenchmarks (GEMM sweep: squares, decomposed pieces and
+                     the built-in models' layer GEMMs; copy bandwidth on DMA and on SMs, GEMM under a concurrent copy, stream
                      priority, launch overhead), then fits. A GPU needs --base (its
                      datasheet profile: SM limits, GEMM tiles). Needs: pip install ficco-sim[torch]
                      --device cpu
@@ -37,7 +37,9 @@ Two ways in:
 
 What gets fitted and written into the profile (--out): gemm.efficiency[dtype],
 gemm.k_overhead and launch overhead of the GEMM cost model (least squares on log time; whole
-models held out and reported separately); dma.* and contention from benchmark files;
+models held out and reported separately); from benchmark files hbm.efficiency and
+dma.command_overhead_us (the benchmark copies within one GPU, so they measure HBM, not an
+engine's rate to a peer: dma.bandwidth_gbps is kept) and contention.compute_per_hbm_util;
 comm_kernel.launch_us, protocol latencies and channel bandwidth from nccl-tests output
 (coordinate descent on rows >= 1 MiB, every row's error reported);
 contention.compute_beside_comm_kernel from traces (the slowdown beside collectives that

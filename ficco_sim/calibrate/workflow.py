@@ -239,12 +239,17 @@ def _bench(cal: Calibration, base: GpuProfile, df: pd.DataFrame, where: str, hol
     date = str(df["date"].dropna().iloc[0]) if "date" in df and df["date"].notna().any() else _today()
     copies = df[df["kind"] == "copy"]
     if len(copies[copies["path"] == "dma"]) >= 2:
+        # The benchmark copies within one GPU: a copy engine reads and writes the same HBM, so
+        # its rate measures HBM (hbm.efficiency = 2 x rate / peak), not dma.bandwidth, which is
+        # an engine's rate to a peer GPU (DmaSpec.cap); the per-command cost is the engine's own.
         a, b, pts = fit_copies(df, "dma")
         err = pts["rel_error"].abs()
         src = (f"alpha-beta fit {date} of {len(pts)} contiguous copy_ rows in {where}; "
                f"|error| median {100 * err.median():.1f}% p90 {100 * err.quantile(0.9):.1f}%")
         cal.copy = dict(overhead=a, bandwidth=b, source=src, best=float((pts["bytes"] / pts["time_s"]).max()))
-        cal.updates["dma.bandwidth_gbps"] = (round(b / 1e9, 2), "fitted", src)
+        cal.updates["hbm.efficiency"] = (round(min(1.0, 2 * b / base.hbm_bandwidth), 4), "fitted",
+                                         f"a copy within one GPU reads and writes HBM: 2 x {b / 1e9:.0f} GB/s of "
+                                         f"{base.hbm_bandwidth / 1e9:.0f}; {src}")
         cal.updates["dma.command_overhead_us"] = (round(a * 1e6, 3), "fitted", src)
     launch = df[(df["kind"] == "launch") & pd.to_numeric(df["time_s"], errors="coerce").notna()]
     if len(launch):

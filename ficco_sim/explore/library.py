@@ -83,6 +83,35 @@ MODELS = {m.name: m for m in (
 MODELS["llama3-70b"] = MODELS["llama-70b"]
 
 
+LAYER_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+
+
+def layer_gemms(tps=(1, 2, 4, 8), models=None) -> list[tuple[str, str, int, int, int]]:
+    """(model, op, tp, n, k) of every dense layer GEMM ``[m, k] @ [k, n]`` of ``models`` (default
+    all of :data:`MODELS`) under tensor parallelism ``tp``, with Vidur's op names: QKV
+    (``attn_pre_proj``: n = (heads + 2 KV heads) x head dim / tp, k = hidden), out-projection
+    (``attn_post_proj``: n = hidden, k = heads x head dim / tp), up (``mlp_up_proj``: n = FFN,
+    twice if gated, / tp, k = hidden) and down (``mlp_down_proj``: n = hidden, k = FFN / tp).
+    What a GEMM sweep of real layers times (``calibrate --device``, ``benchmarks/gpu_gemm_table.py``).
+
+    >>> rows = layer_gemms()
+    >>> ("llama-70b", "attn_pre_proj", 8, 1280, 8192) in rows, ("llama-70b", "mlp_up_proj", 1, 57344, 8192) in rows
+    (True, True)
+    """
+    out = []
+    for name, m in MODELS.items():
+        if models is not None and name not in models:
+            continue
+        d, ffn_out = m.head_dim, m.ffn * (2 if m.gated else 1)
+        for t in tps:
+            shapes = {"attn_pre_proj": ((m.heads + 2 * m.kv_heads) * d // t, m.hidden),
+                      "attn_post_proj": (m.hidden, m.heads * d // t),
+                      "mlp_up_proj": (ffn_out // t, m.hidden),
+                      "mlp_down_proj": (m.hidden, m.ffn // t)}
+            out += [(name, op, t, *shapes[op]) for op in LAYER_OPS]
+    return out
+
+
 def model_layers(model: Model, tokens: int, gpus: int, dtype: str = "bfloat16") -> list[Scenario]:
     """The TP+SP (and EP for MoE) scenarios of one layer of ``model`` on ``gpus`` GPUs."""
     name = "llama3-70b" if model.name == "llama-70b" else model.name
