@@ -15,8 +15,9 @@ Two ways in:
   on this machine    --device cuda | cuda:1
                      runs torch microbenchmarks (GEMM sweep: squares, decomposed pieces and
                      the built-in models' layer GEMMs; copy bandwidth on DMA and on SMs;
-                     GEMM under a concurrent copy; stream priority; launch overhead), then fits. A GPU needs --base (its
-                     datasheet profile: SM limits, GEMM tiles). Needs: pip install ficco-sim[torch]
+                     GEMM under a concurrent copy; stream priority; launch overhead), then
+                     fits. A GPU needs --base (its datasheet profile: SM limits, GEMM tiles).
+                     Needs: pip install ficco-sim[torch]
                      --device cpu
                      describes one rank of the CPU replay (`validate --device cpu`) on this
                      host: --world-size gloo processes, one compute thread each, measure a
