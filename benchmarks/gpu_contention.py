@@ -5,10 +5,14 @@ GEMM runs, at several copy rates: the measured curve the contention rule
 Run on a CUDA GPU (``benchmarks/gpu_session.sh`` runs it). For each GEMM shape a chain of
 back-to-back ``torch.mm`` calls (about 3 ms alone) runs on one stream while a second stream
 repeats ``[copy of --copy-mib MiB, sleep]``; the sleep sets the copies' duty cycle, hence their
-average rate. Copies are contiguous ``dst.copy_(src)`` (``dma``: a copy engine, ``Memcpy DtoD``
-in a profiler trace) or ``torch.add(src, 0, out=dst)`` (``sm``: an elementwise kernel, which
-also takes SMs). Every copy has a start and an end event, so the bytes moved inside the GEMM
-chain's window are known (linear within a copy). Per row:
+average rate (``--duties``; 1 by default: back to back). Copies are contiguous
+``dst.copy_(src)`` (``dma``: a copy engine, ``Memcpy DtoD`` in a profiler trace; ``peer``, when a
+second GPU is visible: to cuda:1, a copy engine over NVLink or PCIe) or
+``torch.add(src, 0, out=dst)`` (``sm``: an elementwise kernel, which also takes SMs). ``order``:
+``copies-first`` (the chain starts once the first copy is done; the window is the chain) or
+``gemm-first`` (the copies start once the chain's first GEMM is done; the window is the rest
+of the chain, its alone time the chain's less one GEMM). Every copy has a start and an end
+event, so the bytes moved inside the window are known (linear within a copy). Per row:
 
 * ``alone_s`` / ``beside_s``: the chain alone and beside the copies (medians of --repeats);
 * ``copy_gbps``: bytes the copies moved inside the window / window (bytes copied, not read +
@@ -20,7 +24,10 @@ Below a duty of 1 the sleep between copies is a kernel too (``torch.cuda._sleep`
 GEMM that holds every SM it waits for a free slot, so those rows measure the copies' rate less
 cleanly than the back-to-back (``duty = 1``) rows.
 
-    python benchmarks/gpu_contention.py --out contention.csv          # ~20 s on an H200
+    python benchmarks/gpu_contention.py --out contention.csv          # ~30 s on an H200
+
+The H200 session of 2026-11-27 ran the first version of this script (commit 623fe3e: 64 MiB,
+copies first, duties 1 to 0.05, no ``order`` column).
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from ficco_sim.files import write_text_atomic  # noqa: E402
 
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 2048, 8192), (512, 8192, 8192))
-DUTIES = (1.0, 0.6, 0.35, 0.2, 0.1, 0.05)
-COLUMNS = ["m", "n", "k", "chain", "path", "duty", "copy_bytes", "copies", "alone_s", "beside_s", "slowdown",
+COPY_MIB = (8, 64, 256)
+ORDERS = ("copies-first", "gemm-first")
+COLUMNS = ["m", "n", "k", "chain", "path", "order", "duty", "copy_bytes", "copies", "alone_s", "beside_s", "slowdown",
            "copy_gbps", "copy_active_gbps", "copy_alone_gbps", "repeats"]
 
 
@@ -61,7 +69,9 @@ def overlap_bytes(spans: list[tuple[float, float]], nbytes: int, t0: float, t1: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--copy-mib", type=int, default=64)
+    ap.add_argument("--copy-mib", type=int, nargs="+", default=list(COPY_MIB))
+    ap.add_argument("--duties", type=float, nargs="+", default=[1.0],
+                    help="copy duty cycles (below 1 a sleep kernel between copies needs an SM: see above)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--chain-ms", type=float, default=3.0, help="GEMM chain length alone (ms)")
     ap.add_argument("--device", default="cuda", help="a CUDA device (cpu only under a fake torch.cuda, in tests)")
@@ -73,14 +83,19 @@ def main() -> None:
     name = torch.cuda.get_device_name(dev)
     ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
     main_s, copy_s = torch.cuda.current_stream(dev), torch.cuda.Stream(device=dev)
-    nbytes = args.copy_mib << 20
     dtype = torch.float16 if dev.type == "cuda" else torch.float32
-    src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-    dst = torch.empty_like(src)
+    peer = torch.device("cuda", 1) if dev.type == "cuda" and torch.cuda.device_count() > 1 else None
+    paths = ("dma", "sm") + (("peer",) if peer is not None else ())
+    biggest = max(args.copy_mib) << 20
+    src = torch.empty(biggest, dtype=torch.uint8, device=dev)
     src.fill_(1)
+    dsts = {"dma": torch.empty_like(src), "sm": torch.empty_like(src)}
+    if peer is not None:
+        dsts["peer"] = torch.empty(biggest, dtype=torch.uint8, device=peer)
 
-    def copy(path: str) -> None:
-        dst.copy_(src) if path == "dma" else torch.add(src, 0, out=dst)
+    def copy(path: str, nbytes: int) -> None:
+        dst = dsts[path][:nbytes]
+        dst.copy_(src[:nbytes]) if path != "sm" else torch.add(src[:nbytes], 0, out=dst)
 
     def timed(fn, n: int = 5) -> float:
         fn()
@@ -99,59 +114,77 @@ def main() -> None:
     hz = cyc / timed(lambda: torch.cuda._sleep(cyc), 3)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     lines = [f"# benchmarks/gpu_contention.py on {name}, torch {torch.__version__}, cuda {torch.version.cuda}, "
-             f"host {platform.node()}, {stamp}; copy {args.copy_mib} MiB, sleep clock {hz / 1e9:.3f} GHz, "
-             f"medians of {args.repeats} (CUDA events)", ",".join(COLUMNS)]
-    alone_copy = {p: timed(lambda p=p: copy(p)) for p in ("dma", "sm")}
+             f"host {platform.node()}, {stamp}; copies {', '.join(map(str, args.copy_mib))} MiB "
+             f"({', '.join(paths)}{'; peer: to cuda:1' if peer is not None else ''}), sleep clock {hz / 1e9:.3f} GHz, medians of {args.repeats} "
+             "(CUDA events)", ",".join(COLUMNS)]
+    alone_copy = {(p, mib): timed(lambda p=p, mib=mib: copy(p, mib << 20)) for p in paths for mib in args.copy_mib}
     for m, n, k in SHAPES:
         a = torch.randn(m, k, device=dev, dtype=dtype)
         b = torch.randn(k, n, device=dev, dtype=dtype)
         c = torch.empty(m, n, device=dev, dtype=dtype)
         one = timed(lambda: torch.mm(a, b, out=c))
-        chain = max(1, round(args.chain_ms * 1e-3 / one))
+        chain = max(2, round(args.chain_ms * 1e-3 / one))
 
-        def run_chain() -> None:
-            for _ in range(chain):
+        def run_chain(mark=None) -> None:
+            for i in range(chain):
                 torch.mm(a, b, out=c)
+                if i == 0 and mark is not None:
+                    mark.record(main_s)
         alone = timed(run_chain, args.repeats)
-        for path in ("dma", "sm"):
-            t_copy = alone_copy[path]
-            for duty in DUTIES:
-                period = t_copy / duty
-                gap = int((period - t_copy) * hz)
-                count = math.ceil((3.0 * alone + 4 * period) / period) + 2
-                beside, rates, active_rates = [], [], []
-                for _ in range(args.repeats):
-                    torch.cuda.synchronize(dev)
-                    marks = [(ev(), ev()) for _ in range(count)]
-                    with torch.cuda.stream(copy_s):
-                        torch.cuda._sleep(int(0.01 * hz))    # hold both streams until all is issued
-                        for s, e in marks:
-                            s.record(copy_s)
-                            copy(path)
-                            e.record(copy_s)
-                            if gap > 0:
-                                torch.cuda._sleep(gap)
-                    g0, g1 = ev(), ev()
-                    main_s.wait_event(marks[0][1])     # copies are in flight when the chain starts
-                    g0.record(main_s)
-                    run_chain()
-                    g1.record(main_s)
-                    torch.cuda.synchronize(dev)
-                    ref = marks[0][0]
-                    t0, t1 = ref.elapsed_time(g0) * 1e-3, ref.elapsed_time(g1) * 1e-3
-                    spans = [(ref.elapsed_time(s) * 1e-3, ref.elapsed_time(e) * 1e-3) for s, e in marks]
-                    moved, active = overlap_bytes(spans, nbytes, t0, t1)
-                    if spans[-1][1] < t1:
-                        print(f"warning: the copies ended before the chain ({m}x{n}x{k} {path} duty {duty})")
-                    beside.append(t1 - t0)
-                    rates.append(moved / (t1 - t0) / 1e9)
-                    active_rates.append(moved / max(active, 1e-12) / 1e9)
-                med = float(np.median(beside))
-                lines.append(",".join(str(x) for x in (
-                    m, n, k, chain, path, duty, nbytes, count, f"{alone:.6g}", f"{med:.6g}", f"{med / alone:.4f}",
-                    f"{np.median(rates):.1f}", f"{np.median(active_rates):.1f}", f"{nbytes / t_copy / 1e9:.1f}",
-                    args.repeats)))
-                print(lines[-1], flush=True)
+        for path in paths:
+            for mib in args.copy_mib:
+                nbytes, t_copy = mib << 20, alone_copy[(path, mib)]
+                for order in ORDERS:
+                    for duty in args.duties:
+                        period = t_copy / duty
+                        gap = int((period - t_copy) * hz)
+                        count = math.ceil((3.0 * alone + 4 * period) / period) + 2
+                        beside, rates, active_rates = [], [], []
+                        for _ in range(args.repeats):
+                            torch.cuda.synchronize(dev)
+                            marks = [(ev(), ev()) for _ in range(count)]
+                            g0, first, g1 = ev(), ev(), ev()
+                            gate = int(0.01 * hz)       # a sleep that holds the work until all is issued
+                            if order == "gemm-first":
+                                torch.cuda._sleep(gate)     # on the chain's stream
+                                g0.record(main_s)
+                                run_chain(first)
+                                g1.record(main_s)
+                                copy_s.wait_event(first)    # the copies start once the first GEMM is done
+                            with torch.cuda.stream(copy_s):
+                                if order == "copies-first":
+                                    torch.cuda._sleep(gate)
+                                for s, e in marks:
+                                    s.record(copy_s)
+                                    copy(path, nbytes)
+                                    e.record(copy_s)
+                                    if gap > 0:
+                                        torch.cuda._sleep(gap)
+                            if order == "copies-first":
+                                main_s.wait_event(marks[0][1])     # copies are in flight when the chain starts
+                                g0.record(main_s)
+                                run_chain(first)
+                                g1.record(main_s)
+                            torch.cuda.synchronize(dev)
+                            ref = marks[0][0]
+                            # the window: the chain (copies first), or the chain after its first GEMM
+                            start = g0 if order == "copies-first" else first
+                            t0, t1 = ref.elapsed_time(start) * 1e-3, ref.elapsed_time(g1) * 1e-3
+                            spans = [(ref.elapsed_time(s) * 1e-3, ref.elapsed_time(e) * 1e-3) for s, e in marks]
+                            moved, active = overlap_bytes(spans, nbytes, t0, t1)
+                            if spans[-1][1] < t1:
+                                print(f"warning: the copies ended before the chain ({m}x{n}x{k} {path} {mib} MiB "
+                                      f"{order} duty {duty})")
+                            beside.append(t1 - t0)
+                            rates.append(moved / max(t1 - t0, 1e-12) / 1e9)
+                            active_rates.append(moved / max(active, 1e-12) / 1e9)
+                        ref_alone = alone if order == "copies-first" else alone * (chain - 1) / chain
+                        med = float(np.median(beside))
+                        lines.append(",".join(str(x) for x in (
+                            m, n, k, chain, path, order, duty, nbytes, count, f"{ref_alone:.6g}", f"{med:.6g}",
+                            f"{med / ref_alone:.4f}", f"{np.median(rates):.1f}", f"{np.median(active_rates):.1f}",
+                            f"{nbytes / t_copy / 1e9:.1f}", args.repeats)))
+                        print(lines[-1], flush=True)
         del a, b, c
     write_text_atomic(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}: {len(lines) - 2} rows")

@@ -237,7 +237,7 @@ GEMMARGS=()
 [ "$DEVICE" = cpu ] && GEMMARGS+=(--device cpu)
 run_step gemm-table 90 "$PY" "$ROOT/benchmarks/gpu_gemm_table.py" --out "$WORK/gemm/$GPU-gemm_times.csv" \
     "${GEMMARGS[@]}"
-[ "$DEVICE" = cuda ] && run_step contention 60 "$PY" "$ROOT/benchmarks/gpu_contention.py" \
+[ "$DEVICE" = cuda ] && run_step contention 90 "$PY" "$ROOT/benchmarks/gpu_contention.py" \
     --out "$WORK/gemm/$GPU-contention.csv"
 run_step validate-2ranks 150 "${VALIDATE[@]}" --world-size 2 --gpu "$USE" --out "$WORK/validation/ranks2" \
     --profile "$WORK/traces/ranks2"
