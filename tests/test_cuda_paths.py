@@ -194,7 +194,12 @@ def test_short_gate_doubles_the_sleep_and_says_so(fake):
     runner.run()
     runner.run()
     assert runner.gate_short == 2 and runner.sleep_cycles == 4 * first
-    assert sum("sleep gate" in n for n in notes) == 1
+    assert runner.gate_note(warmup=1) == ("sleep gate opened before the host finished issuing in 2 of 2 timed runs "
+                                          "(host launch time in those makespans); its sleep was doubled after each")
+    fake.cuda.gate_open = False
+    runner.run()
+    assert "in 2 of 3 timed runs" in runner.gate_note(warmup=1)
+    assert runner.gate_note(warmup=3) is None       # early gates in warm-up runs only: no note
 
 
 def test_priorities_follow_ficco_order_and_ranks_get_their_own_streams(fake):

@@ -138,7 +138,22 @@ class CudaRunner:
                     self.temps[op.id] = torch.empty_like(view(bufs[dr], ds))
         self.batches = self._batches(program.ops)
         self.sleep_cycles = min(SLEEP_CYCLES_MAX, SLEEP_CYCLES_PER_OP * max(1, len(program.ops)))
-        self.gate_short = 0      # runs whose gate opened before the host finished issuing
+        self.gate_log: list[bool] = []   # per run: its gate opened before the host finished issuing
+
+    @property
+    def gate_short(self) -> int:
+        """Runs whose gate opened before the host finished issuing."""
+        return sum(self.gate_log)
+
+    def gate_note(self, warmup: int) -> str | None:
+        """The report's note when the gate opened early in a timed run (the runs after the
+        first ``warmup``): how many, since their makespans hold host launch time. A warm-up
+        run's early gate (the first run issues cold) only lengthens the sleep: no note."""
+        timed = self.gate_log[warmup:]
+        if not any(timed):
+            return None
+        return (f"sleep gate opened before the host finished issuing in {sum(timed)} of {len(timed)} timed runs "
+                "(host launch time in those makespans); its sleep was doubled after each")
 
     def _batches(self, ops: list[Op]) -> list[list[Op]]:
         if not self.distributed:
@@ -247,14 +262,12 @@ class CudaRunner:
             self.stream_end[key].record(s)
             self.gate.wait_event(self.stream_end[key])
         self.end.record(self.gate)
-        if self.start.query():
+        short = bool(self.start.query())
+        self.gate_log.append(short)
+        if short:
             # The gate opened while the host was still issuing: host launch time leaked
-            # into the makespan. Sleep longer next time, and say so.
-            self.gate_short += 1
+            # into the makespan. Sleep longer next time (gate_note says which runs it hit).
             self.sleep_cycles = min(SLEEP_CYCLES_MAX, 2 * self.sleep_cycles)
-            if self.gate_short == 1:
-                self.notes.append("sleep gate opened before the host finished issuing at least once (host launch "
-                                  "time in the makespan); its sleep was doubled for later runs")
         self.end.synchronize()
         for dev in set(self.device_of.values()):
             torch.cuda.synchronize(dev)

@@ -113,6 +113,8 @@ class _RankReplay:
     def finish(self) -> dict:
         """Check the result (of the last run), profile once if asked, and summarise."""
         graph, opts = self.job.graph, self.opts
+        if opts.device == "cuda" and (note := self.runner.gate_note(opts.warmup)):
+            self.notes.append(note)
         ref_bufs = None if reference.ref_spec(graph) else oracle(graph, opts.seed)[self.rank]
         ok, err = verify(graph, self.rank, self.bufs, opts.seed, ref_bufs)
         if ref_bufs is not None:

@@ -134,6 +134,8 @@ def run_single(jobs: list[Job], opts: ReplayOptions) -> list[ReplayResult]:
             t = once()
             if i >= opts.warmup:
                 times.append(t)
+        if opts.device != "cpu" and (note := runner.gate_note(opts.warmup)):
+            notes.append(note)
         ref_bufs = None if reference.ref_spec(graph) else oracle(graph, opts.seed)
         ok, err = True, 0.0
         for r in range(graph.num_gpus):
