@@ -42,7 +42,7 @@ def test_copy_bytes_inside_a_window_are_prorated():
 
 
 def test_session_tables_read_the_committed_files():
-    mod = _module("h200_session")
+    mod = _module("gpu_session_report")
     dil = mod.dil(SESSION)
     assert dil.row_count == 12
     contention = mod.contention(SESSION)
@@ -70,7 +70,7 @@ def test_reference_on_another_device_gives_the_same_check():
     assert not verify(graph, 1, bufs[1], 0, None, ins)[0]
 
 
-@pytest.mark.parametrize("script", ["gpu_gemm_table", "gpu_contention", "h200_session"])
+@pytest.mark.parametrize("script", ["gpu_gemm_table", "gpu_contention", "gpu_session_report"])
 def test_scripts_import_without_a_gpu(script):
     assert _module(script).__doc__
 

@@ -1,11 +1,11 @@
-"""ficco-sim against the H200 measurements of a GPU session (validation/gpu/h200/<date>/).
+"""ficco-sim against the measurements of one GPU session (validation/gpu/<gpu>/<date>/, as
+``benchmarks/gpu_session.sh`` writes them; the GPU is the folder's parent's name).
 
-Nothing here was fitted on these files: the profiles are the shipped ones (``h200``: datasheet
-compute, H100's NCCL fit; ``h100``: GEMM fitted on Vidur's H100 table), unless a table says
-"calibrated", which is the profile ``ficco-sim calibrate --device cuda`` wrote in the session.
-Four tables:
+The profiles are the shipped ones: the session's GPU, and ``--also`` others (default ``h100``,
+whose GEMM model is fitted on Vidur's H100 table). A table's "calibrated" rows use the
+profile ``ficco-sim calibrate --device cuda`` wrote in the session. Four tables:
 
-1. GEMM cost model vs ``h200-gemm_times.csv`` (cuBLAS, the library models' layers,
+1. GEMM cost model vs ``<gpu>-gemm_times.csv`` (cuBLAS, the library models' layers,
    ``benchmarks/gpu_gemm_table.py``): |error| median, p90, signed median.
 2. Decomposition loss (DIL) read off that table vs predicted (``benchmarks/dil_error.py``'s
    definition), at 8 and 16 pieces the issue's bar (|diff| <= 0.05).
@@ -15,7 +15,7 @@ Four tables:
    copies): the GEMM's and the copies' measured slowdowns against the contention rule's
    (:mod:`ficco_sim.contention`) at the measured copy rate and the GEMM's HBM rate.
 
-    python benchmarks/h200_session.py [validation/gpu/h200/2026-11-27]
+    python benchmarks/gpu_session_report.py [validation/gpu/h200/2026-11-27] [--also h100 a100]
 """
 
 from __future__ import annotations
@@ -43,15 +43,20 @@ from ficco_sim.gemm_model import gemm_time, hbm_traffic  # noqa: E402
 from ficco_sim.hardware import load_gpu  # noqa: E402
 
 DEFAULT = ROOT / "validation" / "gpu" / "h200" / "2026-11-27"
-PROFILES = ("h200", "h100")
 
 
-def gemm_error(folder: Path) -> Table:
-    rows = read_gemm_table(folder / "h200-gemm_times.csv", "h200")
-    t = Table(title=f"1. GEMM model vs {len(rows)} cuBLAS GEMMs on the H200 (never fitted)")
+def session_gpu(folder: Path) -> str:
+    """The GPU a session folder (validation/gpu/<gpu>/<date>) ran on."""
+    return folder.resolve().parent.name
+
+
+def gemm_error(folder: Path, profiles: tuple[str, ...]) -> Table:
+    gpu = session_gpu(folder)
+    rows = read_gemm_table(folder / f"{gpu}-gemm_times.csv", gpu)
+    t = Table(title=f"1. GEMM model vs {len(rows)} cuBLAS GEMMs on the {gpu.upper()} (never fitted)")
     for c in ("profile", "median |err|", "p90 |err|", "signed median", ">= 1 ms median |err|"):
         t.add_column(c, justify="right")
-    for p in PROFILES:
+    for p in profiles:
         err = predict_times(load_gpu(p), rows) / rows["time_s"].to_numpy() - 1.0
         long = rows["time_s"].to_numpy() >= 1e-3
         t.add_row(p, f"{100 * np.median(abs(err)):.1f}%", f"{100 * np.quantile(abs(err), .9):.1f}%",
@@ -60,11 +65,13 @@ def gemm_error(folder: Path) -> Table:
 
 
 def dil(folder: Path) -> Table:
-    rows = read_gemm_table(folder / "h200-gemm_times.csv", "h200")
-    t = Table(title=f"2. DIL on the H200 (profile h200, never fitted); bar |diff| <= {BAR} at 8 and 16 pieces")
+    gpu = session_gpu(folder)
+    rows = read_gemm_table(folder / f"{gpu}-gemm_times.csv", gpu)
+    t = Table(title=f"2. DIL on the {gpu.upper()} (profile {gpu}, never fitted); "
+                    f"bar |diff| <= {BAR} at 8 and 16 pieces")
     for c in ("whole m", "pieces", "shapes", "measured", "predicted", "diff", "bar"):
         t.add_column(c, justify="right")
-    rows = rows.assign(predicted_s=predict_times(load_gpu("h200"), rows))
+    rows = rows.assign(predicted_s=predict_times(load_gpu(gpu), rows))
     d = dil_table(rows, "time_s").merge(dil_table(rows, "predicted_s"), on=["group", "n", "k", "m_whole", "pieces"])
     for (whole, p), x in d.groupby(["m_whole", "pieces"]):
         meas, pred = x["time_s"].median(), x["predicted_s"].median()
@@ -73,13 +80,14 @@ def dil(folder: Path) -> Table:
     return t
 
 
-def replays(folder: Path) -> Table:
+def replays(folder: Path, profiles: tuple[str, ...]) -> Table:
     from ficco_sim.validate.workflow import parse_scenario, simulate_pairs
     runs = pd.concat([pd.read_csv(f, comment="#") for f in sorted(glob.glob(str(folder / "validation/*/*.csv")))])
-    t = Table(title="3. Single-GPU replays on the H200 (every rank's work on one GPU), predicted again")
+    t = Table(title=f"3. Single-GPU replays on the {session_gpu(folder).upper()} (every rank's work on one GPU), "
+                    "predicted again")
     for c in ("profile", "kind", "ranks", "rows", "MAPE", "signed median", "Kendall tau", "top-1"):
         t.add_column(c, justify="right")
-    for p in ("calibrated",) + PROFILES:
+    for p in ("calibrated",) + profiles:
         gpu = None if p == "calibrated" else load_gpu(p)
         for (kind, ranks), x in runs.groupby(["kind", "gpus"]):
             x = x.reset_index(drop=True)
@@ -103,12 +111,14 @@ def replays(folder: Path) -> Table:
 
 
 def contention(folder: Path) -> Table:
-    rows = pd.read_csv(folder / "h200-contention.csv", comment="#")
+    gpu_name = session_gpu(folder)
+    rows = pd.read_csv(folder / f"{gpu_name}-contention.csv", comment="#")
     rows = rows[(rows["path"] == "dma") & (rows["duty"] == 1.0) & (rows["copy_bytes"] == 64 << 20)]
     if "order" in rows:         # the script's later version also starts the copies after the GEMM
         rows = rows[rows["order"] == "copies-first"]
-    gpu = load_gpu("h200")
-    t = Table(title="4. Back-to-back copy-engine copies beside a GEMM chain on the H200 (profile h200's rule)")
+    gpu = load_gpu(gpu_name)
+    t = Table(title=f"4. Back-to-back copy-engine copies beside a GEMM chain on the {gpu_name.upper()} "
+                    f"(profile {gpu_name}'s rule)")
     for c in ("GEMM m x n x k", "copy rate beside (GB/s)", "GEMM slowdown", "rule", "copy slowdown", "rule"):
         t.add_column(c, justify="right")
     for r in rows.itertuples():
@@ -120,11 +130,19 @@ def contention(folder: Path) -> Table:
     return t
 
 
-def main(folder: Path = DEFAULT) -> None:
+def main() -> None:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder", nargs="?", type=Path, default=DEFAULT)
+    ap.add_argument("--also", nargs="*", default=["h100"], help="other shipped profiles to set beside the GPU's")
+    args = ap.parse_args()
+    profiles = (session_gpu(args.folder), *args.also)
     console = Console(width=150)
-    for part in (gemm_error, dil, replays, contention):
-        console.print(part(folder))
+    console.print(gemm_error(args.folder, profiles))
+    console.print(dil(args.folder))
+    console.print(replays(args.folder, profiles))
+    console.print(contention(args.folder))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT)
+    main()
