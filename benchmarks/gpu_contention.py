@@ -115,7 +115,8 @@ def main() -> None:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     lines = [f"# benchmarks/gpu_contention.py on {name}, torch {torch.__version__}, cuda {torch.version.cuda}, "
              f"host {platform.node()}, {stamp}; copies {', '.join(map(str, args.copy_mib))} MiB "
-             f"({', '.join(paths)}{'; peer: to cuda:1' if peer is not None else ''}), sleep clock {hz / 1e9:.3f} GHz, medians of {args.repeats} "
+             f"({', '.join(paths)}{'; peer: to cuda:1' if peer is not None else ''}), "
+             f"sleep clock {hz / 1e9:.3f} GHz, medians of {args.repeats} "
              "(CUDA events)", ",".join(COLUMNS)]
     alone_copy = {(p, mib): timed(lambda p=p, mib=mib: copy(p, mib << 20)) for p in paths for mib in args.copy_mib}
     for m, n, k in SHAPES:
