@@ -56,6 +56,7 @@ def test_importer_writes_report(tmp_path):
     ("kind,m,n,k,gpus,schedule,measured_s\nag-gemm,8,8,8,2,none,-1\n", "row 2.measured_s"),
     ("kind,m,n,k,gpus,schedule,measured_s\nag-gemm,8,x,8,2,none,1\n", "row 2.n"),
     ("kind,m,n,k,gpus,schedule,measured_s\nbogus,8,8,8,2,none,1\n", "row 2.kind"),
+    ("kind,m,n,k,gpus,schedule,measured_s,mode\nag-gemm,8,8,8,2,none,1,one-gpu\n", "row 2.mode"),
 ])
 def test_importer_bad_input(tmp_path, text, field):
     csv = tmp_path / "bad.csv"
@@ -92,3 +93,16 @@ def test_differences_the_measurement_cannot_resolve_are_not_a_ranking():
     per, overall = summarize(df.drop(columns="measured_notch_s"))
     assert per["kendall_tau_resolved"].isna().all() and overall["mean_kendall_tau_resolved"] != \
         overall["mean_kendall_tau_resolved"]
+
+
+def test_importing_a_gpu_sessions_report_predicts_what_it_replayed(tmp_path):
+    """A ``validate --single-gpu`` report's CSV (every rank's work on one H200) imported with
+    the profile that session predicted with gives back its predictions: the importer predicts
+    the folded program its ``mode`` column names, not the multi-GPU system (66% off)."""
+    from pathlib import Path
+    session = Path(__file__).resolve().parents[1] / "validation" / "gpu" / "h200" / "2026-11-27"
+    report = session / "validation" / "ranks4" / "2026-11-27.csv"
+    df, _ = compare_measured(report, str(session / "h200-measured.yaml"), None, tmp_path, stamp="t")
+    want = pd.read_csv(report)
+    assert list(df["mode"].unique()) == ["single-gpu"]
+    assert df["predicted_s"].to_numpy() == pytest.approx(want["predicted_s"].to_numpy(), rel=1e-9)

@@ -61,7 +61,8 @@ examples:
       --schedules shard-p2p-sm --repeats 3 --profile prof/     (then: ficco-sim trace replay prof/*.rank*.json.gz)
   ficco-sim validate --device cuda --world-size 8 --gpu h100 --topology dgx-h100 --allow-fallback
   ficco-sim validate --import runs.csv --gpu h100 --topology switch:8
-      (runs.csv columns: kind,m,n,k,gpus,schedule,measured_s[,dtype]; measured_s in seconds)
+      (runs.csv columns: kind,m,n,k,gpus,schedule,measured_s[,dtype][,mode]; measured_s in seconds;
+      mode single-gpu: predicted as the folded one-GPU program; a validate report's CSV is such a file)
 """
 
 
@@ -108,8 +109,9 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
                    help="--device cpu: calibrate this host again first, even if <out>/<machine>/cpu.yaml exists")
     p.add_argument("--out", "-o", default="validation", metavar="DIR", help="output folder (default validation/)")
     p.add_argument("--import", dest="import_csv", metavar="CSV",
-                   help="do not replay: compare measured runs from CSV (kind,m,n,k,gpus,schedule,measured_s) "
-                   "with predictions")
+                   help="do not replay: compare measured runs from CSV (kind,m,n,k,gpus,schedule,measured_s"
+                   "[,dtype][,mode]) with predictions; a validate report's own CSV works, single-GPU replays "
+                   "included (mode single-gpu: predicted as the one-GPU program they ran)")
     p.set_defaults(func=cmd_validate)
     return p
 

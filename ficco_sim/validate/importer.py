@@ -11,7 +11,14 @@ gpus          number of GPUs (ranks)
 schedule      a schedule short name (``none``, ``shard-p2p-sm``, ``ficco-a2a-dma-hi``, ...)
 measured_s    measured makespan in **seconds** (positive)
 dtype         optional, default ``float16``
+mode          optional: ``single-gpu`` (every rank's work replayed on one GPU, as
+              ``validate --single-gpu`` runs it: predicted as that folded program,
+              :meth:`~ficco_sim.taskgraph.TaskGraph.folded`), ``distributed`` or
+              ``single-process`` (one GPU per rank; the default)
 ============  ==========================================================================
+
+A ``validate`` report's own CSV has every one of these columns, so a replay measured on a GPU
+can be predicted again with any profile here, on any machine.
 
 Any other column is kept. :func:`compare_measured` simulates each row with the given
 profile and topology and writes the same CSV/markdown/PNG report as ``validate``
@@ -19,8 +26,8 @@ profile and topology and writes the same CSV/markdown/PNG report as ``validate``
 
 >>> import io
 >>> rows = read_measured(io.StringIO("kind,m,n,k,gpus,schedule,measured_s\\nag-gemm,64,64,64,2,none,1e-5\\n"))
->>> rows[0][0].label(), rows[0][1], rows[0][2]
-('ag-gemm m=64 n=64 k=64 x2', 'none', 1e-05)
+>>> rows[0][0].label(), rows[0][1], rows[0][2], rows[0][3]
+('ag-gemm m=64 n=64 k=64 x2', 'none', 1e-05, 'distributed')
 """
 
 from __future__ import annotations
@@ -37,8 +44,11 @@ from . import report
 REQUIRED = ("kind", "m", "n", "k", "gpus", "schedule", "measured_s")
 
 
-def read_measured(source) -> list[tuple[Scenario, str, float]]:
-    """(scenario, schedule name, measured seconds) per row; InputError on bad rows."""
+MODES = ("distributed", "single-process", "single-gpu")
+
+
+def read_measured(source) -> list[tuple[Scenario, str, float, str]]:
+    """(scenario, schedule name, measured seconds, replay mode) per row; InputError on bad rows."""
     where = str(source) if isinstance(source, (str, Path)) else "measured CSV"
     try:
         df = pd.read_csv(source)
@@ -68,7 +78,11 @@ def read_measured(source) -> list[tuple[Scenario, str, float]]:
             sc = Scenario(str(row["kind"]), ints["gpus"], ints["m"], ints["n"], ints["k"], dtype=dtype)
         except InputError as e:
             raise InputError(where, f"{f}.{e.field or 'kind'}", e.message) from None
-        out.append((sc, str(row["schedule"]), float(t)))
+        mode = row.get("mode")
+        mode = mode if isinstance(mode, str) and mode else "distributed"
+        if mode not in MODES:
+            raise InputError(where, f"{f}.mode", f"{mode!r}: expected one of {', '.join(MODES)}")
+        out.append((sc, str(row["schedule"]), float(t), mode))
     if not out:
         raise InputError(where, None, "no rows")
     return out
@@ -86,15 +100,18 @@ def compare_measured(csv_path: str | Path, gpu: str, topology: str | None = None
     profile = load_gpu(gpu)
     now = dt.datetime.now(dt.timezone.utc)
     recs = []
-    for sc, sched, measured in rows:
+    for sc, sched, measured, mode in rows:
         s = parse_schedule(sched)
         topo = load_topology(topology or f"switch:{sc.gpus}", profile)
-        predicted = simulate_graph(lower(sc, s, profile, topo), profile, topo, record=False).makespan
+        graph = lower(sc, s, profile, topo)
+        if mode == "single-gpu":        # every rank's work ran on one GPU: predict that program
+            graph = graph.folded()
+        predicted = simulate_graph(graph, profile, topo, record=False).makespan
         recs.append({"scenario": sc.label(), "schedule": s.name, "predicted_s": predicted, "measured_s": measured,
                      "err": (predicted - measured) / measured, "correct": float("nan"), "not_honoured": "",
                      "torch": "", "device": f"imported from {Path(csv_path).name}",
                      "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "kind": sc.kind, "gpus": sc.gpus, "m": sc.m,
-                     "n": sc.n, "k": sc.k, "dtype": sc.dtype, "gpu_profile": profile.name,
+                     "n": sc.n, "k": sc.k, "dtype": sc.dtype, "mode": mode, "gpu_profile": profile.name,
                      "topology": topo.name})
     df = pd.DataFrame(recs)
     context = {"title": f"imported {Path(csv_path).name} vs profile {profile.name}", "source": str(csv_path),
