@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from ficco_sim.calibrate.bench import overlap_bytes  # noqa: E402
 from ficco_sim.files import write_text_atomic  # noqa: E402
 
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 2048, 8192), (512, 8192, 8192))
@@ -48,22 +49,6 @@ COPY_MIB = (8, 64, 256)
 ORDERS = ("copies-first", "gemm-first")
 COLUMNS = ["m", "n", "k", "chain", "path", "order", "duty", "copy_bytes", "copies", "alone_s", "beside_s", "slowdown",
            "copy_gbps", "copy_active_gbps", "copy_alone_gbps", "repeats"]
-
-
-def overlap_bytes(spans: list[tuple[float, float]], nbytes: int, t0: float, t1: float) -> tuple[float, float]:
-    """(bytes moved in [t0, t1], seconds of [t0, t1] some copy ran) by copies of ``nbytes``
-    each over ``spans`` (start, end), each at a constant rate.
-
-    >>> overlap_bytes([(0.0, 1.0), (2.0, 3.0)], 100, 0.5, 2.5)
-    (100.0, 1.0)
-    """
-    moved = active = 0.0
-    for s, e in spans:
-        lo, hi = max(s, t0), min(e, t1)
-        if hi > lo:
-            moved += nbytes * (hi - lo) / max(e - s, 1e-15)
-            active += hi - lo
-    return moved, active
 
 
 def main() -> None:

@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
-from scipy.stats import kendalltau
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))             # run from a checkout without installing
@@ -81,32 +80,26 @@ def dil(folder: Path) -> Table:
 
 
 def replays(folder: Path, profiles: tuple[str, ...]) -> Table:
-    from ficco_sim.validate.workflow import parse_scenario, simulate_pairs
-    runs = pd.concat([pd.read_csv(f, comment="#") for f in sorted(glob.glob(str(folder / "validation/*/*.csv")))])
+    """Each replay report predicted again (as ``validate --import`` does) and scored as
+    ``validate`` scores it (:func:`ficco_sim.validate.compare.summarize`, tie-aware top-1)."""
+    from ficco_sim.validate.compare import summarize
+    from ficco_sim.validate.importer import predict_measured, read_measured
     t = Table(title=f"3. Single-GPU replays on the {session_gpu(folder).upper()} (every rank's work on one GPU), "
                     "predicted again")
     for c in ("profile", "kind", "ranks", "rows", "MAPE", "signed median", "Kendall tau", "top-1"):
         t.add_column(c, justify="right")
+    reports = sorted(glob.glob(str(folder / "validation/*/*.csv")))
     for p in ("calibrated",) + profiles:
-        gpu = None if p == "calibrated" else load_gpu(p)
-        for (kind, ranks), x in runs.groupby(["kind", "gpus"]):
-            x = x.reset_index(drop=True)
-            pred = x["predicted_s"].to_numpy()
-            if gpu is not None:
-                got = {}
-                for (m, n, k), y in x.groupby(["m", "n", "k"]):
-                    sc = parse_scenario(f"{kind}:m={m},n={n},k={k}", int(ranks), "float16")
-                    pairs, _ = simulate_pairs([sc], list(y["schedule"]), gpu, None, fold=True)
-                    got.update({(m, n, k, pr[1].name): pr[3] for pr in pairs})
-                pred = np.array([got[(r.m, r.n, r.k, r.schedule)] for r in x.itertuples()])
-            meas = x["measured_s"].to_numpy()
-            err = pred / meas - 1.0
-            taus, top = [], []
-            for i in x.groupby(["m", "n", "k"]).indices.values():
-                taus.append(kendalltau(pred[i], meas[i]).statistic)
-                top.append(np.argmin(pred[i]) == np.argmin(meas[i]))
-            t.add_row(p, kind, str(ranks), str(len(x)), f"{100 * np.mean(abs(err)):.1f}%",
-                      f"{100 * np.median(err):+.1f}%", f"{np.nanmean(taus):.2f}", f"{np.mean(top):.0%}")
+        for path in reports:
+            runs = pd.read_csv(path)
+            if p != "calibrated":
+                runs["predicted_s"] = [q for q, _, _ in predict_measured(read_measured(path), load_gpu(p), where=path)]
+            for kind, x in runs.groupby("kind"):
+                _, overall = summarize(x)
+                err = x["predicted_s"] / x["measured_s"] - 1.0
+                t.add_row(p, kind, str(x["gpus"].iloc[0]), str(overall["rows"]), f"{100 * overall['mape']:.1f}%",
+                          f"{100 * err.median():+.1f}%", f"{overall['mean_kendall_tau']:.2f}",
+                          f"{overall['top1_rate']:.0%}")
     return t
 
 

@@ -36,7 +36,7 @@ def test_gemm_table_covers_every_decomposition_the_dil_bar_reads():
 
 
 def test_copy_bytes_inside_a_window_are_prorated():
-    overlap = _module("gpu_contention").overlap_bytes
+    from ficco_sim.calibrate.bench import overlap_bytes as overlap
     assert overlap([(0.0, 2.0)], 100, 1.0, 5.0) == (50.0, 1.0)
     assert overlap([(0.0, 1.0), (3.0, 4.0)], 10, 1.0, 3.0) == (0.0, 0.0)
 

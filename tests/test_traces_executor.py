@@ -29,7 +29,7 @@ def _meta(path: Path) -> dict:
 
 def _graph(kind: str):
     """The task graph `ficco-sim validate` replayed for the shipped traces."""
-    from ficco_sim.validate.workflow import simulate_pairs
+    from ficco_sim.validate.predict import simulate_pairs
     sc = Scenario(kind, 2, 512, 384, 384, dtype="float32")
     pairs, _ = simulate_pairs([sc], ["shard-p2p-sm"], load_gpu("cpu"), None)
     return pairs[0][2]

@@ -106,3 +106,25 @@ def test_importing_a_gpu_sessions_report_predicts_what_it_replayed(tmp_path):
     want = pd.read_csv(report)
     assert list(df["mode"].unique()) == ["single-gpu"]
     assert df["predicted_s"].to_numpy() == pytest.approx(want["predicted_s"].to_numpy(), rel=1e-9)
+
+
+def test_importing_measured_runs_needs_no_torch(tmp_path):
+    """``validate --import`` predicts on any machine: torch is an extra, and the import path
+    (measured rows, prediction, report) must not load it."""
+    import subprocess
+    import sys
+    csv = tmp_path / "runs.csv"
+    csv.write_text("kind,m,n,k,gpus,schedule,measured_s\nag-gemm,512,512,512,2,none,1e-4\n")
+    code = (
+        "import sys, importlib.abc\n"
+        "class NoTorch(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            raise ImportError('no torch here')\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+        f"sys.argv = ['ficco-sim', 'validate', '--import', {str(csv)!r}, '--gpu', 'h100', '--out', {str(tmp_path)!r}]\n"
+        "from ficco_sim.cli import entry\n"
+        "entry()\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (tmp_path / "h100-import").is_dir()

@@ -359,16 +359,23 @@ def bytes_between(ends: list[float], nbytes: int, t0: float, t1: float) -> float
     >>> bytes_between([1.0, 2.0], 100, 1.5, 4.0)
     50.0
     """
-    def moved(t: float) -> float:
-        total, start = 0.0, 0.0
-        for end in ends:
-            if t >= end:
-                total += nbytes
-            elif t > start:
-                total += nbytes * (t - start) / max(end - start, 1e-15)
-            start = end
-        return total
-    return moved(t1) - moved(t0)
+    return overlap_bytes(list(zip([0.0, *ends[:-1]], ends)), nbytes, t0, t1)[0]
+
+
+def overlap_bytes(spans: list[tuple[float, float]], nbytes: int, t0: float, t1: float) -> tuple[float, float]:
+    """(bytes moved in [t0, t1], seconds of [t0, t1] some copy ran) by copies of ``nbytes``
+    each over ``spans`` (start, end, not overlapping each other), each at a constant rate.
+
+    >>> overlap_bytes([(0.0, 1.0), (2.0, 3.0)], 100, 0.5, 2.5)
+    (100.0, 1.0)
+    """
+    moved = active = 0.0
+    for s, e in spans:
+        lo, hi = max(s, t0), min(e, t1)
+        if hi > lo:
+            moved += nbytes * (hi - lo) / max(e - s, 1e-15)
+            active += hi - lo
+    return moved, active
 
 
 def _priority(torch: Any, dev: Any, writer: RowWriter, cfg: dict[str, Any], tdt: Any, dtype: str) -> None:

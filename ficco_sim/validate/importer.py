@@ -88,31 +88,38 @@ def read_measured(source) -> list[tuple[Scenario, str, float, str]]:
     return out
 
 
+def predict_measured(rows: list[tuple[Scenario, str, float, str]], gpu, topology: str | None = None, *,
+                     where: str = "measured CSV") -> list[tuple[float, str, str]]:
+    """(predicted makespan, topology name, schedule's canonical name) of every :func:`read_measured` row, as ``validate``
+    predicts its own replays (:func:`.predict.simulate_pairs`: a single-GPU row's folded
+    program, a CPU host's start spread); a schedule invalid there is an error naming its row."""
+    from .predict import simulate_pairs
+    out = []
+    for i, (sc, sched, _, mode) in enumerate(rows):
+        pairs, notes = simulate_pairs([sc], [sched], gpu, topology, fold=mode == "single-gpu")
+        if not pairs:
+            raise InputError(where, f"row {i + 2}.schedule", "; ".join(notes) or f"{sched}: not valid here")
+        out.append((pairs[0][3], pairs[0][4], pairs[0][1].name))
+    return out
+
+
 def compare_measured(csv_path: str | Path, gpu: str, topology: str | None = None, out_dir: str | Path = "validation",
                      *, stamp: str | None = None, command: str = "") -> tuple[pd.DataFrame, dict]:
     """Predict every row of ``csv_path`` on ``gpu``/``topology`` (default ``switch:<gpus>``)
     and write ``<out_dir>/<profile>-import/<date>.{csv,md,png}``."""
-    from ..engine.des import simulate_graph
     from ..hardware import load_gpu
-    from ..schedules import lower, parse_schedule
-    from ..topology import load_topology
     rows = read_measured(csv_path)
     profile = load_gpu(gpu)
     now = dt.datetime.now(dt.timezone.utc)
     recs = []
-    for sc, sched, measured, mode in rows:
-        s = parse_schedule(sched)
-        topo = load_topology(topology or f"switch:{sc.gpus}", profile)
-        graph = lower(sc, s, profile, topo)
-        if mode == "single-gpu":        # every rank's work ran on one GPU: predict that program
-            graph = graph.folded()
-        predicted = simulate_graph(graph, profile, topo, record=False).makespan
-        recs.append({"scenario": sc.label(), "schedule": s.name, "predicted_s": predicted, "measured_s": measured,
+    predictions = predict_measured(rows, profile, topology, where=str(csv_path))
+    for (sc, _, measured, mode), (predicted, topo_name, sched) in zip(rows, predictions):
+        recs.append({"scenario": sc.label(), "schedule": sched, "predicted_s": predicted, "measured_s": measured,
                      "err": (predicted - measured) / measured, "correct": float("nan"), "not_honoured": "",
                      "torch": "", "device": f"imported from {Path(csv_path).name}",
                      "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "kind": sc.kind, "gpus": sc.gpus, "m": sc.m,
                      "n": sc.n, "k": sc.k, "dtype": sc.dtype, "mode": mode, "gpu_profile": profile.name,
-                     "topology": topo.name})
+                     "topology": topo_name})
     df = pd.DataFrame(recs)
     context = {"title": f"imported {Path(csv_path).name} vs profile {profile.name}", "source": str(csv_path),
                "date": now.strftime("%Y-%m-%d %H:%M UTC"), "command": command, "gpu_profile": profile.name,
