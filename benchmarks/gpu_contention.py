@@ -8,10 +8,14 @@ repeats ``[copy of --copy-mib MiB, sleep]``; the sleep sets the copies' duty cyc
 average rate (``--duties``; 1 by default: back to back). Copies are contiguous
 ``dst.copy_(src)`` (``dma``: a copy engine, ``Memcpy DtoD`` in a profiler trace; ``peer``, when a
 second GPU is visible: to cuda:1, a copy engine over NVLink or PCIe) or
-``torch.add(src, 0, out=dst)`` (``sm``: an elementwise kernel, which also takes SMs). ``order``:
+``torch.add(src, 0, out=dst)`` (``sm``: an elementwise kernel, which also takes SMs), or, with
+``--paths``, to or from pinned host memory (``d2h`` / ``h2d``: a copy engine over PCIe for
+certain, the control for whether ``dma`` copies on one GPU behave like a copy engine). ``order``:
 ``copies-first`` (the chain starts once the first copy is done; the window is the chain) or
 ``gemm-first`` (the copies start once the chain's first GEMM is done; the window is the rest
-of the chain, its alone time the chain's less one GEMM). Every copy has a start and an end
+of the chain, its alone time the chain's less one GEMM). ``priority``: ``same`` (both streams at
+the default priority), ``copies-high`` (the copies' stream at the highest priority: what a
+prioritised collective does) or ``gemm-high`` (the chain's stream highest). Every copy has a start and an end
 event, so the bytes moved inside the window are known (linear within a copy). Per row:
 
 * ``alone_s`` / ``beside_s``: the chain alone and beside the copies (medians of --repeats);
@@ -47,8 +51,9 @@ from ficco_sim.files import write_text_atomic  # noqa: E402
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 2048, 8192), (512, 8192, 8192))
 COPY_MIB = (8, 64, 256)
 ORDERS = ("copies-first", "gemm-first")
-COLUMNS = ["m", "n", "k", "chain", "path", "order", "duty", "copy_bytes", "copies", "alone_s", "beside_s", "slowdown",
-           "copy_gbps", "copy_active_gbps", "copy_alone_gbps", "repeats"]
+PRIORITIES = ("same", "copies-high", "gemm-high")
+COLUMNS = ["m", "n", "k", "chain", "path", "order", "priority", "duty", "copy_bytes", "copies", "alone_s", "beside_s",
+           "slowdown", "copy_gbps", "copy_active_gbps", "copy_alone_gbps", "repeats"]
 
 
 def main() -> None:
@@ -57,6 +62,9 @@ def main() -> None:
     ap.add_argument("--copy-mib", type=int, nargs="+", default=list(COPY_MIB))
     ap.add_argument("--duties", type=float, nargs="+", default=[1.0],
                     help="copy duty cycles (below 1 a sleep kernel between copies needs an SM: see above)")
+    ap.add_argument("--paths", nargs="+", choices=("dma", "sm", "peer", "d2h", "h2d"), default=None,
+                    help="copy paths (default: dma and sm, and peer when a second GPU is visible)")
+    ap.add_argument("--priorities", nargs="+", choices=PRIORITIES, default=list(PRIORITIES))
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--chain-ms", type=float, default=3.0, help="GEMM chain length alone (ms)")
     ap.add_argument("--device", default="cuda", help="a CUDA device (cpu only under a fake torch.cuda, in tests)")
@@ -67,19 +75,30 @@ def main() -> None:
     dev = torch.device(args.device)
     name = torch.cuda.get_device_name(dev)
     ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-    main_s, copy_s = torch.cuda.current_stream(dev), torch.cuda.Stream(device=dev)
+    # priority -100 is clamped to the device's highest (torch.cuda.Stream's documented behaviour)
+    streams = {prio: (torch.cuda.Stream(device=dev, priority=-100 if prio == "gemm-high" else 0),
+                      torch.cuda.Stream(device=dev, priority=-100 if prio == "copies-high" else 0))
+               for prio in args.priorities}
+    main_s = torch.cuda.current_stream(dev)
     dtype = torch.float16 if dev.type == "cuda" else torch.float32
     peer = torch.device("cuda", 1) if dev.type == "cuda" and torch.cuda.device_count() > 1 else None
-    paths = ("dma", "sm") + (("peer",) if peer is not None else ())
+    paths = tuple(args.paths or ("dma", "sm") + (("peer",) if peer is not None else ()))
+    if "peer" in paths and peer is None:
+        raise SystemExit("gpu_contention.py: --paths peer needs a second GPU")
     biggest = max(args.copy_mib) << 20
     src = torch.empty(biggest, dtype=torch.uint8, device=dev)
     src.fill_(1)
-    dsts = {"dma": torch.empty_like(src), "sm": torch.empty_like(src)}
+    dsts = {"dma": torch.empty_like(src), "sm": torch.empty_like(src), "h2d": torch.empty_like(src)}
+    host = torch.empty(biggest, dtype=torch.uint8, pin_memory=True) if {"d2h", "h2d"} & set(paths) else None
+    dsts["d2h"] = host
     if peer is not None:
         dsts["peer"] = torch.empty(biggest, dtype=torch.uint8, device=peer)
 
     def copy(path: str, nbytes: int) -> None:
         dst = dsts[path][:nbytes]
+        if path in ("d2h", "h2d"):
+            dst.copy_((src if path == "d2h" else host)[:nbytes], non_blocking=True)
+            return
         dst.copy_(src[:nbytes]) if path != "sm" else torch.add(src[:nbytes], 0, out=dst)
 
     def timed(fn, n: int = 5) -> float:
@@ -111,16 +130,18 @@ def main() -> None:
         one = timed(lambda: torch.mm(a, b, out=c))
         chain = max(2, round(args.chain_ms * 1e-3 / one))
 
-        def run_chain(mark=None) -> None:
-            for i in range(chain):
-                torch.mm(a, b, out=c)
-                if i == 0 and mark is not None:
-                    mark.record(main_s)
+        def run_chain(mark=None, stream=None) -> None:
+            with torch.cuda.stream(stream or main_s):
+                for i in range(chain):
+                    torch.mm(a, b, out=c)
+                    if i == 0 and mark is not None:
+                        mark.record()
         alone = timed(run_chain, args.repeats)
         for path in paths:
             for mib in args.copy_mib:
                 nbytes, t_copy = mib << 20, alone_copy[(path, mib)]
-                for order in ORDERS:
+                for order, prio in ((o, q) for o in ORDERS for q in args.priorities):
+                    gemm_s, copy_s = streams[prio]
                     for duty in args.duties:
                         period = t_copy / duty
                         gap = int((period - t_copy) * hz)
@@ -128,14 +149,17 @@ def main() -> None:
                         beside, rates, active_rates = [], [], []
                         for _ in range(args.repeats):
                             torch.cuda.synchronize(dev)
+                            gemm_s.wait_stream(main_s)
+                            copy_s.wait_stream(main_s)
                             marks = [(ev(), ev()) for _ in range(count)]
                             g0, first, g1 = ev(), ev(), ev()
                             gate = int(0.01 * hz)       # a sleep that holds the work until all is issued
                             if order == "gemm-first":
-                                torch.cuda._sleep(gate)     # on the chain's stream
-                                g0.record(main_s)
-                                run_chain(first)
-                                g1.record(main_s)
+                                with torch.cuda.stream(gemm_s):
+                                    torch.cuda._sleep(gate)     # on the chain's stream
+                                g0.record(gemm_s)
+                                run_chain(first, gemm_s)
+                                g1.record(gemm_s)
                                 copy_s.wait_event(first)    # the copies start once the first GEMM is done
                             with torch.cuda.stream(copy_s):
                                 if order == "copies-first":
@@ -147,10 +171,10 @@ def main() -> None:
                                     if gap > 0:
                                         torch.cuda._sleep(gap)
                             if order == "copies-first":
-                                main_s.wait_event(marks[0][1])     # copies are in flight when the chain starts
-                                g0.record(main_s)
-                                run_chain(first)
-                                g1.record(main_s)
+                                gemm_s.wait_event(marks[0][1])     # copies are in flight when the chain starts
+                                g0.record(gemm_s)
+                                run_chain(first, gemm_s)
+                                g1.record(gemm_s)
                             torch.cuda.synchronize(dev)
                             ref = marks[0][0]
                             # the window: the chain (copies first), or the chain after its first GEMM
@@ -160,14 +184,14 @@ def main() -> None:
                             moved, active = overlap_bytes(spans, nbytes, t0, t1)
                             if spans[-1][1] < t1:
                                 print(f"warning: the copies ended before the chain ({m}x{n}x{k} {path} {mib} MiB "
-                                      f"{order} duty {duty})")
+                                      f"{order} {prio} duty {duty})")
                             beside.append(t1 - t0)
                             rates.append(moved / max(t1 - t0, 1e-12) / 1e9)
                             active_rates.append(moved / max(active, 1e-12) / 1e9)
                         ref_alone = alone if order == "copies-first" else alone * (chain - 1) / chain
                         med = float(np.median(beside))
                         lines.append(",".join(str(x) for x in (
-                            m, n, k, chain, path, order, duty, nbytes, count, f"{ref_alone:.6g}", f"{med:.6g}",
+                            m, n, k, chain, path, order, prio, duty, nbytes, count, f"{ref_alone:.6g}", f"{med:.6g}",
                             f"{med / ref_alone:.4f}", f"{np.median(rates):.1f}", f"{np.median(active_rates):.1f}",
                             f"{nbytes / t_copy / 1e9:.1f}", args.repeats)))
                         print(lines[-1], flush=True)

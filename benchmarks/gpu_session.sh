@@ -14,10 +14,12 @@
 #      with --profile (one Kineto trace per schedule), predicted with the measured profile
 #   4. benchmarks/gpu_gemm_table.py: cuBLAS times of the library models' layers at m = 128..8192
 #      (Vidur's table format; decomposition loss is read off it)
-#   5. benchmarks/gpu_contention.py: a GEMM chain beside copies (copy engine and SM kernel) at
-#      several copy rates, and the copies' own rate meanwhile (CUDA only)
-#   6. validate the independent pairs (ag/a2a/ar-par-gemm: a GEMM beside a collective), 4 ranks
-#   7. the dependent pairs with 4, then 8 ranks, as far as the budget allows
+#   5. benchmarks/gpu_dil.py: whole GEMMs against their row pieces run back to back (direct DIL)
+#   6. benchmarks/gpu_contention.py: a GEMM chain beside copies (copy engine and SM kernel) by
+#      copy size, start order and stream priority, and the copies' own rate meanwhile (CUDA only),
+#      then benchmarks/gpu_launch.py: the gap at a kernel boundary, idle, queued, across streams
+#   7. validate the independent pairs (ag/a2a/ar-par-gemm: a GEMM beside a collective), 4 ranks
+#   8. the dependent pairs with 4, then 8 ranks, as far as the budget allows
 # It never changes GPU settings (no clocks, power limits, resets): it only reads them.
 #
 # What comes back in $OUT (the device tool returns at most 8 files, 2 folders deep,
@@ -237,8 +239,10 @@ GEMMARGS=()
 [ "$DEVICE" = cpu ] && GEMMARGS+=(--device cpu)
 run_step gemm-table 90 "$PY" "$ROOT/benchmarks/gpu_gemm_table.py" --out "$WORK/gemm/$GPU-gemm_times.csv" \
     "${GEMMARGS[@]}"
+run_step dil 120 "$PY" "$ROOT/benchmarks/gpu_dil.py" --out "$WORK/gemm/$GPU-dil.csv" "${GEMMARGS[@]}"
 [ "$DEVICE" = cuda ] && run_step contention 90 "$PY" "$ROOT/benchmarks/gpu_contention.py" \
     --out "$WORK/gemm/$GPU-contention.csv"
+[ "$DEVICE" = cuda ] && run_step launch 60 "$PY" "$ROOT/benchmarks/gpu_launch.py" --out "$WORK/gemm/$GPU-launch.csv"
 run_step validate-2ranks 150 "${VALIDATE[@]}" --world-size 2 --gpu "$USE" --out "$WORK/validation/ranks2" \
     --profile "$WORK/traces/ranks2"
 PAR=(ag-par-gemm:m=$SIZE,n=$SIZE,k=$SIZE a2a-par-gemm:m=$SIZE,n=$SIZE,k=$SIZE ar-par-gemm:m=$SIZE,n=$SIZE,k=$SIZE)

@@ -2,8 +2,10 @@
 ``benchmarks/gpu_session.sh`` writes them; the GPU is the folder's parent's name).
 
 The profiles are the shipped ones: the session's GPU, and ``--also`` others (default ``h100``,
-whose GEMM model is fitted on Vidur's H100 table). A table's "calibrated" rows use the
-profile ``ficco-sim calibrate --device cuda`` wrote in the session. Four tables:
+whose GEMM model is fitted on Vidur's H100 table). Table 3's "as run" rows use the
+profile the session's ``validate --gpu`` named ("as run": for a full session, the one
+``ficco-sim calibrate --device cuda`` wrote in it). Up to seven tables, each
+where the session has its files:
 
 1. GEMM cost model vs ``<gpu>-gemm_times.csv`` (cuBLAS, the library models' layers,
    ``benchmarks/gpu_gemm_table.py``): |error| median, p90, signed median.
@@ -14,8 +16,12 @@ profile ``ficco-sim calibrate --device cuda`` wrote in the session. Four tables:
 4. Copies beside a GEMM chain (``benchmarks/gpu_contention.py``, copy engine, back-to-back
    copies): the GEMM's and the copies' measured slowdowns against the contention rule's
    (:mod:`ficco_sim.contention`) at the measured copy rate and the GEMM's HBM rate.
+5. DIL timed directly: row pieces back to back (``benchmarks/gpu_dil.py``) against the model.
+6. Every copy path, stream priority and copy size of ``gpu_contention.py``.
+7. Kernel-boundary gaps (``benchmarks/gpu_launch.py``) against the profile's.
 
     python benchmarks/gpu_session_report.py [validation/gpu/h200/2026-11-27] [--also h100 a100]
+    python benchmarks/gpu_session_report.py validation/gpu/h200/2026-11-27-2
 """
 
 from __future__ import annotations
@@ -86,20 +92,85 @@ def replays(folder: Path, profiles: tuple[str, ...]) -> Table:
     from ficco_sim.validate.importer import predict_measured, read_measured
     t = Table(title=f"3. Single-GPU replays on the {session_gpu(folder).upper()} (every rank's work on one GPU), "
                     "predicted again")
-    for c in ("profile", "kind", "ranks", "rows", "MAPE", "signed median", "Kendall tau", "top-1"):
+    for c in ("profile", "report", "kind", "ranks", "rows", "MAPE", "signed median", "Kendall tau", "top-1"):
         t.add_column(c, justify="right")
     reports = sorted(glob.glob(str(folder / "validation/*/*.csv")))
-    for p in ("calibrated",) + profiles:
+    for p in ("as run",) + profiles:       # "as run": the report's own predictions (the session's --gpu)
         for path in reports:
             runs = pd.read_csv(path)
-            if p != "calibrated":
+            if p != "as run":
                 runs["predicted_s"] = [q for q, _, _ in predict_measured(read_measured(path), load_gpu(p), where=path)]
             for kind, x in runs.groupby("kind"):
                 _, overall = summarize(x)
                 err = x["predicted_s"] / x["measured_s"] - 1.0
-                t.add_row(p, kind, str(x["gpus"].iloc[0]), str(overall["rows"]), f"{100 * overall['mape']:.1f}%",
-                          f"{100 * err.median():+.1f}%", f"{overall['mean_kendall_tau']:.2f}",
-                          f"{overall['top1_rate']:.0%}")
+                t.add_row(p, Path(path).parent.name, kind, str(x["gpus"].iloc[0]), str(overall["rows"]),
+                          f"{100 * overall['mape']:.1f}%", f"{100 * err.median():+.1f}%",
+                          f"{overall['mean_kendall_tau']:.2f}", f"{overall['top1_rate']:.0%}")
+    return t
+
+
+def dil_direct(folder: Path) -> Table:
+    """DIL of row pieces run back to back (``benchmarks/gpu_dil.py``) beside the same shapes'
+    pieces timed one at a time (``evicted``: queued, L2 evicted before each) and the model."""
+    gpu = session_gpu(folder)
+    frames = []
+    for path in sorted(folder.glob(f"{gpu}-dil*.csv")):
+        x = pd.read_csv(path, comment="#")
+        frames.append(x.assign(mode=x["mode"] if "mode" in x else "back-to-back", file=path.name))
+    d = pd.concat(frames, ignore_index=True)
+    key = ["file", "mode", "model", "op", "tp", "n", "k", "m"]
+    d = d.merge(d[d["pieces"] == 1][key + ["time_ms_median"]].rename(columns={"time_ms_median": "whole"}), on=key)
+    d["dil"] = d["time_ms_median"] / d["whole"] - 1.0
+    g = load_gpu(gpu)
+    shapes = d[["m", "n", "k", "pieces"]].drop_duplicates()
+    # the model's DIL: p * t(M / p) / t(M) - 1 with launch included, as dil_error.py predicts the tables
+    shapes["pred"] = [p * gemm_time(g, m // p, n, k) / gemm_time(g, m, n, k) - 1.0
+                      for m, n, k, p in shapes.itertuples(index=False)]
+    d = d.merge(shapes, on=["m", "n", "k", "pieces"])
+    t = Table(title=f"5. DIL timed directly on the {gpu.upper()} (benchmarks/gpu_dil.py; median over shapes), "
+                    f"profile {gpu}'s prediction")
+    for c in ("file", "mode", "whole m", "pieces", "shapes", "measured", "predicted"):
+        t.add_column(c, justify="right")
+    for (f, mode, m, p), x in d[d["pieces"] > 1].groupby(["file", "mode", "m", "pieces"]):
+        if p in (8, 16):
+            t.add_row(f, mode, str(m), str(p), str(len(x)), f"{x['dil'].median():.3f}", f"{x['pred'].median():.3f}")
+    return t
+
+
+def contention_grid(folder: Path) -> Table:
+    """Every copy path, stream priority and copy size of ``benchmarks/gpu_contention.py``:
+    medians over GEMM shapes and start orders."""
+    gpu = session_gpu(folder)
+    d = pd.concat([pd.read_csv(p, comment="#") for p in sorted(folder.glob(f"{gpu}-contention*.csv"))],
+                  ignore_index=True)
+    if "priority" not in d:         # the script's first version: one priority, copies first
+        d = d.assign(priority="same", order="copies-first")
+    d = d[d["duty"] == 1.0]         # back to back only (a sleep between copies needs an SM)
+    d = d.assign(mib=d["copy_bytes"] // 2**20, copy_share=d["copy_active_gbps"] / d["copy_alone_gbps"])
+    t = Table(title=f"6. Copies beside a GEMM chain on the {gpu.upper()} by path, priority and size "
+                    "(medians over 4 GEMM shapes and both start orders)")
+    for c in ("path", "priority", "copy MiB", "rows", "GEMM slowdown (min-max)", "copy rate beside / alone"):
+        t.add_column(c, justify="right")
+    for (path, prio, mib), x in d.groupby(["path", "priority", "mib"]):
+        t.add_row(path, prio, str(mib), str(len(x)),
+                  f"{x['slowdown'].median():.3f} ({x['slowdown'].min():.2f}-{x['slowdown'].max():.2f})",
+                  f"{x['copy_share'].median():.2f}")
+    return t
+
+
+def launch(folder: Path) -> Table:
+    """Kernel-boundary gaps (``benchmarks/gpu_launch.py``) beside the profile's numbers."""
+    gpu = session_gpu(folder)
+    d = pd.read_csv(folder / f"{gpu}-launch.csv", comment="#")
+    g = load_gpu(gpu)
+    t = Table(title=f"7. Kernel-boundary gaps on the {gpu.upper()} (benchmarks/gpu_launch.py, Kineto)")
+    for c in ("kind", "gaps", "median (us)", "p10-p90 (us)", f"the engines charge, {gpu} (us)"):
+        t.add_column(c, justify="right")
+    prof = dict.fromkeys(("idle", "queued", "event"), g.launch_overhead)   # at every kernel boundary
+    for kind, x in d.groupby("kind", sort=False):
+        q = x["gap_us"].quantile([.1, .9])
+        t.add_row(kind, str(len(x)), f"{x['gap_us'].median():.2f}", f"{q.iloc[0]:.2f}-{q.iloc[1]:.2f}",
+                  f"{prof[kind] * 1e6:.2f}")
     return t
 
 
@@ -109,6 +180,8 @@ def contention(folder: Path) -> Table:
     rows = rows[(rows["path"] == "dma") & (rows["duty"] == 1.0) & (rows["copy_bytes"] == 64 << 20)]
     if "order" in rows:         # the script's later version also starts the copies after the GEMM
         rows = rows[rows["order"] == "copies-first"]
+    if "priority" in rows:      # ... and sets stream priorities
+        rows = rows[rows["priority"] == "same"]
     gpu = load_gpu(gpu_name)
     t = Table(title=f"4. Back-to-back copy-engine copies beside a GEMM chain on the {gpu_name.upper()} "
                     f"(profile {gpu_name}'s rule)")
@@ -131,10 +204,17 @@ def main() -> None:
     args = ap.parse_args()
     profiles = (session_gpu(args.folder), *args.also)
     console = Console(width=150)
-    console.print(gemm_error(args.folder, profiles))
-    console.print(dil(args.folder))
-    console.print(replays(args.folder, profiles))
-    console.print(contention(args.folder))
+    gpu, f = session_gpu(args.folder), args.folder
+    # each table where the session has its files (a rerun session may have only some)
+    for table, needs in ((lambda: gemm_error(f, profiles), f"{gpu}-gemm_times.csv"),
+                         (lambda: dil(f), f"{gpu}-gemm_times.csv"),
+                         (lambda: replays(f, profiles), "validation/*/*.csv"),
+                         (lambda: contention(f), f"{gpu}-contention.csv"),
+                         (lambda: dil_direct(f), f"{gpu}-dil*.csv"),
+                         (lambda: contention_grid(f), f"{gpu}-contention*.csv"),
+                         (lambda: launch(f), f"{gpu}-launch.csv")):
+        if any(f.glob(needs)):
+            console.print(table())
 
 
 if __name__ == "__main__":

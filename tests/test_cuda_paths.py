@@ -9,6 +9,7 @@ SM-copy path, and that the CUDA runner's issue order computes the right numbers.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import types
 
@@ -121,14 +122,14 @@ def fake(monkeypatch):
     cuda = FakeCuda()
     ft = FakeTorch(cuda)
     monkeypatch.setattr(cuda_mod, "torch", ft)
-    monkeypatch.setattr(cuda_mod, "_STREAMS", {})
+    monkeypatch.setattr(cuda_mod, "_POOLS", {})
     return ft
 
 
-def _runner(graph, notes=None):
+def _runner(graph, notes=None, dev=None):
     bufs = {r: reference.make_inputs(graph, r, reference.input_buffers(graph), torch.float32, "cpu")
             for r in range(graph.num_gpus)}
-    dev = {g: torch.device("cpu") for g in range(graph.num_gpus)}
+    dev = dev or {g: torch.device("cpu") for g in range(graph.num_gpus)}
     return cuda_mod.CudaRunner(graph, plan_local(graph), bufs, dev, [] if notes is None else notes), bufs
 
 
@@ -142,6 +143,19 @@ def test_issue_order_computes_the_reference(fake, kind, schedule):
     for r in range(graph.num_gpus):
         ok, err = verify(graph, r, bufs[r], 0)
         assert ok and err == 0.0, (kind, schedule, r)
+
+
+@pytest.mark.parametrize("schedule", ["shard-p2p-dma", "ficco-a2a-dma", "shard-p2p-sm"])
+def test_single_process_copies_between_gpus_use_a_stream_on_the_other_gpu(fake, schedule):
+    """--mode single-process: rank g on its own device; a copy between two GPUs also runs on a
+    stream of the other GPU (one per op stream, made with the job's own), and the result is right."""
+    graph = tiny("ag-gemm", schedule, gpus=2)
+    dev = {0: torch.device("cpu"), 1: torch.device("cpu", 0)}     # two distinct "devices" of the fake
+    runner, bufs = _runner(graph, dev=dev)
+    runner.run()
+    assert runner.mirrors and all(d in dev.values() for d, _ in runner.mirrors)
+    for r in range(graph.num_gpus):
+        assert verify(graph, r, bufs[r], 0)[0]
 
 
 def test_events_and_waits_go_to_the_op_streams(fake):
@@ -234,10 +248,33 @@ def test_foreach_copy_only_where_it_fuses():
     assert not cuda_mod.foreach_is_kernel([a[:, :2]], [torch.ones(4, 2)])        # not contiguous
 
 
-def test_stream_pool_aliasing_is_reported():
-    keys = [(0, f"s{i}", 0) for i in range(cuda_mod.STREAM_POOL + 1)] + [(0, "x", -1)]
-    assert cuda_mod.aliased_pools(keys) == [f"cuda:0 priority 0: {cuda_mod.STREAM_POOL + 1} streams"]
-    assert cuda_mod.aliased_pools(keys[:3]) == []
+def test_a_jobs_streams_are_its_own_up_to_the_pool_and_beyond_it_raw(fake):
+    """The i-th stream of a priority is the same object in every job (so streams made by
+    earlier jobs never push a later job's past torch's pool of 32), and past 32 a stream of the
+    lowest priority is a raw one; only where none can be made does the result say streams share."""
+    dev, pool = torch.device("cpu"), cuda_mod.STREAM_POOL
+    first = [cuda_mod.pooled(dev, 0, i, 0) for i in range(3)]
+    assert [cuda_mod.pooled(dev, 0, i, 0) for i in range(3)] == first and all(own for _, own in first)
+    # this fake torch has no cudart binding: past the pool the stream shares a queue
+    assert cuda_mod.pooled(dev, 0, pool, 0)[1] is False
+    assert cuda_mod.aliased_pools({(0, 0): pool + 1}, {(0, 0): 1}) == [
+        f"cuda:0 priority 0: {pool + 1} streams, 1 sharing a queue"]
+    assert cuda_mod.aliased_pools({(0, 0): 3}, {(0, 0): 0}) == []
+    # with one, past the pool a lowest-priority stream is a raw stream of its own; others still share
+    made = []
+
+    class Cudart:
+        def cudaStreamCreate(self, ptr):
+            import ctypes
+            ctypes.c_void_p.from_address(ptr).value = 0x1000 + len(made)
+            made.append(ptr)
+            return 0
+    fake.cuda.cudart = lambda: Cudart()
+    fake.cuda.device = lambda d: contextlib.nullcontext()
+    fake.cuda.ExternalStream = lambda ptr, device=None: ("raw", ptr)
+    stream, own = cuda_mod.pooled(dev, 0, pool + 1, 0)
+    assert own and stream == ("raw", 0x1000)
+    assert cuda_mod.pooled(dev, -3, pool, 0)[1] is False
 
 
 # -- calibration benchmarks ----------------------------------------------------------------

@@ -53,6 +53,27 @@ def test_session_tables_read_the_committed_files():
     assert (back_to_back["copy_active_gbps"] < 0.5 * back_to_back["copy_alone_gbps"]).all()
 
 
+def test_second_lease_tables_read_the_committed_files():
+    """The second H200 lease's files (direct DIL, copies by path / priority / size, kernel gaps,
+    8-rank replays) load into the report, and what validation/README.md reads off them holds."""
+    mod = _module("gpu_session_report")
+    second = SESSION.parent / "2026-11-27-2"
+    assert mod.dil_direct(second).row_count == 24
+    assert mod.contention_grid(second).row_count == 26
+    assert mod.launch(second).row_count == 3
+    gaps = pd.read_csv(second / "h200-launch.csv", comment="#").groupby("kind")["gap_us"].median()
+    assert gaps["queued"] < 2.0 and gaps["event"] < 2.0 < gaps["idle"]
+    rows = pd.read_csv(second / "h200-contention.csv", comment="#")
+    big = rows[(rows["copy_bytes"] == 256 << 20) & (rows["path"] != "d2h")].set_index(
+        ["m", "n", "k", "path", "order", "priority"])["slowdown"].unstack("priority")
+    # a GEMM stream of higher priority keeps its GEMMs whole beside copies on one GPU; at equal
+    # priority 256 MiB copies slow them (most: the skinny 512-row GEMM)
+    assert (big["gemm-high"] < 1.08).all() and big["same"].max() > 2.0
+    pcie = pd.read_csv(second / "h200-contention-paths.csv", comment="#")
+    pcie = pcie[pcie["path"].isin(["d2h", "h2d"])]
+    assert ((pcie["copy_active_gbps"] / pcie["copy_alone_gbps"]).between(0.95, 1.05)).all()
+
+
 def test_reference_on_another_device_gives_the_same_check():
     from ficco_sim.validate import reference
     from ficco_sim.validate.executor import verify
@@ -70,7 +91,7 @@ def test_reference_on_another_device_gives_the_same_check():
     assert not verify(graph, 1, bufs[1], 0, None, ins)[0]
 
 
-@pytest.mark.parametrize("script", ["gpu_gemm_table", "gpu_contention", "gpu_session_report"])
+@pytest.mark.parametrize("script", ["gpu_gemm_table", "gpu_contention", "gpu_session_report", "gpu_dil", "gpu_launch"])
 def test_scripts_import_without_a_gpu(script):
     assert _module(script).__doc__
 

@@ -1,10 +1,14 @@
 """The CUDA runner: the same program, issued asynchronously onto prioritised streams.
 
-* Streams are created once per (device, task-graph GPU and stream name, priority) and
-  kept for the whole process (torch hands out streams from pools of 32 per priority,
-  round robin: creating more would silently alias them). In single-GPU mode every
-  emulated rank keeps its own CUDA streams, so independent ranks are not serialised
-  behind each other on one shared stream. A ficco priority (larger = more urgent) maps
+* A job's streams are handed out by position: its i-th stream of one (device, priority)
+  is the same object in every job of the process (:func:`pooled`). torch hands out
+  streams from pools of 32 per priority, round robin, so a job's first 32 of a priority
+  are distinct whatever ran before; beyond that a stream of the lowest (default) priority
+  is a raw ``cudaStreamCreate`` stream outside the pool (an 8-rank FiCCO replay with DMA
+  copies needs 40), and only where none can be made do two of the job's streams share a
+  queue (the result says so). In single-GPU mode every emulated rank keeps its own CUDA
+  streams, so independent ranks are not serialised behind each other on one shared
+  stream. A ficco priority (larger = more urgent) maps
   to a CUDA priority with :func:`.executor.to_torch_priority` inside
   ``torch.cuda.Stream.priority_range()``.
 * One event per op; an op's stream waits on the events of its dependencies issued on
@@ -15,7 +19,8 @@
   If the gate had already opened when the host finished issuing, the sleep was too
   short: it is doubled for the next run and the result carries a note.
 * GEMMs are ``torch.mm(..., out=view)``; reductions ``add``; DMA transfers are
-  contiguous ``copy_`` (a copy engine), SM transfers in one process are copy kernels
+  contiguous ``copy_`` (a copy engine between GPUs; on one GPU SM-scheduled work, as
+  measured on an H200), SM transfers in one process are copy kernels
   (``torch._foreach_copy_``), and across processes NCCL ``batch_isend_irecv`` groups.
 
 Nothing here has run on a GPU in CI; :func:`features` detects what the installed torch
@@ -33,7 +38,7 @@ from ..taskgraph import TaskGraph
 from .executor import compute_fn, op_range, to_torch_priority, view
 from .plan import Op, Program, batches
 
-_STREAMS: dict[tuple[int, str, int], "torch.cuda.Stream"] = {}
+_POOLS: dict[tuple[int, int], list[tuple["torch.cuda.Stream", bool]]] = {}   # (device, priority) -> (stream, own)
 SLEEP_CYCLES_PER_OP = 100_000     # ~50 us of host issue time per op at ~2 GHz (Python issue is slow)
 SLEEP_CYCLES_MAX = 2_000_000_000  # ~1 s at ~2 GHz
 STREAM_POOL = 32                  # torch's streams per (device, priority) before they alias
@@ -62,24 +67,37 @@ def features() -> dict:
     return f
 
 
-def stream_for(device: torch.device, name: str, priority: int) -> "torch.cuda.Stream":
-    key = (device.index or 0, name, priority)
-    if key not in _STREAMS:
-        _STREAMS[key] = torch.cuda.Stream(device=device, priority=priority)
-    return _STREAMS[key]
+def raw_stream(device: torch.device) -> "torch.cuda.Stream | None":
+    """A new stream outside torch's pool (``cudaStreamCreate``: the default, lowest priority),
+    or None where this torch offers no way to make one."""
+    try:
+        import ctypes
+        handle = ctypes.c_void_p()
+        with torch.cuda.device(device):
+            err = torch.cuda.cudart().cudaStreamCreate(ctypes.addressof(handle))
+        if int(getattr(err, "value", err)) != 0 or not handle.value:
+            return None
+        return torch.cuda.ExternalStream(handle.value, device=device)
+    except Exception:  # noqa: BLE001 - no cudart binding in this build: the pool's stream is used
+        return None
 
 
-def stream_name(gpu: int, name: str) -> str:
-    """The cache name of task-graph GPU ``gpu``'s stream ``name``: ranks never share one."""
-    return f"g{gpu}/{name}"
+def pooled(device: torch.device, priority: int, i: int, lowest: int) -> tuple["torch.cuda.Stream", bool]:
+    """A job's ``i``-th stream of ``(device, priority)`` and whether it is its own (False: it
+    shares torch's pool queue with the job's stream ``i - 32``)."""
+    pool = _POOLS.setdefault((device.index or 0, priority), [])
+    while len(pool) <= i:
+        raw = raw_stream(device) if len(pool) >= STREAM_POOL and priority == lowest else None
+        pool.append((raw, True) if raw is not None else
+                    (torch.cuda.Stream(device=device, priority=priority), len(pool) < STREAM_POOL))
+    return pool[i]
 
 
-def aliased_pools(keys) -> list[str]:
-    """(device, priority) pools asked for more than :data:`STREAM_POOL` streams."""
-    count: dict = {}
-    for dev, _, prio in keys:
-        count[(dev, prio)] = count.get((dev, prio), 0) + 1
-    return [f"cuda:{d} priority {p}: {n} streams" for (d, p), n in sorted(count.items()) if n > STREAM_POOL]
+def aliased_pools(counts: dict[tuple[int, int], int], shared: dict[tuple[int, int], int]) -> list[str]:
+    """One line per (device, priority) where the job has streams sharing a queue:
+    ``counts`` its streams there, ``shared`` how many of them are not their own."""
+    return [f"cuda:{d} priority {p}: {counts[(d, p)]} streams, {n} sharing a queue"
+            for (d, p), n in sorted(shared.items()) if n]
 
 
 def foreach_is_kernel(dsts: list, srcs: list) -> bool:
@@ -112,15 +130,29 @@ class CudaRunner:
         self.notes = notes
         rng = tuple(torch.cuda.Stream.priority_range())
         prios = sorted(set(program.streams.values()))
-        self.streams = {key: stream_for(device_of[key[0]], stream_name(*key), to_torch_priority(p, prios, rng))
-                        for key, p in program.streams.items()}
-        for op in program.ops:   # streams the planner did not list (defensive)
-            if op.stream not in self.streams:
-                self.streams[op.stream] = stream_for(device_of[op.stream[0]], stream_name(*op.stream), rng[0])
-        for line in aliased_pools(_STREAMS):
-            notes.append(f"stream pool exhausted ({line}): torch reuses streams round robin, so some share a queue")
-        main = device_of[min(device_of)]
-        self.gate = stream_for(main, "__gate", rng[0])
+        wanted = dict(program.streams)
+        for op in program.ops:   # streams the planner did not list (defensive): lowest priority
+            wanted.setdefault(op.stream, None)
+        counts: dict[tuple[int, int], int] = {}
+        shared: dict[tuple[int, int], int] = {}
+
+        def take(device: torch.device, prio: int):
+            key = (device.index or 0, prio)
+            i = counts[key] = counts.get(key, 0) + 1
+            stream, own = pooled(device, prio, i - 1, rng[0])
+            shared[key] = shared.get(key, 0) + (not own)
+            return stream
+        self.streams = {key: take(device_of[key[0]], rng[0] if p is None else to_torch_priority(p, prios, rng))
+                        for key, p in wanted.items()}
+        self.gate = take(device_of[min(device_of)], rng[0])
+        self.mirrors = {}   # a cross-GPU copy's stream on the other GPU (single-process mode)
+        for op in program.ops:
+            if op.kind == "copy" and device_of[op.io["src"][0]] != device_of[op.io["dst"][0]]:
+                other = self.other_device(op)
+                if (other, op.stream) not in self.mirrors:
+                    self.mirrors[(other, op.stream)] = take(other, rng[0])
+        for line in aliased_pools(counts, shared):
+            notes.append(f"stream pool exhausted ({line}): torch reuses streams round robin")
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
         self.stream_end = {k: torch.cuda.Event() for k in self.streams}
@@ -177,6 +209,11 @@ class CudaRunner:
                 if issued_on.get(d) is not stream:
                     stream.wait_event(self.events[d])
 
+    def other_device(self, op: Op) -> torch.device:
+        """Of a copy between two GPUs, the GPU its stream is not on."""
+        (sr, _), (dr, _) = op.io["src"], op.io["dst"]
+        return self.device_of[sr] if self.device_of[op.stream[0]] == self.device_of[dr] else self.device_of[dr]
+
     def _record(self, stream, ops: list[Op], issued_on: dict) -> None:
         for op in ops:
             self.events[op.id].record(stream)
@@ -188,8 +225,7 @@ class CudaRunner:
             (sr, ss), (dr, ds) = op.io["src"], op.io["dst"]
             src, dst = view(self.bufs[sr], ss), view(self.bufs[dr], ds)
             if self.device_of[sr] != self.device_of[dr]:
-                other = self.device_of[sr] if stream.device == self.device_of[dr] else self.device_of[dr]
-                mirror = stream_for(other, stream_name(*op.stream) + "~peer", 0)
+                mirror = self.mirrors[(self.other_device(op), op.stream)]
                 mirror.wait_stream(stream)
                 with torch.cuda.stream(mirror):
                     if op.reduce:
@@ -202,7 +238,7 @@ class CudaRunner:
             elif op.reduce:
                 adds.append((dst, src))
             elif op.engine == "dma":
-                dst.copy_(src, non_blocking=True)            # contiguous: cudaMemcpyAsync on a copy engine
+                dst.copy_(src, non_blocking=True)            # contiguous: cudaMemcpyAsync (same GPU: SM work)
             else:
                 srcs.append(src)
                 dsts.append(dst)

@@ -1,8 +1,11 @@
 """Single-GPU (and single-process) replay: one process holds every rank's buffers.
 
-Remote peers are replaced by local copies of the same bytes on the same engine: a DMA
-transfer is a contiguous ``copy_`` (a copy engine on a GPU), an SM transfer a copy
-kernel on the communication kernel's stream. Streams keep their priorities, so one GPU
+Remote peers are replaced by local copies of the same bytes: a DMA transfer is a
+contiguous ``copy_``, an SM transfer a copy kernel on the communication kernel's stream.
+On one GPU a ``copy_`` is SM-scheduled work, not a copy engine: measured on an H200 its share
+beside a GEMM follows stream priority as a copy kernel's does (validation/README.md, the
+second H200 lease), so a "DMA" schedule's replay is not a copy-engine measurement; the
+prediction still gives it one. Streams keep their priorities, so one GPU
 validates the GPU-internal part of the model — contention between GEMM and copies,
 priority, decomposition into pieces — without a second GPU or NCCL. On CPU the same
 program runs sequentially in issue order (a correctness check; its time is the serial
