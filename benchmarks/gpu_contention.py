@@ -10,7 +10,10 @@ average rate (``--duties``; 1 by default: back to back). Copies are contiguous
 second GPU is visible: to cuda:1, a copy engine over NVLink or PCIe) or
 ``torch.add(src, 0, out=dst)`` (``sm``: an elementwise kernel, which also takes SMs), or, with
 ``--paths``, to or from pinned host memory (``d2h`` / ``h2d``: a copy engine over PCIe for
-certain, the control for whether ``dma`` copies on one GPU behave like a copy engine). ``order``:
+certain, the control for whether ``dma`` copies on one GPU behave like a copy engine), or
+Triton copy kernels of a chosen shape (``tr-many``: one short block per 8 KiB, many waves, as
+torch's elementwise kernels are; ``tr-wave``: one wave of 256-thread blocks, 8 per SM, each
+looping over its share, as the model's elementwise kernel is). ``order``:
 ``copies-first`` (the chain starts once the first copy is done; the window is the chain) or
 ``gemm-first`` (the copies start once the chain's first GEMM is done; the window is the rest
 of the chain, its alone time the chain's less one GEMM). ``priority``: ``same`` (both streams at
@@ -56,13 +59,42 @@ COLUMNS = ["m", "n", "k", "chain", "path", "order", "priority", "duty", "copy_by
            "slowdown", "copy_gbps", "copy_active_gbps", "copy_alone_gbps", "repeats"]
 
 
+def triton_copies(torch, dev):
+    """``copy(path, src, dst)`` with the two Triton copy kernels (see the module docstring)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def many(src, dst, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+    @triton.jit
+    def wave(src, dst, n, BLOCK: tl.constexpr):
+        for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+
+    def copy(path: str, src, dst) -> None:
+        s, d = src.view(torch.int32), dst.view(torch.int32)
+        n = s.numel()
+        if path == "tr-many":
+            many[(triton.cdiv(n, 2048),)](s, d, n, BLOCK=2048, num_warps=4)     # 8 KiB per block
+        else:
+            wave[(8 * sms,)](s, d, n, BLOCK=2048, num_warps=8)                 # 8 x 256 threads per SM
+    return copy
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--copy-mib", type=int, nargs="+", default=list(COPY_MIB))
     ap.add_argument("--duties", type=float, nargs="+", default=[1.0],
                     help="copy duty cycles (below 1 a sleep kernel between copies needs an SM: see above)")
-    ap.add_argument("--paths", nargs="+", choices=("dma", "sm", "peer", "d2h", "h2d"), default=None,
+    ap.add_argument("--paths", nargs="+", choices=("dma", "sm", "peer", "d2h", "h2d", "tr-many", "tr-wave"),
+                    default=None,
                     help="copy paths (default: dma and sm, and peer when a second GPU is visible)")
     ap.add_argument("--priorities", nargs="+", choices=PRIORITIES, default=list(PRIORITIES))
     ap.add_argument("--repeats", type=int, default=5)
@@ -93,11 +125,17 @@ def main() -> None:
     dsts["d2h"] = host
     if peer is not None:
         dsts["peer"] = torch.empty(biggest, dtype=torch.uint8, device=peer)
+    triton_copy = triton_copies(torch, dev) if {"tr-many", "tr-wave"} & set(paths) else None
+    for path in ("tr-many", "tr-wave"):
+        dsts[path] = torch.empty_like(src)
 
     def copy(path: str, nbytes: int) -> None:
         dst = dsts[path][:nbytes]
         if path in ("d2h", "h2d"):
             dst.copy_((src if path == "d2h" else host)[:nbytes], non_blocking=True)
+            return
+        if path.startswith("tr-"):
+            triton_copy(path, src[:nbytes], dst)
             return
         dst.copy_(src[:nbytes]) if path != "sm" else torch.add(src[:nbytes], 0, out=dst)
 

@@ -24,13 +24,14 @@ For every (model, layer, tensor-parallel degree) of the built-in library
 from __future__ import annotations
 
 import argparse
-import datetime
 import platform
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_gemm_table import setup, timed_ms  # noqa: E402
 
 from ficco_sim.explore.library import layer_gemms  # noqa: E402
 from ficco_sim.files import write_text_atomic  # noqa: E402
@@ -52,16 +53,11 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    name = torch.cuda.get_device_name(dev) if cuda else platform.processor() or "cpu"
-    gpu = next((g for g in ("h200", "h100", "a100", "b200") if g in name.lower()), "gpu")
+    env = setup(torch, args.device)
+    dev, cuda, name, gpu, dtype, dname, flush, stamp = (env.dev, env.cuda, env.name, env.gpu, env.dtype, env.dname,
+                                                       env.flush, env.stamp)
     shapes = [("quick", "mm", 1, 256, 256)] if args.quick else layer_gemms(TPS)
     ms = (256,) if args.quick else MS
-    dtype = torch.float16 if cuda else torch.float32
-    dname = str(dtype).replace("torch.", "")
-    flush = torch.empty(64 << 20, dtype=torch.int32, device=dev) if cuda else None
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     lines = [f"# benchmarks/gpu_dil.py on {name} ({dev}), torch {torch.__version__}, cuda {torch.version.cuda}, "
              f"host {platform.node()}, {stamp}; torch.mm {dname}, pieces of M rows back to back on one stream, "
              f"median of {args.repeats} after 1 warm-up, L2 evicted before each run (CUDA events)", COLUMNS]
@@ -84,21 +80,7 @@ def main() -> None:
 
     def timed(fn) -> list[float]:
         fn()
-        out = []
-        for _ in range(args.repeats):
-            if cuda:
-                flush.zero_()
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-                fn()
-                e1.record()
-                e1.synchronize()
-                out.append(e0.elapsed_time(e1))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                out.append((time.perf_counter() - t0) * 1e3)
-        return sorted(out)
+        return timed_ms(torch, env, fn, args.repeats)
 
     a_all = torch.randn(max(ms), max(k for *_, k in shapes), device=dev, dtype=dtype)
     for model, op, tp, n, k in shapes:

@@ -31,6 +31,42 @@ TPS = (1, 2, 4, 8)
 MS = tuple(2**p for p in range(7, 14))      # 128 .. 8192
 
 
+def setup(torch, device: str, gpu: str | None = None):
+    """What the GPU timing scripts share: the device, its name, the table's gpu key (from the
+    name unless given), the dtype (float16 on CUDA), an L2-evicting buffer and a UTC stamp."""
+    import types
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    name = torch.cuda.get_device_name(dev) if cuda else platform.processor() or "cpu"
+    dtype = torch.float16 if cuda else torch.float32
+    return types.SimpleNamespace(
+        dev=dev, cuda=cuda, name=name, dtype=dtype, dname=str(dtype).replace("torch.", ""),
+        gpu=gpu or next((g for g in ("h200", "h100", "a100", "b200") if g in name.lower()), "gpu"),
+        flush=torch.empty(64 << 20, dtype=torch.int32, device=dev) if cuda else None,
+        stamp=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def timed_ms(torch, env, fn, repeats: int) -> list[float]:
+    """``fn``'s times (ms, sorted) over ``repeats`` runs, each after L2 is evicted: CUDA events
+    on a GPU, the wall clock on a CPU. The caller warms ``fn`` up first."""
+    import time
+    out = []
+    for _ in range(repeats):
+        if env.cuda:
+            env.flush.zero_()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            fn()
+            e1.record()
+            e1.synchronize()
+            out.append(e0.elapsed_time(e1))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+    return sorted(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="CSV to write (Vidur gemm_times.csv columns)")
@@ -41,16 +77,10 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    name = torch.cuda.get_device_name(dev) if cuda else platform.processor() or "cpu"
-    gpu = args.gpu or next((g for g in ("h200", "h100", "a100", "b200") if g in name.lower()), "gpu")
+    env = setup(torch, args.device, args.gpu)
+    dev, name, gpu, dtype, dname, stamp = env.dev, env.name, env.gpu, env.dtype, env.dname, env.stamp
     shapes = layer_gemms(TPS)[:2] if args.quick else layer_gemms(TPS)
     ms = MS[:2] if args.quick else MS
-    dtype = torch.float16 if cuda else torch.float32
-    dname = str(dtype).replace("torch.", "")
-    flush = torch.empty(64 << 20, dtype=torch.int32, device=dev) if cuda else None
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     lines = [f"# benchmarks/gpu_gemm_table.py on {name} ({dev}), torch {torch.__version__}, "
              f"cuda {torch.version.cuda}, host {platform.node()}, {stamp}; torch.mm {dname}, median of "
              f"{args.repeats} after 1 warm-up, L2 evicted before each (CUDA events)",
@@ -63,22 +93,7 @@ def main() -> None:
             a, c = a_all[:m, :k], c_all[:m]
             a = a.contiguous()
             torch.mm(a, b, out=c)
-            times = []
-            for _ in range(args.repeats):
-                if cuda:
-                    flush.zero_()
-                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    e0.record()
-                    torch.mm(a, b, out=c)
-                    e1.record()
-                    e1.synchronize()
-                    times.append(e0.elapsed_time(e1))
-                else:
-                    import time
-                    t0 = time.perf_counter()
-                    torch.mm(a, b, out=c)
-                    times.append((time.perf_counter() - t0) * 1e3)
-            times.sort()
+            times = timed_ms(torch, env, lambda a=a, c=c: torch.mm(a, b, out=c), args.repeats)
             med = times[len(times) // 2]
             lines.append(f"{gpu},{model},{op},{tp},{m},{n},{k},{dname},{med:.6g},{times[0]:.6g},{times[-1]:.6g}")
         del b, c_all
