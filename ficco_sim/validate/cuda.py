@@ -68,8 +68,9 @@ def features() -> dict:
 
 
 def raw_stream(device: torch.device) -> "torch.cuda.Stream | None":
-    """A new stream outside torch's pool (``cudaStreamCreate``: the default, lowest priority),
-    or None where this torch offers no way to make one."""
+    """A new stream outside torch's pool (``cudaStreamCreate``: the default, lowest priority,
+    and blocking: it waits for the legacy default stream, which the replay leaves idle while it
+    runs), or None where this torch offers no way to make one. Kept for the process's life."""
     try:
         import ctypes
         handle = ctypes.c_void_p()
