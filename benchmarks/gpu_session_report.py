@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))             # run from a checkout without installi
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dil_error import BAR, dil_table  # noqa: E402
+from contention_model import modelled_copies  # noqa: E402
 
 from ficco_sim.calibrate.fit_gemm import predict_times  # noqa: E402
 from ficco_sim.calibrate.measurements import read_gemm_table  # noqa: E402
@@ -137,73 +138,11 @@ def dil_direct(folder: Path) -> Table:
     return t
 
 
-def modelled_copies(gpu, r) -> tuple[float, float]:
-    """The discrete-event engine's answer to one row of ``gpu_contention.py``: its chain of
-    GEMMs beside its back-to-back copies on one GPU (``sm``, ``tr-wave``: the model's
-    elementwise copy kernel, one wave of 256-thread blocks; ``tr-many``: the same bytes in
-    short 128-thread blocks of 8 KiB each, many waves; ``dma``: local copy-engine commands, as
-    the folded replay models them), with the row's start order and priorities. Returns (GEMM
-    slowdown over the window, the copies' rate in the window while one runs / one copy's rate
-    alone), as the script reads the measurement."""
-    import dataclasses
-
-    from ficco_sim.calibrate.bench import overlap_bytes
-    from ficco_sim.engine.des import simulate_graph
-    from ficco_sim.gemm_model import blocks_per_sm
-    from ficco_sim.hardware import BlockShape
-    from ficco_sim.schedules.builder import COMPUTE, GraphBuilder
-    from ficco_sim.taskgraph import Stream
-    from ficco_sim.topology import switch
-
-    topo = switch(2, 1e12, 0.0)      # the engine wants a topology; GPU 1 stays idle
-    prio = getattr(r, "priority", "same")
-    order = getattr(r, "order", "copies-first")
-
-    def run(chain: int, copies: int):
-        b = GraphBuilder(gpu, 2, comm_priority=int(prio == "copies-high"))
-        if prio == "gemm-high":
-            b.streams[(0, COMPUTE)] = Stream(0, COMPUTE, 1)
-        gemms, cps = [f"g{i}" for i in range(chain)], [f"c{i}" for i in range(copies)]
-        elems = r.copy_bytes // 2
-        def add_copies() -> None:
-            for i, c in enumerate(cps):
-                deps = (gemms[0],) if (i == 0 and order == "gemm-first" and chain) else ()
-                if r.path in ("sm", "tr-wave"):
-                    b.reduce(c, 0, 1, elems, "float16", 1, deps=deps)
-                elif r.path == "tr-many":      # the reduce kernel's stream and deps, in short blocks
-                    k = b.reduce(c, 0, 1, elems, "float16", 1, deps=deps)
-                    block = BlockShape(128, 32, 0)
-                    wave = gpu.num_sms * blocks_per_sm(gpu.sm, block) * 2 * 8192
-                    b.tasks[-1] = dataclasses.replace(k, grid=-(-r.copy_bytes // 8192), block=block,
-                                                      block_time=wave / gpu.hbm_effective, block_hbm_bytes=2 * 8192)
-                else:
-                    b.dma_transfer(c, 0, 0, 0, float(r.copy_bytes), step=("copy", i), deps=deps)
-        if order == "copies-first":
-            add_copies()
-        for i, g in enumerate(gemms):
-            deps = (cps[0],) if (i == 0 and order == "copies-first" and copies) else ()
-            b.gemm(g, 0, r.m, r.n, r.k, "float16", deps=deps)
-        if order == "gemm-first":
-            add_copies()
-        tl = simulate_graph(b.build(), gpu, topo).by_id()
-        return tl, gemms, cps
-    alone, gemms, _ = run(r.chain, 0)
-    t_alone = alone[gemms[-1]].end - alone[gemms[0]].start
-    one, _, cps = run(0, 1)
-    copy_alone = r.copy_bytes / (one[cps[0]].end - one[cps[0]].start)
-    tl, gemms, cps = run(r.chain, int(r.copies))
-    t0 = tl[gemms[0]].start if order == "copies-first" else tl[gemms[0]].end
-    t1 = tl[gemms[-1]].end
-    if order == "gemm-first":
-        t_alone *= (r.chain - 1) / r.chain
-    moved, active = overlap_bytes([(tl[c].start, tl[c].end) for c in cps], r.copy_bytes, t0, t1)
-    return (t1 - t0) / t_alone, moved / max(active, 1e-12) / copy_alone
-
-
 def contention_grid(folder: Path, model: bool = True) -> Table:
     """Every copy path, stream priority and copy size of ``benchmarks/gpu_contention.py``:
     medians over GEMM shapes and start orders; with ``model``, the discrete-event engine's
-    answer beside them (:func:`modelled_copies`; about two minutes)."""
+    answer beside them (``benchmarks/contention_model.py``, the kernels as the lowerings make them
+    today; about two minutes)."""
     gpu = session_gpu(folder)
     d = pd.concat([pd.read_csv(p, comment="#") for p in sorted(folder.glob(f"{gpu}-contention*.csv"))],
                   ignore_index=True)
