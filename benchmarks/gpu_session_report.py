@@ -123,11 +123,14 @@ def dil_direct(folder: Path) -> Table:
     d = d.merge(d[d["pieces"] == 1][key + ["time_ms_median"]].rename(columns={"time_ms_median": "whole"}), on=key)
     d["dil"] = d["time_ms_median"] / d["whole"] - 1.0
     g = load_gpu(gpu)
-    shapes = d[["m", "n", "k", "pieces"]].drop_duplicates()
-    # the model's DIL: p * t(M / p) / t(M) - 1 with launch included, as dil_error.py predicts the tables
-    shapes["pred"] = [p * gemm_time(g, m // p, n, k) / gemm_time(g, m, n, k) - 1.0
-                      for m, n, k, p in shapes.itertuples(index=False)]
-    d = d.merge(shapes, on=["m", "n", "k", "pieces"])
+    # the model's DIL, as dil_error.py predicts the tables: its times (launch included) of every
+    # whole M and every piece M / p, through the one DIL definition (dil_table)
+    nk = d[["n", "k"]].drop_duplicates()
+    ms = sorted({m // p for m, p in d[["m", "pieces"]].drop_duplicates().itertuples(index=False)})
+    times = pd.DataFrame([("all", n, k, m, gemm_time(g, m, n, k)) for n, k in nk.itertuples(index=False) for m in ms],
+                         columns=["group", "n", "k", "m", "pred"])
+    pred = dil_table(times, "pred").drop(columns="group").rename(columns={"m_whole": "m"})
+    d = d.merge(pred, on=["n", "k", "m", "pieces"])
     t = Table(title=f"5. DIL timed directly on the {gpu.upper()} (benchmarks/gpu_dil.py; median over shapes), "
                     f"profile {gpu}'s prediction")
     for c in ("file", "mode", "whole m", "pieces", "shapes", "measured", "predicted"):
