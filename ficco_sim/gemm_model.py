@@ -11,8 +11,11 @@ per SM it reaches as the library launches it (``o_lib``), and fewer resident blo
 less latency, so occupancy shaping (extra shared memory, ``o < o_lib``) divides the SM's
 throughput by ``hiding(o_lib) / hiding(o)`` with ``hiding(o) = 1 - (1 - a)**o`` and ``a``
 the profile's ``gemm.one_block_share`` (:func:`latency_hiding`). The kernel's HBM traffic, ``(m*k + k*n + m*n) * bytes``
-(L2 reuse assumed ideal), is spread evenly over its blocks; a wave that asks more HBM
-bandwidth than the GPU has is stretched to the bandwidth bound. Wave quantization
+(L2 reuse assumed ideal), is spread evenly over its blocks. A wave's time combines its math
+and its HBM traffic as a p-norm, ``(t_math**p + t_hbm**p)**(1/p)`` with ``p`` the profile's
+``gemm.roofline_exponent`` (:func:`roofline`): a block cannot hide all of its loads under its
+math, least of all near the ridge point, where the two take about as long (p = inf is the
+plain roofline, the larger of the two). Wave quantization
 comes from ``ceil(blocks / (SMs * o))``. The library picks the kernel with the smallest
 isolated time, as cuBLAS heuristics try to: every tile, and with ``gemm.max_split_k > 1``
 every split-K variant of it (s blocks per output tile share the K loop, then their float32
@@ -31,6 +34,7 @@ True
 from __future__ import annotations
 
 import functools
+import math
 
 from dataclasses import dataclass, replace
 
@@ -200,15 +204,33 @@ def tile_bytes(tile: GemmTile, dtype: str) -> float:
     return tile.m * tile.n * DTYPE_BYTES[dtype] / tile.split_k
 
 
-def waves_time(gpu: GpuProfile, grid, occupancy: int, block_time, block_hbm_bytes, *, sms: int | None = None):
+def roofline(t_math, t_hbm, p: float):
+    """Time of work that needs ``t_math`` of math and ``t_hbm`` of HBM traffic, each alone:
+    ``(t_math**p + t_hbm**p)**(1/p)``, between the larger of the two (``p = inf``, perfect
+    overlap: the plain roofline) and their sum (``p = 1``, none). Works on numbers and arrays.
+
+    >>> [float(roofline(3.0, 4.0, p)) for p in (math.inf, 2.0, 1.0)]
+    [4.0, 5.0, 7.0]
+    """
+    if math.isinf(p):
+        return np.maximum(t_math, t_hbm)
+    big = np.maximum(np.maximum(t_math, t_hbm), 1e-300)   # scaled by the larger: no overflow
+    return big * ((t_math / big) ** p + (t_hbm / big) ** p) ** (1.0 / p)
+
+
+def waves_time(gpu: GpuProfile, grid, occupancy: int, block_time, block_hbm_bytes, *, sms: int | None = None,
+               gemm: bool = False):
     """Closed-form time (s) of ``grid`` identical blocks alone on ``sms`` SMs (default all):
     full waves of ``sms * occupancy`` blocks, then a partial one. Each wave takes the block
-    time, or the HBM bound when its traffic outruns the GPU's effective bandwidth. Works
-    on numbers and arrays alike."""
+    time, or the HBM bound when its traffic outruns the GPU's effective bandwidth; a GEMM's
+    waves (``gemm``) combine the two by :func:`roofline` with the profile's
+    ``gemm.roofline_exponent`` (a memory kernel's block time is its traffic: the larger
+    one). Works on numbers and arrays alike."""
     slots = (sms or gpu.num_sms) * np.maximum(1, occupancy)
     full, rest = np.floor_divide(grid, slots), np.mod(grid, slots)
-    wave_full = np.maximum(block_time, slots * block_hbm_bytes / gpu.hbm_effective)
-    wave_rest = np.maximum(block_time, rest * block_hbm_bytes / gpu.hbm_effective)
+    p = gpu.gemm.roofline_exponent if gemm else math.inf
+    wave_full = roofline(block_time, slots * block_hbm_bytes / gpu.hbm_effective, p)
+    wave_rest = roofline(block_time, rest * block_hbm_bytes / gpu.hbm_effective, p)
     return full * wave_full + np.where(rest > 0, wave_rest, 0.0)
 
 
@@ -229,15 +251,15 @@ def gemm_times(gpu: GpuProfile, m, n, k, dtype: str = "float16", *, extra_smem: 
     """
     m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k)))
     sms = sms or None   # launched on the first ``sms`` SMs (the library picks for that many)
-    iso = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, accumulate=accumulate, sms=sms), sms=sms)
-                    for t in gpu.gemm.configs])                   # (kernels, ...)
+    iso = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, accumulate=accumulate, sms=sms), sms=sms,
+                               gemm=True) for t in gpu.gemm.configs])                   # (kernels, ...)
     # first minimum, as min() picks; compared launch included (ties between HBM-bound tiles
     # resolve as they always have)
     best = np.argmin(iso + gpu.launch_overhead, axis=0)
     out = np.take_along_axis(iso, best[None], 0)[0]
     if extra_smem:
         shaped = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, extra_smem=extra_smem,
-                                                       accumulate=accumulate, sms=sms), sms=sms)
+                                                       accumulate=accumulate, sms=sms), sms=sms, gemm=True)
                            for t in gpu.gemm.configs])
         out = np.take_along_axis(shaped, best[None], 0)[0]
     return (out, best) if tiles else out
@@ -285,7 +307,7 @@ def _plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str, extra_smem: 
 def isolated_time(gpu: GpuProfile, plan: GemmPlan, *, sms: int | None = None,
                   launch: bool = True) -> float:
     """Closed-form time (s) of the GEMM alone on ``sms`` SMs (default: all), launch included."""
-    t = waves_time(gpu, plan.grid, plan.occupancy, plan.block_time, plan.block_hbm_bytes, sms=sms)
+    t = waves_time(gpu, plan.grid, plan.occupancy, plan.block_time, plan.block_hbm_bytes, sms=sms, gemm=True)
     return float(t) + (gpu.launch_overhead if launch else 0.0)
 
 

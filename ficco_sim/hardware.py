@@ -234,6 +234,18 @@ def check_block_fits(b: BlockShape, limits: SmLimits, where: str, path: str) -> 
                          f"{b.smem / KIB:g} KiB exceeds the {limits.max_smem_per_block / KIB:g} KiB per-block limit")
 
 
+def _roofline_exponent(r: _Reader) -> float:
+    """``gemm.roofline_exponent`` (absent: inf, the plain roofline); below 1 a wave would take
+    longer than its math and its traffic one after the other."""
+    if not r.has("gemm.roofline_exponent"):
+        return math.inf
+    p = r.number("gemm.roofline_exponent", at_most=64)
+    if p < 1:
+        raise InputError(r.where, "gemm.roofline_exponent", f"must be at least 1 (1: math and HBM traffic add up), "
+                         f"got {p!r}")
+    return p
+
+
 def _protocols(r: _Reader) -> tuple[Protocol, ...]:
     """``comm_kernel.protocols``: ``{name: {latency_us, efficiency}}``, and NCCL's channel rule
     as ``channel_bytes`` or ``channel_bytes_per_rank`` (at most one); absent: Simple only."""
@@ -357,7 +369,8 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
                        one_block_share=r.number("gemm.one_block_share", at_most=1.0)
                        if r.has("gemm.one_block_share") else 1.0,
                        peer_rate=r.number("gemm.peer_gbps_per_block", scale=GB)
-                       if r.has("gemm.peer_gbps_per_block") else math.inf),
+                       if r.has("gemm.peer_gbps_per_block") else math.inf,
+                       roofline_exponent=_roofline_exponent(r)),
         contention=Contention(
             compute_per_hbm_util=r.number("contention.compute_per_hbm_util", positive=False),
             comm_per_hbm_util=r.number("contention.comm_per_hbm_util", positive=False),

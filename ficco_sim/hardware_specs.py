@@ -67,7 +67,8 @@ class GemmModel:
     ``peer_rate`` is the rate (B/s) at which one block of a fused kernel moves its tile to or
     from a peer (epilogue stores, in-kernel pulls): a few KiB in flight per block over the
     link's round trip, so a wave of blocks moves at most ``blocks x peer_rate`` (inf: the
-    path's bandwidth alone limits).
+    path's bandwidth alone limits). ``roofline_exponent`` is how a wave's math and HBM
+    traffic combine (:func:`ficco_sim.gemm_model.roofline`: inf, the larger; 1, the sum).
     """
 
     tiles: tuple[GemmTile, ...]
@@ -76,6 +77,7 @@ class GemmModel:
     max_split_k: int = 1
     one_block_share: float = 1.0
     peer_rate: float = math.inf
+    roofline_exponent: float = math.inf
 
     @functools.cached_property
     def configs(self) -> tuple[GemmTile, ...]:

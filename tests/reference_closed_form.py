@@ -62,7 +62,8 @@ def _duration(gpu, k: Kernel) -> float:
 def _memory_hold(gpu, k: Kernel, s: float, gemms):
     """How a memory kernel starting at ``s`` shares SMs with the GEMMs ``gemms`` ((start, end,
     kernel)) of its GPU in a pass: None, or (the latest-ending GEMM running at ``s``, its
-    waves, the kernel's speed while that GEMM has blocks to place and in its last wave)."""
+    share of its time before its last wave, the kernel's speed while that GEMM has blocks to
+    place and in its last wave)."""
     running = [x for x in gemms if x[0] <= s < x[1]]
     if not running:
         return None
@@ -78,7 +79,17 @@ def _memory_hold(gpu, k: Kernel, s: float, gemms):
         slots = _slots_beside(gpu, k, plan, S, blocks)
         return alone / waves_time(gpu, k.grid, slots, k.block_time, k.block_hbm_bytes, sms=1) if slots > 0 else 0.0
 
-    return x.id, waves, speed(min(plan.grid, S * occ)), speed(last)
+    return x.id, _last_wave_at(gpu, plan, S), speed(min(plan.grid, S * occ)), speed(last)
+
+
+def _last_wave_at(gpu, plan, S: int) -> float:
+    """Share of a GEMM's time before its last wave starts: its full waves' time over all its
+    waves' (a partial last wave moves fewer bytes, so it may be the shorter one)."""
+    occ = plan.occupancy
+    waves = math.ceil(plan.grid / (S * occ))
+    t = lambda blocks: float(waves_time(gpu, blocks, occ, plan.block_time, plan.block_hbm_bytes,  # noqa: E731
+                                        sms=S, gemm=True))
+    return t((waves - 1) * S * occ) / t(plan.grid)
 
 
 def _slots_beside(gpu, k: Kernel, plan, S: int, blocks: int) -> int:
@@ -95,10 +106,10 @@ def _slots_beside(gpu, k: Kernel, plan, S: int, blocks: int) -> int:
     return (gpu.num_sms - S) * own + r * beside(q + 1) + (S - r) * beside(q)
 
 
-def _shared_time(alone: float, s: float, a: float, dur: float, waves: int, f1: float, f2: float) -> float:
+def _shared_time(alone: float, s: float, a: float, dur: float, last_at: float, f1: float, f2: float) -> float:
     """A memory kernel's time from ``s`` beside a GEMM running [a, a + dur): speed ``f1``
-    until its last wave starts, ``f2`` in it, then alone."""
-    split = a + dur * (waves - 1) / waves
+    until its last wave starts (at ``last_at`` of its run), ``f2`` in it, then alone."""
+    split = a + dur * last_at
     d1, d2 = max(0.0, split - s), a + dur - max(split, s)
     w1, w2 = d1 * f1, d2 * f2
     if w1 >= alone:
@@ -111,8 +122,8 @@ def _shared_time(alone: float, s: float, a: float, dur: float, waves: int, f1: f
 def _comm_hold(gpu, k: Kernel, s: float, gemms, priority: int):
     """How a communication kernel launched at ``s`` waits beside the GEMMs ``gemms`` ((start,
     end, kernel, stream priority)) of its GPU in a pass: None (it starts at once), or (the
-    GEMM holding it back, its waves, the share of its run to wait for, or None: until its
-    next wave ends)."""
+    GEMM holding it back, the share of its run a full wave takes, the share of its run to wait
+    for, or None: until its next wave ends)."""
     running = [x for x in gemms if x[0] <= s < x[1]]
     if not running:
         return None
@@ -127,9 +138,11 @@ def _comm_hold(gpu, k: Kernel, s: float, gemms, priority: int):
         return None
     lightest = blocks // S          # the SMs holding fewest of its blocks (blocks >= S here)
     handoff = blocks_beside(gpu.sm, block_needs(gpu.sm, k.block), block_needs(gpu.sm, plan.block), lightest - 1) > 0
+    last_at = _last_wave_at(gpu, plan, S)
+    wave = last_at / (waves - 1) if waves > 1 else 1.0
     if priority > prio and handoff:     # one retiring block makes room: it takes the next wave's slots
-        return x.id, waves, None
-    return x.id, waves, (waves - 1) / waves if _slots_beside(gpu, k, plan, S, last) > 0 else 1.0
+        return x.id, wave, None
+    return x.id, wave, last_at if _slots_beside(gpu, k, plan, S, last) > 0 else 1.0
 
 
 def _order(graph: TaskGraph) -> tuple[dict, dict]:
@@ -240,7 +253,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                         tie = abs(a - start[tid]) <= 1e-12 * max(abs(start[tid]), 1e-9)
                         before = (a < start[tid] and not tie) or (tie and task_order[how[0]] < task_order[tid])
                         if before and start[tid] < a + dur:
-                            wave = dur / how[1]
+                            wave = dur * how[1]
                             rel = a + how[2] * dur if how[2] is not None else \
                                 min(a + math.ceil((start[tid] - a) / wave) * wave, a + dur)
                             start[tid] = max(start[tid], rel)

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ideal
 from ficco_sim.engine.des import simulate_graph
-from ficco_sim.gemm_model import blocks_per_sm, plan_gemm
+from ficco_sim.gemm_model import blocks_per_sm, plan_gemm, roofline
 from ficco_sim.hardware import BlockShape
 from ficco_sim.taskgraph import Kernel, Stream, TaskGraph, Transfer
 from ficco_sim.topology import switch
@@ -48,8 +48,13 @@ def test_gemm_plan_wave_count_matches_des():
     plan = plan_gemm(gpu, 8192, 4096, 4096)
     k = Kernel("g", 0, "compute", "gemm", plan.grid, plan.block, plan.block_time, plan.block_hbm_bytes)
     tl = simulate_graph(one_gpu_graph(k), gpu, TOPO1)
-    waves = math.ceil(plan.grid / (gpu.num_sms * plan.occupancy))
-    assert tl.makespan == pytest.approx(waves * plan.block_time, rel=1e-6)
+    slots = gpu.num_sms * plan.occupancy
+    full, rest = divmod(plan.grid, slots)
+    p = gpu.gemm.roofline_exponent       # each wave: the roofline of its math and its traffic
+    wave = lambda blocks: roofline(plan.block_time, blocks * plan.block_hbm_bytes / gpu.hbm_effective, p)  # noqa: E731
+    expect = full * wave(slots) + (wave(rest) if rest else 0.0)
+    assert expect > math.ceil(plan.grid / slots) * plan.block_time   # the traffic the math does not hide costs
+    assert tl.makespan == pytest.approx(expect, rel=1e-6)
 
 
 @pytest.mark.parametrize("extra_kib", [0, 16, 48, 80, 120])

@@ -17,7 +17,7 @@ import pytest
 from conftest import ideal
 from ficco_sim.engine.closed_form import closed_form_timeline
 from ficco_sim.engine.des import simulate_graph
-from ficco_sim.gemm_model import GemmShape, isolated_time, plan_gemm, tile_bytes, tile_prefix_blocks
+from ficco_sim.gemm_model import GemmShape, isolated_time, plan_gemm, tile_bytes, tile_prefix_blocks, waves_time
 from ficco_sim.schedules import lower
 from ficco_sim.taskgraph import Kernel, Stream, TaskGraph, Transfer
 from ficco_sim.topology import switch
@@ -46,7 +46,9 @@ def signalled_copy(share, gpu_of_consumer=1):
 def expected_signal(gpu, plan, share, latency):
     slots = gpu.num_sms * plan.occupancy
     need = min(plan.grid, tile_prefix_blocks(plan.tile, M, N, share))
-    return math.ceil(need / slots) * plan.block_time + latency
+    # the waves up to the one holding the last covering block, each the roofline of its math and traffic
+    done = min(plan.grid, math.ceil(need / slots) * slots)
+    return float(waves_time(gpu, done, plan.occupancy, plan.block_time, plan.block_hbm_bytes, gemm=True)) + latency
 
 
 @pytest.mark.parametrize("share", [0.05, 0.25, 0.5, 0.75, 1.0])

@@ -73,6 +73,9 @@ def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--holdout", nargs="*", metavar="MODEL",
                    help="models (groups) to hold out of the fit; default: every third; none: --holdout")
     p.add_argument("--no-launch", action="store_true", help="keep the base profile's launch overhead (do not fit it)")
+    p.add_argument("--fit-roofline", action="store_true",
+                   help="GEMM tables: fit gemm.roofline_exponent too, how a wave's math and HBM time combine "
+                        "(needs memory- and math-bound shapes, as the Vidur tables have; default: keep the profile's)")
     p.add_argument("--quick", action="store_true", help="benchmarks at tiny sizes (seconds; a smoke test)")
     p.add_argument("--topology", default="switch", choices=["switch", "fc", "ring"],
                    help="--from nccl-tests output: the kind of topology it ran on; the GPU count comes from the "
@@ -94,7 +97,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
             raise InputError("--gpu", None, "--from needs --gpu to pick the rows (e.g. --gpu a100)")
         holdout = "auto" if args.holdout is None else args.holdout
         cal = calibrate_from_files(args.files, args.gpu, args.base, holdout=holdout, fit_launch=not args.no_launch,
-                                   out=args.out, force=args.force, report_dir=args.report, topology=args.topology)
+                                   fit_roofline=args.fit_roofline, out=args.out, force=args.force,
+                                   report_dir=args.report, topology=args.topology)
     else:
         if args.gpu and args.device == "cpu":
             raise InputError("--gpu", None, "--gpu selects rows of measurement files; drop it with --device cpu")

@@ -23,6 +23,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -35,16 +36,21 @@ from ..hardware import GpuProfile
 
 # Bounds keep the fit physical: efficiency is a fraction of peak, k_overhead a few K-tiles,
 # launch overhead a few tens of microseconds at most.
-BOUNDS = {"efficiency": (0.02, 1.0), "k_overhead": (0.0, 4096.0), "launch_overhead": (0.0, 100e-6)}
+BOUNDS = {"efficiency": (0.02, 1.0), "k_overhead": (0.0, 4096.0), "launch_overhead": (0.0, 100e-6),
+          "roofline_exponent": (1 / 64, 1.0)}          # fitted as 1 / p: 1/64 ~ the plain roofline, 1 the sum
+SCALE = {"launch_overhead": 1e-5, "roofline_exponent": 1.0}
 
 
 def with_gemm_params(gpu: GpuProfile, efficiency: dict[str, float] | None = None,
-                     k_overhead: float | None = None, launch_overhead: float | None = None) -> GpuProfile:
+                     k_overhead: float | None = None, launch_overhead: float | None = None,
+                     roofline_exponent: float | None = None) -> GpuProfile:
     """A copy of ``gpu`` with new GEMM-model parameters (efficiency merged per dtype)."""
     eff = dict(gpu.gemm.efficiency)
     eff.update(efficiency or {})
     gemm = dataclasses.replace(gpu.gemm, efficiency=eff,
-                               k_overhead=gpu.gemm.k_overhead if k_overhead is None else float(k_overhead))
+                               k_overhead=gpu.gemm.k_overhead if k_overhead is None else float(k_overhead),
+                               roofline_exponent=gpu.gemm.roofline_exponent if roofline_exponent is None
+                               else float(roofline_exponent))
     lo = gpu.launch_overhead if launch_overhead is None else float(launch_overhead)
     return dataclasses.replace(gpu, gemm=gemm, launch_overhead=lo)
 
@@ -99,9 +105,12 @@ def split_groups(groups: Sequence[str], holdout: str | Sequence[str] | None = "a
 
 
 def fit_gemm(gpu: GpuProfile, rows: pd.DataFrame, *, holdout: str | Sequence[str] | None = "auto",
-             fit_launch: bool = True, dtypes: Sequence[str] | None = None) -> GemmFit:
+             fit_launch: bool = True, dtypes: Sequence[str] | None = None, fit_roofline: bool = False) -> GemmFit:
     """Fit ``efficiency[dtype]`` (for each dtype in the rows), ``k_overhead`` and optionally
-    ``launch_overhead`` on the training groups; predict every row.
+    ``launch_overhead`` and ``roofline_exponent`` on the training groups; predict every row.
+    The exponent is fitted as ``1 / p`` in [1/64, 1] (how much of a wave's HBM time its math
+    does not hide): only rows on both sides of the ridge point (memory- and math-bound
+    shapes) tell it apart from the efficiency.
 
     ``rows``: columns ``group, m, n, k, dtype, time_s`` (see :mod:`.measurements`).
     """
@@ -115,18 +124,23 @@ def fit_gemm(gpu: GpuProfile, rows: pd.DataFrame, *, holdout: str | Sequence[str
     for d in dtypes:
         if d not in gpu.peak_flops:
             raise InputError(gpu.path or gpu.name, "peak_tflops", f"no peak for dtype {d!r} found in the data")
-    names = [f"efficiency.{d}" for d in dtypes] + ["k_overhead"] + (["launch_overhead"] if fit_launch else [])
-    lo = [BOUNDS["efficiency"][0]] * len(dtypes) + [BOUNDS["k_overhead"][0]] + \
-         ([BOUNDS["launch_overhead"][0]] if fit_launch else [])
-    hi = [BOUNDS["efficiency"][1]] * len(dtypes) + [BOUNDS["k_overhead"][1]] + \
-         ([BOUNDS["launch_overhead"][1]] if fit_launch else [])
+    extra = (["launch_overhead"] if fit_launch else []) + (["roofline_exponent"] if fit_roofline else [])
+    names = [f"efficiency.{d}" for d in dtypes] + ["k_overhead"] + extra
+    lo = [BOUNDS["efficiency"][0]] * len(dtypes) + [BOUNDS["k_overhead"][0]] + [BOUNDS[e][0] for e in extra]
+    hi = [BOUNDS["efficiency"][1]] * len(dtypes) + [BOUNDS["k_overhead"][1]] + [BOUNDS[e][1] for e in extra]
     # Parameters in units of order 1 so the finite-difference steps mean the same for each.
-    scale = np.array([1.0] * len(dtypes) + [100.0] + ([1e-5] if fit_launch else []))
+    scale = np.array([1.0] * len(dtypes) + [100.0] + [SCALE[e] for e in extra])
+
+    def params(x: np.ndarray) -> dict[str, float]:
+        out = dict(zip(names, (x * scale).tolist()))
+        if fit_roofline:
+            out["roofline_exponent"] = 1.0 / out["roofline_exponent"]      # fitted as 1 / p
+        return out
 
     def profile(x: np.ndarray) -> GpuProfile:
-        p = x * scale
-        eff = {d: float(p[i]) for i, d in enumerate(dtypes)}
-        return with_gemm_params(gpu, eff, p[len(dtypes)], p[len(dtypes) + 1] if fit_launch else None)
+        p = params(x)
+        return with_gemm_params(gpu, {d: p[f"efficiency.{d}"] for d in dtypes}, p["k_overhead"],
+                                p.get("launch_overhead"), p.get("roofline_exponent"))
 
     log_meas = np.log(train["time_s"].to_numpy())
 
@@ -135,17 +149,17 @@ def fit_gemm(gpu: GpuProfile, rows: pd.DataFrame, *, holdout: str | Sequence[str
 
     # The model is piecewise (tile choice, waves, HBM bound): start from a few points, keep the best.
     best = None
+    q0 = 1.0 / gpu.gemm.roofline_exponent if math.isfinite(gpu.gemm.roofline_exponent) else 1 / 3
     for e0, k0, l0 in ((0.7, 64, 5e-6), (0.5, 256, 10e-6), (0.9, 16, 2e-6)):
-        x0 = np.array([e0] * len(dtypes) + [k0] + ([l0] if fit_launch else [])) / scale
+        x0 = np.array([e0] * len(dtypes) + [k0] + ([l0] if fit_launch else []) + ([q0] if fit_roofline else [])) / scale
         x0 = np.clip(x0, np.array(lo) / scale, np.array(hi) / scale)
         res = least_squares(residual, x0, bounds=(np.array(lo) / scale, np.array(hi) / scale),
                             loss="soft_l1", f_scale=0.1, diff_step=1e-3, max_nfev=200)
         if best is None or res.cost < best.cost:
             best = res
     fitted_gpu = profile(best.x)
-    params = dict(zip(names, (best.x * scale).tolist()))
     out = rows.copy()
     out["predicted_s"] = predict_times(fitted_gpu, rows)
     out["rel_error"] = out["predicted_s"] / out["time_s"] - 1.0
     out["split"] = np.where(out["group"].isin(test_g), "test", "train")
-    return GemmFit(fitted_gpu, params, train_g, test_g, out, float(best.cost), names)
+    return GemmFit(fitted_gpu, params(best.x), train_g, test_g, out, float(best.cost), names)

@@ -78,7 +78,7 @@ def gemm_source(fit: GemmFit, file: str, summary: pd.DataFrame) -> str:
 
 def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: str | Path | None = None, *,
                          holdout: str | Sequence[str] | None = "auto", fit_launch: bool = True,
-                         out: str | Path | None = None, force: bool = False,
+                         fit_roofline: bool = False, out: str | Path | None = None, force: bool = False,
                          report_dir: str | Path | None = None, use_engine: bool = True,
                          topology: str = "switch") -> Calibration:
     """Fit a profile's GEMM model (and, with a collective file, link alpha-beta) to measured files.
@@ -91,6 +91,8 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     named ``gpu``). ``holdout``: groups (vidur: models) kept out of the fit and reported
     separately; ``"auto"`` holds out every third model. ``out``: write the calibrated profile
     there (never over an existing file unless ``force``). ``report_dir``: per-point CSVs and PNGs.
+    ``fit_roofline``: fit ``gemm.roofline_exponent`` too (a GEMM table with memory- and
+    math-bound shapes, such as the Vidur tables, tells it apart from the efficiency).
     ``topology``: the kind of topology nccl-tests runs ran on (``switch``, ``fc`` or ``ring``; the
     GPU count comes from each run).
     """
@@ -114,7 +116,7 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
         path = where
         if fmt == "vidur_gemm":
             rows = ms.gemm_rows(df, where, gpu)
-            _gemm(cal, base, rows, where, holdout, fit_launch, report_dir)
+            _gemm(cal, base, rows, where, holdout, fit_launch, report_dir, fit_roofline)
         elif fmt == "bench":
             _bench(cal, base, df, where, holdout, fit_launch, report_dir)
         elif fmt == "vidur_collective":
@@ -208,8 +210,8 @@ def write_text(path: Path, df: pd.DataFrame) -> Path:
 
 
 def _gemm(cal: Calibration, base: GpuProfile, rows: pd.DataFrame, where: str, holdout: Any, fit_launch: bool,
-          report_dir: Any) -> None:
-    fit = fit_gemm(base, rows, holdout=holdout, fit_launch=fit_launch)
+          report_dir: Any, fit_roofline: bool = False) -> None:
+    fit = fit_gemm(base, rows, holdout=holdout, fit_launch=fit_launch, fit_roofline=fit_roofline)
     summary = error_summary(fit.rows)
     src = gemm_source(fit, where, summary)
     cal.gemm, cal.gemm_summary = fit, summary
@@ -220,6 +222,8 @@ def _gemm(cal: Calibration, base: GpuProfile, rows: pd.DataFrame, where: str, ho
             cal.updates["gemm.k_overhead"] = (round(value, 2), "fitted", src)
         elif name == "launch_overhead":
             cal.updates["launch_overhead_us"] = (round(value * 1e6, 3), "fitted", src)
+        elif name == "roofline_exponent":
+            cal.updates["gemm.roofline_exponent"] = (round(value, 3), "fitted", src)
     if report_dir:
         d = Path(report_dir)
         cal.written.append(write_points_csv(fit.rows, d / f"{cal.gpu}_gemm_points.csv.gz"))

@@ -15,12 +15,11 @@ Compiling (:func:`compile_graph`) turns every task into nodes whose values are t
   copy engine or by the driving kernel's channels shared by its transfers of the step,
   and by HBM.
 
-A tile signal (:attr:`~ficco_sim.taskgraph.Kernel.signals`) is a node that ends the
-producer GEMM's share of waves covering its rows after the GEMM begins (wave quantized:
-``ceil(blocks / slots) / waves`` of its time, :func:`~ficco_sim.gemm_model.tile_prefix_blocks`),
-plus the flag's path latency. A fused GEMM's epilogue stores add their bytes over the
-path (or, if lower, a full wave's blocks x ``gemm.peer_rate``) to its time (every block
-stores after computing: the waves' stores queue on the links one after the other).
+A tile signal (:attr:`~ficco_sim.taskgraph.Kernel.signals`) is a node that ends the share of
+its producer GEMM's time its waves up to the last block covering its rows take (wave quantized,
+:func:`~ficco_sim.gemm_model.tile_prefix_blocks`), plus the flag's path latency. A fused
+GEMM's epilogue stores add their bytes over the path (or, if lower, a full wave's blocks x
+``gemm.peer_rate``) to its time (every block stores after computing: the waves' stores queue).
 
 Who shares a link is found in passes (:func:`evaluate`). The first pass divides each link
 among the transfers of one concurrency step (:attr:`~ficco_sim.taskgraph.Transfer.step`)
@@ -81,7 +80,8 @@ ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX, SIG = range(8)   # SMX: an SM transfer
 def kernel_isolated_time(gpu: GpuProfile, k: Kernel, *, launch: bool = True) -> float:
     """Closed-form time (s) of one compute/memory kernel alone on its GPU (waves of its blocks)."""
     sms = k.sms[1] - k.sms[0] if k.sms else None
-    t = waves_time(gpu, k.grid, blocks_per_sm(gpu.sm, k.block), k.block_time, k.block_hbm_bytes, sms=sms)
+    t = waves_time(gpu, k.grid, blocks_per_sm(gpu.sm, k.block), k.block_time, k.block_hbm_bytes, sms=sms,
+                   gemm=k.kind == "gemm")
     return float(t) + (gpu.launch_overhead if launch else 0.0)
 
 

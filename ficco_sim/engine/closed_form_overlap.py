@@ -279,7 +279,8 @@ def _running(tpl: "Template", vals: np.ndarray, start: np.ndarray, gemms: np.nda
     begin, end = np.where(on, gb[rows, j], 0.0), np.where(on, gen[rows, j], 0.0)
     need = _gemm_need(resident, j)
     return {"on": on, "j": j, "begin": begin, "end": end,
-            "split": np.where(on, begin + (end - begin) * at("last_at"), start), "waves": np.maximum(at("waves"), 1.0),
+            "split": np.where(on, begin + (end - begin) * at("last_at"), start), "last_at": at("last_at"),
+            "waves": np.maximum(at("waves"), 1.0),
             "used": at("used"), "count": at("count").astype(np.int64), "full": at("full"),
             "used_last": at("used_last"), "count_last": at("count_last").astype(np.int64), "full_last": at("full_last"),
             "need": need}
@@ -326,7 +327,7 @@ def memory_hold(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: di
         return np.where(slots > 0, alone / t, 0.0)
 
     return {"on": run["on"], **_partner_nodes(tpl, run, len(vals[0]) - 1),
-            "last_at": np.where(run["waves"] > 0, (run["waves"] - 1) / run["waves"], 0.0), "alone": alone,
+            "last_at": run["last_at"], "alone": alone,
             "f1": speed(False), "f2": speed(True), "per_sm": np.minimum(mk.occupancy, np.ceil(grid / gpu.num_sms))}
 
 
@@ -396,10 +397,10 @@ def comm_release(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: d
     handoff = blocks_beside(gpu.sm, ck.need, run["need"], np.maximum(lightest - 1, 0)) > 0
     high = (ck.priority[None, :] > np.append(ck.gemm_priority, 0)[run["j"]]) & handoff
     wait = run["on"] & (_slots(gpu, run, ck.need, ck.occupancy, False) <= 0)
-    frac = np.where(_slots(gpu, run, ck.need, ck.occupancy, True) > 0,
-                    np.where(run["waves"] > 0, (run["waves"] - 1) / run["waves"], 0.0), 1.0)
+    frac = np.where(_slots(gpu, run, ck.need, ck.occupancy, True) > 0, run["last_at"], 1.0)
     first = np.append(ck.gemm_order, np.iinfo(np.int64).max)[run["j"]] < ck.order[None, :]
     return {"on": wait, "mode": np.where(wait, np.where(high, 2, 1), 0), "frac": frac, "waves": run["waves"],
+            "last_at": run["last_at"],
             "first": first, **_partner_nodes(tpl, run, len(vals[0]) - 1)}
 
 
@@ -487,7 +488,7 @@ def apply_comm_hold(tpl: "Template", vals: np.ndarray, add: np.ndarray, hold: di
     dur = add[rows, h["end_node"]]
     b = a + dur
     mode, frac, waves = h["mode"], h["frac"], h["waves"]
-    wave = dur / waves
+    wave = np.where(waves > 1, dur * h["last_at"] / np.maximum(waves - 1, 1), dur)   # a full wave (not the last)
     boundary = np.minimum(a + np.ceil((s - a) / np.where(wave > 0, wave, 1.0)) * wave, b)
     release = np.where(mode == 2, boundary, a + frac * dur)
     # a GEMM reaching the SMs at the same instant holds the kernel only if issued before it

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..gemm_model import GemmShape, block_needs, tile_costs, tile_prefix_blocks
+from ..gemm_model import GemmShape, block_needs, tile_costs, tile_prefix_blocks, waves_time
 from ..hardware import DTYPE_BYTES, BlockShape, GpuProfile
 from ..taskgraph import Kernel
 from ..topology import Topology
@@ -20,15 +20,27 @@ if TYPE_CHECKING:
 
 def _picked_tiles(gpu: GpuProfile, sh: GemmShape, size: tuple, best: np.ndarray):
     """Per tile the library picked for some scenarios of one GEMM shape: (those scenarios'
-    rows, the tile, grid, occupancy (at least 1), SMs it runs on)."""
+    rows, the tile, grid, occupancy (at least 1), SMs it runs on, and :func:`share_done`
+    for them)."""
     m, n, k = size
     S = sh.sms or gpu.num_sms        # an SM margin leaves the last SMs empty
     for ti in np.unique(best):
         tile = gpu.gemm.configs[int(ti)]
         rows = best == ti
-        grid, occ = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype, extra_smem=sh.extra_smem,
-                               sms=sh.sms or None)[:2]
-        yield rows, tile, grid, max(1, occ), S
+        grid, occ, bt, per_block = tile_costs(gpu, tile, m[rows], n[rows], k[rows], sh.dtype,
+                                              extra_smem=sh.extra_smem, sms=sh.sms or None)
+        occ = max(1, occ)
+
+        def done(blocks, grid=grid, occ=occ, bt=bt, per_block=per_block):
+            """Share of the GEMM's time until its waves up to the one holding block
+            ``blocks`` (a count, per scenario) are done: waves differ (a partial last one moves
+            fewer bytes), so a share of waves is not a share of time."""
+            slots = S * occ
+            upto = np.minimum(grid, np.ceil(blocks / slots) * slots)
+            whole = waves_time(gpu, grid, occ, bt, per_block, sms=S, gemm=True)
+            return waves_time(gpu, upto, occ, bt, per_block, sms=S, gemm=True) / whole
+
+        yield rows, tile, grid, occ, S, done
 
 
 def store_coef(k: Kernel, topo: Topology) -> tuple[float, float]:
@@ -54,7 +66,7 @@ def store_seconds(gpu: GpuProfile, tpl, stored: np.ndarray, sizes: list, picked:
     if np.isfinite(gpu.gemm.peer_rate):
         slots = np.ones(mn.shape)
         for c, j in enumerate(shape):
-            for rows, _tile, _grid, occ, S in _picked_tiles(gpu, tpl.shapes[j], sizes[j], picked[j]):
+            for rows, _tile, _grid, occ, S, _done in _picked_tiles(gpu, tpl.shapes[j], sizes[j], picked[j]):
                 slots[rows, c] = S * occ
         coef = np.maximum(coef, tpl.ref_bytes[stored] / (slots * gpu.gemm.peer_rate))
     return coef * mn
@@ -70,15 +82,13 @@ def sources(source: dict[int, int], n: int) -> np.ndarray | None:
 
 def signal_share(gpu: GpuProfile, tpl: Template, sig: np.ndarray, sizes: list, picked: list) -> np.ndarray:
     """(P, signals): the share of its producer GEMM's time after which each tile signal fires,
-    its waves up to the last block covering the signalled rows over all its waves."""
+    its waves up to the last block covering the signalled rows, in time."""
     out = np.zeros((len(picked[0]), len(sig)))
     for c, i in enumerate(sig):
         j = tpl.gemm_shape[i]
         m, n, _ = sizes[j]
-        for rows, tile, grid, occ, S in _picked_tiles(gpu, tpl.shapes[j], sizes[j], picked[j]):
-            slots = S * occ
-            need = np.minimum(grid, tile_prefix_blocks(tile, m[rows], n[rows], tpl.coef[i]))
-            out[rows, c] = np.ceil(need / slots) / np.ceil(grid / slots)
+        for rows, tile, grid, occ, S, done in _picked_tiles(gpu, tpl.shapes[j], sizes[j], picked[j]):
+            out[rows, c] = done(np.minimum(grid, tile_prefix_blocks(tile, m[rows], n[rows], tpl.coef[i])))
     return out
 
 
@@ -102,13 +112,13 @@ def residency(gpu: GpuProfile, shapes: list[GemmShape], sizes: list, picked: lis
                                                    "last_at", "waves")}
     need = np.zeros((P, len(shapes), 4), dtype=np.int64)
     for j, (sh, size, best) in enumerate(zip(shapes, sizes, picked)):
-        for rows, tile, grid, occ, S in _picked_tiles(gpu, sh, size, best):
+        for rows, tile, grid, occ, S, done in _picked_tiles(gpu, sh, size, best):
             waves = np.ceil(grid / (S * occ))
             last = grid - (waves - 1) * S * occ
             for key, n in (("", np.minimum(grid, S * occ)), ("_last", last)):
                 out["used" + key][rows, j], out["count" + key][rows, j] = np.minimum(S, n), np.ceil(n / S)
                 out["full" + key][rows, j] = np.where(n % S > 0, n % S, np.minimum(S, n))
-            out["last_at"][rows, j], out["waves"][rows, j] = (waves - 1) / waves, waves
+            out["last_at"][rows, j], out["waves"][rows, j] = done((waves - 1) * S * occ), waves
             need[rows, j] = block_needs(gpu.sm, BlockShape(tile.block.threads, tile.block.registers,
                                                            tile.block.smem + sh.extra_smem))
     out = {k: v[:, of_gemm] for k, v in out.items()}

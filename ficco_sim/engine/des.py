@@ -42,7 +42,7 @@ import simpy
 
 from ..contention import comm_slowdown, compute_slowdown
 from ..errors import InputError
-from ..gemm_model import plan_gemm, tile_prefix_blocks
+from ..gemm_model import plan_gemm, roofline, tile_prefix_blocks
 from ..hardware import GpuProfile, load_gpu
 from ..taskgraph import Kernel, TaskGraph, Transfer
 from ..timeline import TaskRecord, Timeline
@@ -302,6 +302,7 @@ class Simulation(Wiring):
             usage[f"host{gpu}"] = float(n)
             weight = self.gpu.host.core_s_per_byte / 2 or 1.0
         act = Activity(f"{k.id}@{self.seq}", k.block_time, usage, cap=1.0, weight=weight, gpu=gpu, kind="compute",
+                       roofline=hbm_rate if k.kind == "gemm" else 0.0,
                        on_done=lambda k=k, c=counts, f=first: self._computed(k, c, f))
         self.seq += 1
         self._add_activity(act)
@@ -407,23 +408,34 @@ class Simulation(Wiring):
             wake.callbacks.append(lambda _e, ver=ver: self._wake(ver))
 
     def _interfere(self) -> None:
-        """Calibrated slowdown beyond fair sharing: compute by communication's HBM traffic, and back."""
+        """Slowdown beyond fair sharing: GEMM waves by the loads their math does not hide
+        (:func:`~ficco_sim.gemm_model.roofline`), compute by communication's HBM traffic, and back."""
         f = self.fluid
         s = f.slots()
         if not len(s):
             return
+        slow = self._roofline(s)
         comp = f.compute[s]
         beside = self.gpu.contention.compute_beside_comm_kernel > 0 and bool(self.comm_blocks.any())
-        if not comp.any() or (comp.all() and not beside):   # one side alone: nothing slows it (factors 1)
-            return
-        n = self.g.num_gpus      # every hbm<i> is registered at set-up: one entry per GPU
-        comp_hbm, comm_hbm = (x[:n] for x in f.hbm_rates())
-        slow = np.empty(len(s))
-        on = f.gpu[s[comp]]
-        slow[comp] = compute_slowdown(self.gpu, comm_hbm[on], resident_cover=(self.comm_blocks[on] > 0) * 1.0)
-        ends = f.ends[s[~comp]]
-        slow[~comp] = comm_slowdown(self.gpu, np.maximum(comp_hbm[ends[:, 0]], comp_hbm[ends[:, 1]]))
+        if comp.any() and (beside or not comp.all()):     # one side alone: nothing slows it (factors 1)
+            n = self.g.num_gpus      # every hbm<i> is registered at set-up: one entry per GPU
+            comp_hbm, comm_hbm = (x[:n] for x in f.hbm_rates())
+            on = f.gpu[s[comp]]
+            slow[comp] *= compute_slowdown(self.gpu, comm_hbm[on], resident_cover=(self.comm_blocks[on] > 0) * 1.0)
+            ends = f.ends[s[~comp]]
+            slow[~comp] *= comm_slowdown(self.gpu, np.maximum(comp_hbm[ends[:, 0]], comp_hbm[ends[:, 1]]))
         f.rate[s] /= slow
+
+    def _roofline(self, s: np.ndarray) -> np.ndarray:
+        """Each live activity's factor for its GPU's GEMM waves asking ``u`` times the HBM
+        rate at full speed: the fair share already slows them by ``max(1, u)``; the wave's
+        time is ``roofline(1, u, p)``. 1 for everything else (a fresh array)."""
+        p, roof = self.gpu.gemm.roofline_exponent, self.fluid.roofline[s]
+        if math.isinf(p) or not roof.any():
+            return np.ones(len(s))
+        on = self.fluid.gpu[s]
+        u = (np.bincount(on, weights=roof) / self.gpu.hbm_effective)[on]
+        return np.where(roof > 0, roofline(1.0, u, p) / np.maximum(1.0, u), 1.0)
 
     def _wake(self, ver: int) -> None:
         if ver != self.version:

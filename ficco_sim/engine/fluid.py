@@ -43,6 +43,7 @@ class Activity:
     gpu: int = -1
     kind: str = "transfer"          # transfer | compute
     ends: tuple[int, ...] = ()      # a transfer's source and destination GPUs
+    roofline: float = 0.0           # a GEMM cohort's HBM bytes/s at full speed (its waves' roofline)
     rate: float = 0.0
     on_done: Callable[[], None] | None = field(default=None, repr=False)
 
@@ -79,6 +80,7 @@ class FluidPool:
         self.weight = np.zeros(size)
         self.alive = np.zeros(size, dtype=bool)
         self.compute = np.zeros(size, dtype=bool)
+        self.roofline = np.zeros(size)
         self.gpu = np.zeros(size, dtype=np.int64)
         self.ends = np.zeros((size, 2), dtype=np.int64)
         self.owner = np.full(size, -1, dtype=np.int64)     # a batch's own index of the slot; -1: an Activity
@@ -118,6 +120,7 @@ class FluidPool:
         self.acts.append(a)
         self.remaining[slot], self.rate[slot], self.cap[slot], self.weight[slot] = a.remaining, 0.0, a.cap, a.weight
         self.alive[slot], self.compute[slot], self.gpu[slot] = True, a.kind == "compute", a.gpu
+        self.roofline[slot] = a.roofline
         self._slots = None
         self.ends[slot] = (a.ends[0], a.ends[-1]) if a.ends else (a.gpu, a.gpu)
         self.owner[slot] = -1
@@ -145,6 +148,7 @@ class FluidPool:
         self.acts.extend([None] * k)
         self.remaining[sl], self.rate[sl], self.cap[sl], self.weight[sl] = remaining, 0.0, cap, 1.0
         self.alive[sl], self.compute[sl], self.gpu[sl] = True, False, gpu
+        self.roofline[sl] = 0.0
         self._slots = None
         self.ends[sl, 0], self.ends[sl, 1] = src, dst
         self.owner[sl] = owner
@@ -152,7 +156,7 @@ class FluidPool:
         self.live += k
 
     def _grow(self) -> None:
-        for name in ("remaining", "rate", "cap", "weight", "alive", "compute", "gpu", "ends", "owner"):
+        for name in ("remaining", "rate", "cap", "weight", "alive", "compute", "roofline", "gpu", "ends", "owner"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
 
@@ -215,7 +219,7 @@ class FluidPool:
         remap[s] = np.arange(len(s))
         a, r, u = self.incidence()
         self._inc = [remap[a], r, u]
-        for name in ("remaining", "rate", "cap", "weight", "alive", "compute", "gpu", "ends", "owner"):
+        for name in ("remaining", "rate", "cap", "weight", "alive", "compute", "roofline", "gpu", "ends", "owner"):
             arr = getattr(self, name)
             kept = arr[s]
             fresh = np.zeros_like(arr)
