@@ -88,6 +88,24 @@ def test_from_files_held_out_error_bound(tmp_path):
 
 
 @needs_vidur
+def test_from_files_fits_the_roofline_exponent_when_asked(tmp_path):
+    """``calibrate --fit-roofline`` writes ``gemm.roofline_exponent`` fitted, where the real
+    table puts it (3.1 on the H100 training models), and keeps the profile's without it."""
+    from ficco_sim.calibrate.cli import run_calibrate
+    p = argparse.ArgumentParser().add_subparsers()
+    add_calibrate_parser(p)
+    out = tmp_path / "h100.yaml"
+    args = p.choices["calibrate"].parse_args(["--from", str(VIDUR / "gemm_times.csv"), "--gpu", "h100",
+                                             "--no-launch", "--fit-roofline", "--out", str(out)])
+    assert run_calibrate(args) == 0
+    gpu = load_gpu(out)
+    assert 2.0 < gpu.gemm.roofline_exponent < 4.0
+    assert gpu.provenance("gemm.roofline_exponent").kind == "fitted"
+    kept = calibrate_from_files([VIDUR / "gemm_times.csv"], "h100", fit_launch=False)
+    assert "gemm.roofline_exponent" not in kept.updates
+
+
+@needs_vidur
 def test_collective_fit_and_scaling_report():
     cal = calibrate_from_files([VIDUR / "collective_times.csv"], "h100")
     fits = cal.links.fits.set_index(["setup", "collective", "devices_per_node"])
