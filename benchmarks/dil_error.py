@@ -126,7 +126,7 @@ def main() -> None:
     if args.roofline == "select":
         d, chosen, overall = selected(args.gpus, args.data, args.max_split_k)
         picks = pd.Series(list(chosen.values())).value_counts().sort_index()
-        print(f"roofline exponent chosen per held-out model on the others' DIL: "
+        print("roofline exponent chosen per held-out model on the others' DIL: "
               + ", ".join(f"{p:g} x{c}" for p, c in picks.items()) + f"; on every model: {overall:g}")
     else:
         exponent = {"plain": math.inf, "profile": None, "fit": None}[args.roofline]
