@@ -38,7 +38,9 @@ Two ways in:
 
 What gets fitted and written into the profile (--out): gemm.efficiency[dtype],
 gemm.k_overhead and launch overhead of the GEMM cost model (least squares on log time; whole
-models held out and reported separately); from benchmark files hbm.efficiency and
+models held out and reported separately), with --fit-roofline also gemm.roofline_exponent (how a
+wave's math and HBM time combine; a table needs memory- and math-bound shapes to tell it from
+the efficiency, as the Vidur tables have); from benchmark files hbm.efficiency and
 dma.command_overhead_us (the benchmark copies within one GPU, so they measure HBM, not an
 engine's rate to a peer: dma.bandwidth_gbps is kept) and contention.compute_per_hbm_util;
 comm_kernel.launch_us, protocol latencies and channel bandwidth from nccl-tests output
