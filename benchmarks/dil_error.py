@@ -9,11 +9,16 @@ DIL of every (model, n, k) is read straight off them.
 The predicted side never sees the model it predicts: for each model in turn the GEMM cost
 model (efficiency, k_overhead, launch overhead) is fitted on every *other* model's rows
 (``ficco_sim.calibrate.fit_gemm``, the fit ``ficco-sim calibrate`` runs), and the held-out
-model's times, hence its DIL, come from that fit. Fitted rows never count as validation.
+model's times, hence its DIL, come from that fit. The waves' roofline exponent
+(``gemm.roofline_exponent``: how a wave's math and HBM time combine) is chosen for each held-out
+model among :data:`EXPONENTS` on the *other* models' DIL, every GPU pooled (``--roofline
+select``, the default; ``plain``, ``fit`` and ``profile`` say how it does otherwise). Fitted rows
+never count as validation.
 
 Bar (issue 13): |median predicted - median measured| <= 0.05 at 8 and 16 pieces.
 
-    python benchmarks/dil_error.py                       # the shipped profiles' mechanisms
+    python benchmarks/dil_error.py                       # the shipped profiles' mechanisms (~8 min)
+    python benchmarks/dil_error.py --roofline plain      # each wave the larger of its math and HBM time
     python benchmarks/dil_error.py --max-split-k 4       # the same with split-K kernels allowed
     python benchmarks/dil_error.py --csv validation/public/dil.csv
 """

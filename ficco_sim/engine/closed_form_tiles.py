@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 def _picked_tiles(gpu: GpuProfile, sh: GemmShape, size: tuple, best: np.ndarray):
     """Per tile the library picked for some scenarios of one GEMM shape: (those scenarios'
-    rows, the tile, grid, occupancy (at least 1), SMs it runs on, and :func:`share_done`
-    for them)."""
+    rows, the tile, grid, occupancy (at least 1), SMs it runs on, and ``done(blocks)``: the
+    share of their time until the wave holding block ``blocks`` ends)."""
     m, n, k = size
     S = sh.sms or gpu.num_sms        # an SM margin leaves the last SMs empty
     for ti in np.unique(best):
