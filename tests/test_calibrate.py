@@ -177,6 +177,10 @@ def test_cli_parser_and_flag_errors(tmp_path):
     args = p.parse_args(["calibrate", "--device", "tpu", "--out", str(tmp_path / "o.yaml")])
     with pytest.raises(InputError, match="tpu"):
         args.func(args)
+    args = p.parse_args(["calibrate", "--device", "cpu", "--fit-roofline", "--out", str(tmp_path / "o.yaml")])
+    with pytest.raises(InputError, match="--fit-roofline"):       # said at once, not ignored after a run
+        args.func(args)
+    assert not (tmp_path / "o.yaml").exists()
 
 
 @pytest.mark.skipif(not (VIDUR / "collective_times.csv").exists(), reason="needs ../shared/measurements/vidur")

@@ -102,6 +102,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
                                    fit_roofline=args.fit_roofline, out=args.out, force=args.force,
                                    report_dir=args.report, topology=args.topology)
     else:
+        if args.fit_roofline:
+            raise InputError("--fit-roofline", None, "fits a GEMM table given with --from (a device run's "
+                             "benchmark CSV too); a --device run keeps the profile's exponent")
         if args.gpu and args.device == "cpu":
             raise InputError("--gpu", None, "--gpu selects rows of measurement files; drop it with --device cpu")
         cal = calibrate_device(args.device, out=args.out, base_profile=args.base, force=args.force,

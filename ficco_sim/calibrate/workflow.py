@@ -118,7 +118,7 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
             rows = ms.gemm_rows(df, where, gpu)
             _gemm(cal, base, rows, where, holdout, fit_launch, report_dir, fit_roofline)
         elif fmt == "bench":
-            _bench(cal, base, df, where, holdout, fit_launch, report_dir)
+            _bench(cal, base, df, where, holdout, fit_launch, report_dir, fit_roofline)
         elif fmt == "vidur_collective":
             coll = ms.read_collective_table(path, where=where)
             cal.links = fit_collectives(coll, gpu, use_engine=use_engine)
@@ -233,13 +233,13 @@ def _gemm(cal: Calibration, base: GpuProfile, rows: pd.DataFrame, where: str, ho
 
 
 def _bench(cal: Calibration, base: GpuProfile, df: pd.DataFrame, where: str, holdout: Any, fit_launch: bool,
-           report_dir: Any) -> None:
+           report_dir: Any, fit_roofline: bool = False) -> None:
     """Benchmark CSV: GEMM (hold out the decomposed pieces), copies, launch, contention."""
     rows = ms.gemm_rows(df, where)
     if holdout == "auto":
         split = sorted(g for g in rows["group"].unique() if g.startswith("split_"))
         holdout = split if len(split) < rows["group"].nunique() else "auto"
-    _gemm(cal, base, rows, where, holdout, fit_launch, report_dir)
+    _gemm(cal, base, rows, where, holdout, fit_launch, report_dir, fit_roofline)
     date = str(df["date"].dropna().iloc[0]) if "date" in df and df["date"].notna().any() else _today()
     copies = df[df["kind"] == "copy"]
     if len(copies[copies["path"] == "dma"]) >= 2:
