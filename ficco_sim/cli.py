@@ -241,21 +241,14 @@ def legend(rows: list[dict]) -> str:
 # predict
 
 def cmd_predict(args) -> int:
-    from .simulate import collective_time, gemm_time
+    from .simulate import collective_time
     if args.what == "gemm":
-        from .gemm_model import plan_gemm
+        from .gemm_model import describe
         from .hardware import load_gpu
-        gpu = load_gpu(args.gpu)
-        t = gemm_time(gpu, args.m, args.n, args.k, args.dtype)
-        plan = plan_gemm(gpu, args.m, args.n, args.k, args.dtype)
-        row = {"gpu": gpu.name, "m": args.m, "n": args.n, "k": args.k, "dtype": args.dtype, "time_s": t,
-               "tflops": plan.flops / t / 1e12,
-               "tile": f"{plan.tile.m}x{plan.tile.n}" + (f" split-k {s}" if (s := plan.tile.split_k) > 1 else ""),
-               "blocks": plan.grid,
-               "blocks_per_sm": plan.occupancy,
-               "waves": math.ceil(plan.grid / (gpu.num_sms * plan.occupancy))}
+        row = describe(load_gpu(args.gpu), args.m, args.n, args.k, args.dtype)
         cols = [("gpu", "gpu", 1), ("time_s", "time ms", 1e3), ("tflops", "TFLOP/s", 1), ("tile", "tile", 1),
-                ("blocks", "blocks", 1), ("blocks_per_sm", "blocks/SM", 1), ("waves", "waves", 1)]
+                ("blocks", "blocks", 1), ("blocks_per_sm", "blocks/SM", 1), ("waves", "waves", 1),
+                ("math_s", "math ms", 1e3), ("hbm_s", "HBM ms", 1e3), ("bound", "bound", 1)]
     else:
         gpu, topo = resolve_topology(args)
         nbytes = parse_size(args.bytes, "--bytes")

@@ -320,3 +320,20 @@ def gemm_time(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") -
     True
     """
     return isolated_time(gpu, plan_gemm(gpu, m, n, k, dtype))
+
+
+def describe(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") -> dict:
+    """One GEMM as ``predict gemm`` shows it: time (launch included), TFLOP/s, the kernel the
+    library picks (tile, blocks, blocks per SM, waves), and its waves' math and HBM time each
+    alone, which :func:`roofline` combines (``bound``: which is larger, or ``ridge`` within 25%:
+    where the roofline exponent costs most)."""
+    plan = plan_gemm(gpu, m, n, k, dtype)
+    t = isolated_time(gpu, plan)
+    waves = math.ceil(plan.grid / (gpu.num_sms * plan.occupancy))
+    t_math, t_hbm = waves * plan.block_time, plan.hbm_bytes / gpu.hbm_effective
+    bound = "ridge" if 0.8 <= t_hbm / t_math <= 1.25 else ("HBM" if t_hbm > t_math else "math")
+    split = plan.tile.split_k
+    return {"gpu": gpu.name, "m": m, "n": n, "k": k, "dtype": dtype, "time_s": t, "tflops": plan.flops / t / 1e12,
+            "tile": f"{plan.tile.m}x{plan.tile.n}" + (f" split-k {split}" if split > 1 else ""),
+            "blocks": plan.grid, "blocks_per_sm": plan.occupancy, "waves": waves, "math_s": t_math, "hbm_s": t_hbm,
+            "bound": bound}

@@ -46,6 +46,12 @@ def test_predict_gemm_and_collective(capsys):
     code, out, _ = run(capsys, "predict", "gemm", "--gpu", "a100", "--m", "4096", "--n", "4096", "--k", "4096",
                        "--format", "json")
     assert code == 0 and json.loads(out)[0]["waves"] >= 1
+    # a 128-row piece of an 8192 x 8192 layer: HBM-bound, its time the roofline of the two parts
+    code, out, _ = run(capsys, "predict", "gemm", "--gpu", "h100", "--m", "128", "--n", "8192", "--k", "8192",
+                       "--format", "json")
+    row = json.loads(out)[0]
+    assert code == 0 and row["bound"] == "HBM" and row["hbm_s"] > row["math_s"]
+    assert max(row["math_s"], row["hbm_s"]) < row["time_s"] < row["math_s"] + row["hbm_s"] + 5e-6
     code, out, _ = run(capsys, "predict", "collective", "--topology", "ring:4", "--kind", "all-gather",
                        "--bytes", "16MiB", "--format", "json")
     assert code == 0 and json.loads(out)[0]["bytes"] == 16 << 20
