@@ -97,15 +97,15 @@ def cells(gpus, path: Path, max_split_k: int | None, exponent: float | None = No
 
 def selected(gpus, path: Path, max_split_k: int | None) -> tuple[pd.DataFrame, dict, float]:
     """Each model's DIL with the roofline exponent chosen (from :data:`EXPONENTS`) on the
-    *other* models' DIL at 8 and 16 pieces, every GPU pooled (least median |error|): the
-    exponent is a mechanism's, not a model's. Also the choice for each (gpu, model) and the
-    one all models together make (what a profile ships)."""
+    *other* models' DIL at 8 and 16 pieces, every GPU pooled (least median |error|; the model
+    scored is left out on every GPU): the exponent is a mechanism's, not a model's. Also the
+    choice for each (gpu, model) and the one all models together make (what a profile ships)."""
     by = {p: cells(gpus, path, max_split_k, p) for p in EXPONENTS}
     err = {p: (d["dil_predicted"] - d["dil_measured"]).abs().where(d["pieces"].isin(FINE)) for p, d in by.items()}
     ref = by[EXPONENTS[0]]
     out, chosen = [], {}
     for (g, grp), idx in ref.groupby(["gpu", "group"]).groups.items():
-        others = ~((ref["gpu"] == g) & (ref["group"] == grp))
+        others = ref["group"] != grp
         best = min(EXPONENTS, key=lambda p: float(err[p][others].median()))
         chosen[(g, grp)] = best
         out.append(by[best].loc[idx].assign(roofline_exponent=best))
@@ -121,7 +121,7 @@ def main() -> None:
                     help="override the profiles' gemm.max_split_k (default: as shipped)")
     ap.add_argument("--roofline", choices=("select", "profile", "fit", "plain"), default="select",
                     help="gemm.roofline_exponent of the predictions: chosen per held-out model on the other "
-                         "models' DIL (select, ~4 min), the profiles' (profile), fitted on the other models' "
+                         "models' DIL (select, ~8 min), the profiles' (profile), fitted on the other models' "
                          "times with the other parameters (fit), or the plain roofline, the larger of math and "
                          "HBM time (plain)")
     ap.add_argument("--csv", type=Path, default=None, help="also write every DIL row here")
