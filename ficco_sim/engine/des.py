@@ -414,28 +414,36 @@ class Simulation(Wiring):
         s = f.slots()
         if not len(s):
             return
-        slow = self._roofline(s)
+        roof = self._roofline(s)
         comp = f.compute[s]
         beside = self.gpu.contention.compute_beside_comm_kernel > 0 and bool(self.comm_blocks.any())
         if comp.any() and (beside or not comp.all()):     # one side alone: nothing slows it (factors 1)
             n = self.g.num_gpus      # every hbm<i> is registered at set-up: one entry per GPU
             comp_hbm, comm_hbm = (x[:n] for x in f.hbm_rates())
+            slow = np.empty(len(s))
             on = f.gpu[s[comp]]
-            slow[comp] *= compute_slowdown(self.gpu, comm_hbm[on], resident_cover=(self.comm_blocks[on] > 0) * 1.0)
+            slow[comp] = compute_slowdown(self.gpu, comm_hbm[on], resident_cover=(self.comm_blocks[on] > 0) * 1.0)
             ends = f.ends[s[~comp]]
-            slow[~comp] *= comm_slowdown(self.gpu, np.maximum(comp_hbm[ends[:, 0]], comp_hbm[ends[:, 1]]))
-        f.rate[s] /= slow
+            slow[~comp] = comm_slowdown(self.gpu, np.maximum(comp_hbm[ends[:, 0]], comp_hbm[ends[:, 1]]))
+            if roof is not None:
+                slow[roof[0]] *= roof[1]
+            f.rate[s] /= slow
+        elif roof is not None:
+            f.rate[s[roof[0]]] /= roof[1]
 
-    def _roofline(self, s: np.ndarray) -> np.ndarray:
-        """Each live activity's factor for its GPU's GEMM waves asking ``u`` times the HBM
-        rate at full speed: the fair share already slows them by ``max(1, u)``; the wave's
-        time is ``roofline(1, u, p)``. 1 for everything else (a fresh array)."""
-        p, roof = self.gpu.gemm.roofline_exponent, self.fluid.roofline[s]
-        if math.isinf(p) or not roof.any():
-            return np.ones(len(s))
-        on = self.fluid.gpu[s]
-        u = (np.bincount(on, weights=roof) / self.gpu.hbm_effective)[on]
-        return np.where(roof > 0, roofline(1.0, u, p) / np.maximum(1.0, u), 1.0)
+    def _roofline(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(mask over ``s`` of the GEMM cohorts, their factor) or None: a GPU's cohorts asking ``u``
+        times its HBM rate are slowed ``max(1, u)`` by the fair share, their waves take ``roofline(1, u, p)``."""
+        p = self.gpu.gemm.roofline_exponent
+        if math.isinf(p):
+            return None
+        roof = self.fluid.roofline[s]
+        pick = roof > 0
+        if not pick.any():
+            return None
+        on = self.fluid.gpu[s[pick]]
+        u = (np.bincount(on, weights=roof[pick]) / self.gpu.hbm_effective)[on]
+        return pick, roofline(1.0, u, p) / np.maximum(1.0, u)
 
     def _wake(self, ver: int) -> None:
         if ver != self.version:
