@@ -35,7 +35,7 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "measurements" / 
 RAW = Path(__file__).resolve().parents[1] / "validation" / "nccl-tests"
 # raw nccl-tests output from sources no fit ever sees (validation/nccl-tests/README.md): NVIDIA's 8 x H100
 # all-reduce sample, microsoft/superbenchmark's 8 x A100 runs of four collectives, xxrjun/nccl-tests-cluster's
-# 8 and 4 x H100 runs of five;
+# 8 and 4 x H100 runs of five, odissei-benchmarks/nccl-tests' 4 x H100 without a switch, three;
 # (source URL, GPU as the shared table names it, topology kind, NCCL tuner: the file's own when None)
 HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
     "https://github.com/NVIDIA/exemplar-performance/blob/e249aa3c788284d1575379ccf73568c383d4c91e/"
@@ -50,8 +50,16 @@ HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
     **{f"h100x{n}_xxrjun_cnode3-002.txt": (
         f"https://github.com/xxrjun/nccl-tests-cluster/blob/455de4f8dee2fa94cd4044a7109fd8c576f9e6c1/benchmarks/"
         f"example-cluster01/nccl-benchmark-results/single-node/runs/20260128-145017/without-debug/logs/"
-        f"nccl_N1_G{n}_cnode3-002.log", "H100-SXM-80GB", "switch", None) for n in (8, 4)}}
-SYSTEMS = {"H100-SXM-80GB": ("h100", "switch"), "A100-SXM4-40GB": ("a100", "switch"), "MI300X": ("mi300x", "fc")}
+        f"nccl_N1_G{n}_cnode3-002.log", "H100-SXM-80GB", "switch", None) for n in (8, 4)},
+    # 4 H100 wired to each other by NVLink, no NVSwitch (SURF's Snellius; "NVLS multicast
+    # support is not available", 16 p2p channels per peer: 6 NVLinks each way), one thread for the
+    # four, NCCL 2.22.3, 4 B - 128 MiB (BSD-3-Clause)
+    **{f"h100x4fc_odissei_{c}.txt": (
+        f"https://github.com/odissei-benchmarks/nccl-tests/blob/6df4cb51b780659db72884d2174ae69244d45da0/runs/"
+        f"1node/{c + ('' if c == 'all_reduce' else '_perf')}.log", "H100-NVLink-mesh", "fc", None)
+       for c in ("all_gather", "reduce_scatter", "all_reduce")}}
+SYSTEMS = {"H100-SXM-80GB": ("h100", "switch"), "H100-NVLink-mesh": ("h100", "fc"), "A100-SXM4-40GB": ("a100", "switch"),
+           "MI300X": ("mi300x", "fc")}
 VENDOR = {"h100": "nccl", "a100": "nccl", "mi300x": "rccl"}
 
 

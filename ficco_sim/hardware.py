@@ -361,6 +361,8 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
             issue=r.number("comm_kernel.issue_us", scale=1e-6, positive=False) if r.has("comm_kernel.issue_us") else 0.0,
             tuner=r.choice("comm_kernel.tuner", ("call", "rank")) if r.has("comm_kernel.tuner") else "call",
             p2p=_p2p(r),
+            fully_connected=r.choice("comm_kernel.fully_connected", ("ring", "direct"))
+            if r.has("comm_kernel.fully_connected") else "direct",
         ),
         gemm=GemmModel(tiles=tuple(tiles), efficiency=efficiency,
                        k_overhead=r.number("gemm.k_overhead", positive=False),

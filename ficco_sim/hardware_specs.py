@@ -208,7 +208,10 @@ class CommKernelSpec:
     move (s). ``issue``: the host time one more GPU's collective kernel takes to issue when
     one thread drives several GPUs (nccl-tests' ``-g``; s). ``tuner``: the size NCCL's tuner
     picks an all-gather's or a reduce-scatter's protocol and channels on: ``"call"`` the
-    whole call's bytes (NCCL 2.22 and later), ``"rank"`` one rank's share (before 2.22)."""
+    whole call's bytes (NCCL 2.22 and later), ``"rank"`` one rank's share (before 2.22).
+    ``fully_connected``: the algorithm the library runs an all-gather, reduce-scatter or
+    all-reduce with where every GPU has links to every other (no switch): ``"ring"`` (NCCL,
+    whose rings then run over every link) or ``"direct"`` (each rank to every peer at once)."""
 
     block: BlockShape
     channels: int
@@ -221,6 +224,7 @@ class CommKernelSpec:
     issue: float = 0.0
     tuner: str = "call"
     p2p: P2pRule | None = None
+    fully_connected: str = "direct"
 
     def protocol_index(self, nbytes: Any) -> Any:
         """The protocol a transfer step of ``nbytes`` runs with, as NCCL's tuner picks it: the

@@ -126,6 +126,25 @@ def test_ring_on_fully_connected_uses_every_link(n, engine):
     assert t < one / (R - 0.5)
 
 
+@pytest.mark.parametrize("engine", ["sm", "dma"])
+def test_ring_on_four_fully_connected_gpus_runs_every_order(engine):
+    """No three rings of 4 GPUs share no link (Tillson), so a ring collective on fc:4 runs all
+    six orders, as NCCL does there (each on 4 of its 24 channels, logged in
+    validation/nccl-tests/h100x4fc_odissei_all_reduce.txt): every link carries two of the six
+    ring shares, each step is alpha + 2 (s / 6) / b. The two link-disjoint rings alone would
+    leave the diagonals idle: alpha + s / (2 b)."""
+    from ficco_sim.schedules.rings import ring_orders
+    bw, alpha, shard, n = 48e9, 2e-6, 6 * MB, 4
+    gpu = ideal()
+    gpu = ideal(dma=type(gpu.dma)(engines=16, bandwidth=gpu.dma.bandwidth, command_overhead=0.0))
+    topo = fully_connected(n, bw, alpha)
+    rings = ring_orders(topo)
+    links = [(r[i], r[(i + 1) % n]) for r in rings for i in range(n)]
+    assert len(rings) == 6 and all(links.count(x) == 2 for x in set(links)) and len(set(links)) == n * (n - 1)
+    t = collective_time(gpu, topo, "all-gather", shard, engine=engine, algorithm="ring")
+    assert t == pytest.approx((n - 1) * (alpha + 2 * shard / 6 / bw), rel=0.01)
+
+
 @pytest.mark.parametrize("kind,schedule", [("ag-gemm", "none"), ("gemm-rs", "none"), ("ar-par-gemm", "none"),
                                            ("ar-par-gemm", "par-sm"), ("ag-par-gemm", "par-dma")])
 def test_multi_ring_collectives_move_the_right_rows(kind, schedule):

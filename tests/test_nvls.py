@@ -21,7 +21,9 @@ H100 = load_gpu("h100")
     ("h100", "switch:4", "ring"), ("h100", "switch:2", "ring"),      # Ring at 2 and 4 (logged)
     ("h200", "switch:8", "nvls"),
     ("a100", "switch:8", "ring"),                                    # NVSwitch 2 has no in-switch reduction
-    ("h100", "ring:8", "ring"), ("h100", "fc:8", "direct"),
+    ("h100", "ring:8", "ring"),
+    ("h100", "fc:8", "ring"), ("h100", "fc:4", "ring"),              # NCCL: rings over every NVLink (logged)
+    ("mi300x", "fc:8", "direct"),                                    # RCCL's rings over every xGMI link: direct's load
 ])
 def test_auto_runs_nvls_where_nccl_does(gpu, topology, want):
     g = load_gpu(gpu)

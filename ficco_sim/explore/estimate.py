@@ -87,6 +87,21 @@ def fingerprint(obj: GpuProfile | Topology) -> str:
     return hit[1]
 
 
+def structure_on(scenario: Scenario, gpu: GpuProfile, topo: Topology) -> tuple:
+    """:meth:`~ficco_sim.workload.Scenario.structure` on this GPU and topology: where the
+    scenario's collective runs as rings and the topology has several (a fully connected one:
+    :func:`~ficco_sim.schedules.rings.ring_orders`), each rank's rows are split over them in
+    whole rows, which scales with the sizes only where they divide evenly: such scenarios
+    get templates of their own sizes."""
+    from ..schedules.collectives import pick_algorithm, ring_orders
+    structure = scenario.structure()
+    if topo.kind != "fc" or pick_algorithm("auto", scenario.spec.collective, topo.kind, gpus=scenario.gpus,
+                                           spec=gpu.comm_kernel, nbytes=scenario.comm_bytes_per_rank) != "ring" \
+            or len(ring_orders(topo)) < 2:
+        return structure
+    return (*structure, "rings", scenario.m, scenario.n, scenario.k)
+
+
 def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo: Topology, *,
              comm_only: bool = False) -> Template:
     """The (cached) template of ``schedule`` for scenarios structured like ``scenario``
@@ -95,8 +110,9 @@ def template(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile, topo
     schedule = parse_schedule(schedule)
     # every template of one structure is compiled from the same reference scenario, so that
     # merged templates rescale alike
-    scenario = _REFS.setdefault(scenario.structure(), scenario)
-    key = (scenario.structure(), schedule.name, fingerprint(gpu), fingerprint(topo))
+    structure = structure_on(scenario, gpu, topo)
+    scenario = _REFS.setdefault(structure, scenario)
+    key = (structure, schedule.name, fingerprint(gpu), fingerprint(topo))
     if comm_only:
         alias = _ALIASES.get(key)
         hit = _get(alias) if alias is not None else None
@@ -209,7 +225,7 @@ def _inputs(scenarios: Sequence[Scenario], schedules: Sequence[Schedule | str], 
     topo = load_topology(topology, gpu)
     by_structure: dict[tuple, list[int]] = defaultdict(list)
     for i, sc in enumerate(scenarios):
-        by_structure[sc.structure()].append(i)
+        by_structure[structure_on(sc, gpu, topo)].append(i)
     return gpu, topo, [parse_schedule(s) for s in schedules], list(by_structure.values())
 
 

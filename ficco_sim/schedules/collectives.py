@@ -40,9 +40,11 @@ def pick_algorithm(algorithm: str, collective: str, topology_kind: str, engine: 
     (:attr:`CommKernelSpec.nvls_min_gpus`) and the size is :data:`NVLS_MIN_BYTES` or more; else ring on ring
     topologies, on any other link graph (``custom``: islands of fast links, a node's own
     wiring; the ring :func:`~ficco_sim.schedules.rings.widest_ring`) and, for SM
-    collectives, behind a switch (NVSwitch); direct on fully connected topologies (RCCL's
-    rings over every xGMI link move what direct moves), on copy engines behind a switch, and
-    wherever ring does not exist.
+    collectives, behind a switch (NVSwitch); on fully connected topologies, for SM
+    collectives, what the GPU's library runs there (:attr:`CommKernelSpec.fully_connected`:
+    NCCL's rings over every NVLink, :func:`~ficco_sim.schedules.rings.ring_orders`, or
+    direct: RCCL's rings over every xGMI link move what direct moves); direct on copy
+    engines behind a switch or fully connected, and wherever ring does not exist.
 
     >>> pick_algorithm("auto", "all-gather", "switch"), pick_algorithm("auto", "all-to-all", "ring")
     ('ring', 'direct')
@@ -59,7 +61,8 @@ def pick_algorithm(algorithm: str, collective: str, topology_kind: str, engine: 
     if algorithm == "auto":
         if "nvls" in known and gpus >= spec.nvls_min_gpus and (nbytes is None or nbytes >= NVLS_MIN_BYTES):
             return "nvls"
-        ring = topology_kind in ("ring", "custom") or (topology_kind == "switch" and engine == "sm")
+        ring = topology_kind in ("ring", "custom") or (engine == "sm" and (topology_kind == "switch" or (
+            topology_kind == "fc" and spec is not None and spec.fully_connected == "ring")))
         return "ring" if ring and "ring" in known else ("direct" if "direct" in known else known[-1])
     if algorithm not in known:
         where = f" on {engine.upper()}" if engine == "dma" and collective in ("reduce-scatter", "all-reduce") else ""

@@ -15,8 +15,11 @@ def ring_orders(topology) -> list[tuple[int, ...]]:
     """The rings a ring collective runs on ``topology``, as GPU orders (each GPU sends to the
     next), as NCCL/RCCL's topology search builds them: one ring (0, 1, ..., n-1) on rings and
     behind a switch (every order crosses the same ports); on fully connected topologies,
-    link-disjoint rings that together use every link, as NCCL/RCCL spread their channels'
-    rings over all links (:func:`disjoint_rings`); on any other topology (islands of fast
+    rings that together load every link alike, as NCCL/RCCL spread their channels' rings
+    over all links: link-disjoint ones where they use every link (:func:`disjoint_rings`),
+    else, up to :data:`EVERY_RING_GPUS` GPUs, every ring (on 4 GPUs no three rings share
+    no link; NCCL runs all six orders there, each on 4 of its 24 channels:
+    ``validation/nccl-tests/h100x4fc_odissei_all_reduce.txt``); on any other topology (islands of fast
     links joined by slower ones, a node's own link graph) the ring whose busiest link is
     least loaded (:func:`widest_ring`): it runs through each island before crossing to the
     next, as NCCL's rings go through a node's GPUs before crossing to the next node.
@@ -24,13 +27,21 @@ def ring_orders(topology) -> list[tuple[int, ...]]:
     >>> from ficco_sim.topology import load_topology
     >>> len(ring_orders(load_topology("fc:8", "mi300x"))), ring_orders(load_topology("ring:4", "h100"))
     (7, [(0, 1, 2, 3)])
+    >>> len(ring_orders(load_topology("fc:4", "h100")))
+    6
     """
     n = topology.num_gpus
     if n < 3 or topology.kind not in ("fc", "custom"):
         return [tuple(range(n))]
     if topology.kind == "fc":
-        return disjoint_rings(n)
+        rings = disjoint_rings(n)
+        if len(rings) < n - 1 and n <= EVERY_RING_GPUS:
+            return [(0, *p) for p in itertools.permutations(range(1, n))]
+        return rings
     return [widest_ring(topology)]
+
+
+EVERY_RING_GPUS = 4     # up to this many GPUs, a fully connected topology without disjoint rings runs every ring
 
 
 EXHAUSTIVE_GPUS = 9     # up to this many GPUs every ring is scored (8! = 40,320 orders)
