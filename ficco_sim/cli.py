@@ -260,11 +260,15 @@ def cmd_predict(args) -> int:
                               spec=gpu.comm_kernel, nbytes=nbytes)
         size = nccl_tests_size(args.kind, nbytes, topo.num_gpus)
         alg, bus = bus_bandwidth(args.kind, size, topo.num_gpus, t)
+        from .simulate import collective_tuning
+        proto, channels = collective_tuning(gpu, topo, args.kind, nbytes, engine=args.comm_engine,
+                                            algorithm=args.algorithm, tuner=args.tuner)
         row = {"gpu": gpu.name, "topology": topo.name, "kind": args.kind, "bytes": nbytes, "nccl_tests_size": size,
-               "engine": args.comm_engine, "algorithm": algo, "time_s": t, "algbw_gbps": alg / 1e9, "busbw_gbps": bus / 1e9}
+               "engine": args.comm_engine, "algorithm": algo, "protocol": proto, "channels": channels, "time_s": t,
+               "algbw_gbps": alg / 1e9, "busbw_gbps": bus / 1e9}
         cols = [("kind", "collective", 1), ("topology", "topology", 1), ("bytes", "bytes/rank", 1),
                 ("nccl_tests_size", "nccl-tests size", 1), ("engine", "engine", 1), ("algorithm", "algorithm", 1),
-                ("time_s", "time us", 1e6),
+                ("protocol", "protocol", 1), ("channels", "channels", 1), ("time_s", "time us", 1e6),
                 ("algbw_gbps", "algbw GB/s", 1), ("busbw_gbps", "busbw GB/s", 1)]
     emit([row], args.format, args.output, cols)
     return 0

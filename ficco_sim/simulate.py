@@ -279,6 +279,31 @@ def bus_bandwidth(kind: str, size: int, gpus: int, seconds: float) -> tuple[floa
     return alg, alg * factor
 
 
+def _with_tuner(gpu: GpuProfile, tuner: str | None) -> GpuProfile:
+    """``gpu`` whose NCCL tuner sizes calls as ``tuner`` says (None: as the profile does)."""
+    if tuner is None or tuner == gpu.comm_kernel.tuner:
+        return gpu
+    if tuner not in ("call", "rank"):
+        raise InputError("--tuner", None, f"must be call or rank, got {tuner!r}")
+    return dataclasses.replace(gpu, comm_kernel=dataclasses.replace(gpu.comm_kernel, tuner=tuner))
+
+
+def collective_tuning(gpu: GpuProfile | str, topology: Topology | str, kind: str, nbytes: int, *,
+                      engine: str = "sm", algorithm: str = "auto", tuner: str | None = None) -> tuple[str, int]:
+    """(protocol, channels) the collective's SM transfers run with, as NCCL's tuner picks them
+    (:meth:`~ficco_sim.hardware.CommKernelSpec.tuned`, the rule both engines use), read off
+    its first transfer (a ring's or a grouped call's are alike); ``("-", 0)`` on copy engines."""
+    gpu = _with_tuner(load_gpu(gpu), tuner)
+    graph = collective_graph(gpu, load_topology(topology, gpu), kind, nbytes, engine=engine, algorithm=algorithm)
+    t = next((t for t in graph.transfers if t.engine == "sm" and t.drivers), None)
+    if t is None:
+        return "-", 0
+    spec = gpu.comm_kernel
+    call, ranks = t.tune or (0.0, 0.0)
+    p, channels = spec.tuned(t.nbytes, call, ranks, graph.kernel(t.drivers[0]).grid)
+    return spec.protocols[int(p)].name, int(channels)
+
+
 def collective_time(gpu: GpuProfile | str, topology: Topology | str, kind: str, nbytes: int, *,
                     engine: str = "sm", algorithm: str = "auto", sim: str = "des", gpus_per_thread: int = 1,
                     tuner: str | None = None) -> float:
@@ -293,11 +318,7 @@ def collective_time(gpu: GpuProfile | str, topology: Topology | str, kind: str, 
     an all-gather's or reduce-scatter's size (``call`` or ``rank``, before NCCL 2.22; None:
     the profile's ``comm_kernel.tuner``).
     """
-    gpu = load_gpu(gpu)
-    if tuner is not None and tuner != gpu.comm_kernel.tuner:
-        if tuner not in ("call", "rank"):
-            raise InputError("--tuner", None, f"must be call or rank, got {tuner!r}")
-        gpu = dataclasses.replace(gpu, comm_kernel=dataclasses.replace(gpu.comm_kernel, tuner=tuner))
+    gpu = _with_tuner(load_gpu(gpu), tuner)
     if isinstance(gpus_per_thread, bool) or not isinstance(gpus_per_thread, int) or gpus_per_thread < 1:
         raise InputError("--gpus-per-thread", None, f"must be a positive integer, got {gpus_per_thread!r}")
     topo = load_topology(topology, gpu)

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from ficco_sim.cli import main
+from ficco_sim.hardware import load_gpu
 
 
 def run(capsys, *argv):
@@ -55,6 +56,23 @@ def test_predict_gemm_and_collective(capsys):
     code, out, _ = run(capsys, "predict", "collective", "--topology", "ring:4", "--kind", "all-gather",
                        "--bytes", "16MiB", "--format", "json")
     assert code == 0 and json.loads(out)[0]["bytes"] == 16 << 20
+
+
+def test_predict_collective_says_which_protocol_and_channels_nccl_would_pick(capsys):
+    """What NCCL's tuner picks, as the engines time it: a 4 KiB all-reduce on LL and one
+    channel, 64 MiB on every channel; an NCCL of before 2.22 (``--tuner rank``) keeps an
+    8 MiB reduce-scatter of 8 A100s on LL; copy engines run no protocol."""
+    def row(*argv):
+        code, out, _ = run(capsys, "predict", "collective", *argv, "--format", "json")
+        assert code == 0
+        return json.loads(out)[0]
+    small, big = (row("--topology", "switch:4", "--kind", "all-reduce", "--bytes", b) for b in ("4KiB", "64MiB"))
+    assert (small["protocol"], small["channels"]) == ("LL", 1)
+    assert big["protocol"] != "LL" and big["channels"] == load_gpu("h100").comm_kernel.channels
+    old = row("--gpu", "a100", "--kind", "reduce-scatter", "--bytes", "8MiB", "--tuner", "rank")
+    assert (old["protocol"], old["channels"]) == ("LL", 16)
+    dma = row("--kind", "all-gather", "--bytes", "1MiB", "--comm-engine", "dma")
+    assert (dma["protocol"], dma["channels"]) == ("-", 0)
 
 
 def test_list(capsys):
