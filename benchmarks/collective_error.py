@@ -167,6 +167,11 @@ def main() -> None:
             "used_for_fit", "command"]
     table = rows[cols + ["gpu_profile"]]
     print(summary(table).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    held = table[table["source_url"].isin(never)]
+    for repo, part in held.groupby(held["source_url"].map(lambda u: "/".join(u.split("/")[3:5])), sort=False):
+        # each never-fitted source on its own (the table above pools a GPU's sources)
+        print(f"never fitted on: {repo}")
+        print(summary(part).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     from ficco_sim.files import atomic_path
     with atomic_path(args.out) as tmp:
         tmp.write_text(f"# benchmarks/collective_error.py; {datetime.datetime.now().isoformat(timespec='seconds')}; "

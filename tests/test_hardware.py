@@ -246,6 +246,8 @@ BAD_PROFILES = {
                                     "comm_kernel.p2p.per_peer", "exceeds"),
     "p2p_missing_field": (lambda d: d["comm_kernel"]["p2p"].pop("ll_kib_per_channel"),
                           "comm_kernel.p2p.ll_kib_per_channel", "missing"),
+    "unknown_fully_connected_algorithm": (lambda d: d["comm_kernel"]["fully_connected"].update(value="tree"),
+                                          "comm_kernel.fully_connected", "must be one of"),
 }
 
 
