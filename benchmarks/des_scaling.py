@@ -106,9 +106,10 @@ def main() -> None:
                         continue
                     topo = load_topology(f"{kind}:{n}", gpu)
                     t0 = time.process_time()
-                    # ring all-reduce behind a switch too (auto would run NVLS on H100 from 5 GPUs):
+                    # ring all-reduce behind a switch too (auto would run NVLS on H100 from 5 GPUs), direct
+                    # on fully connected ones (auto would run NCCL's rings there, on up to n - 1 of them):
                     # the table compares ring and direct patterns with ASTRA-sim's
-                    algo = "ring" if coll == "all-reduce" and kind != "fc" else "auto"
+                    algo = "direct" if kind == "fc" else ("ring" if coll == "all-reduce" else "auto")
                     # as collective_time: lowered for GPU 0 alone where the collective is symmetric by
                     # construction, else the whole graph (folded by the engine if it can be)
                     lowered = collective_folded(gpu, topo, coll, mib << 20, algorithm=algo)
