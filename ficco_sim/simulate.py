@@ -294,7 +294,10 @@ def collective_tuning(gpu: GpuProfile | str, topology: Topology | str, kind: str
     (:meth:`~ficco_sim.hardware.CommKernelSpec.tuned`, the rule both engines use), read off
     its first transfer (a ring's or a grouped call's are alike); ``("-", 0)`` on copy engines."""
     gpu = _with_tuner(load_gpu(gpu), tuner)
-    graph = collective_graph(gpu, load_topology(topology, gpu), kind, nbytes, engine=engine, algorithm=algorithm)
+    topo = load_topology(topology, gpu)
+    folded = collective_folded(gpu, topo, kind, nbytes, engine=engine, algorithm=algorithm)   # GPU 0's share
+    graph = folded.graph if folded is not None else collective_graph(gpu, topo, kind, nbytes, engine=engine,
+                                                                     algorithm=algorithm)
     t = next((t for t in graph.transfers if t.engine == "sm" and t.drivers), None)
     if t is None:
         return "-", 0

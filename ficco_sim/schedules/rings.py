@@ -17,8 +17,8 @@ def ring_orders(topology) -> list[tuple[int, ...]]:
     behind a switch (every order crosses the same ports); on fully connected topologies,
     rings that together load every link alike, as NCCL/RCCL spread their channels' rings
     over all links: link-disjoint ones where they use every link (:func:`disjoint_rings`),
-    else, up to :data:`EVERY_RING_GPUS` GPUs, every ring (on 4 GPUs no three rings share
-    no link; NCCL runs all six orders there, each on 4 of its 24 channels:
+    else, up to :data:`EVERY_RING_GPUS` GPUs, every ring (on 4 GPUs no three rings are
+    link-disjoint; NCCL runs all six orders there, each on 4 of its 24 channels:
     ``validation/nccl-tests/h100x4fc_odissei_all_reduce.txt``); on any other topology (islands of fast
     links joined by slower ones, a node's own link graph) the ring whose busiest link is
     least loaded (:func:`widest_ring`): it runs through each island before crossing to the
