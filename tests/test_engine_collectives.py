@@ -128,7 +128,7 @@ def test_ring_on_fully_connected_uses_every_link(n, engine):
 
 @pytest.mark.parametrize("engine", ["sm", "dma"])
 def test_ring_on_four_fully_connected_gpus_runs_every_order(engine):
-    """No three rings of 4 GPUs share no link (Tillson), so a ring collective on fc:4 runs all
+    """No three rings of 4 GPUs are link-disjoint (Tillson), so a ring collective on fc:4 runs all
     six orders, as NCCL does there (each on 4 of its 24 channels, logged in
     validation/nccl-tests/h100x4fc_odissei_all_reduce.txt): every link carries two of the six
     ring shares, each step is alpha + 2 (s / 6) / b. The two link-disjoint rings alone would
