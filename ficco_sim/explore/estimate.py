@@ -95,9 +95,10 @@ def structure_on(scenario: Scenario, gpu: GpuProfile, topo: Topology) -> tuple:
     get templates of their own sizes."""
     from ..schedules.collectives import pick_algorithm, ring_orders
     structure = scenario.structure()
-    if topo.kind != "fc" or pick_algorithm("auto", scenario.spec.collective, topo.kind, gpus=scenario.gpus,
-                                           spec=gpu.comm_kernel, nbytes=scenario.comm_bytes_per_rank) != "ring" \
-            or len(ring_orders(topo)) < 2:
+    if topo.kind != "fc" or gpu.comm_kernel.fully_connected != "ring":
+        return structure
+    if pick_algorithm("auto", scenario.spec.collective, topo.kind, gpus=scenario.gpus, spec=gpu.comm_kernel,
+                      nbytes=scenario.comm_bytes_per_rank) != "ring" or len(ring_orders(topo)) < 2:
         return structure
     return (*structure, "rings", scenario.m, scenario.n, scenario.k)
 
