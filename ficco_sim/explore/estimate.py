@@ -31,6 +31,7 @@ from ..gemm_model import gemm_times
 from ..hardware import GpuProfile, load_gpu
 from ..metrics import NAMES, comm_only_graph, comm_only_key, schedule_metrics
 from ..schedules import Schedule, lower, parse_schedule
+from ..schedules.collectives import pick_algorithm, ring_orders
 from ..schedules.lowering import lower_share
 from ..topology import Topology, load_topology
 from ..workload import Scenario
@@ -93,7 +94,6 @@ def structure_on(scenario: Scenario, gpu: GpuProfile, topo: Topology) -> tuple:
     :func:`~ficco_sim.schedules.rings.ring_orders`), each rank's rows are split over them in
     whole rows, which scales with the sizes only where they divide evenly: such scenarios
     get templates of their own sizes."""
-    from ..schedules.collectives import pick_algorithm, ring_orders
     structure = scenario.structure()
     if topo.kind != "fc" or gpu.comm_kernel.fully_connected != "ring":
         return structure
