@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from ficco_sim.contention import PROFILE, comm_slowdown, compute_slowdown, covered_excess, slowed_time
 from ficco_sim.engine.closed_form import kernel_isolated_time
 from ficco_sim.engine.closed_form import CONTENTION_PASSES, DAMP
+from ficco_sim.engine.launch import launch_delays
 from ficco_sim.gemm_model import block_needs, blocks_beside, blocks_per_sm, gemm_times, hbm_traffic, plan_gemm, waves_time
 from ficco_sim.taskgraph import Kernel, TaskGraph, Transfer
 
@@ -236,6 +237,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
 
     prev, driven = _order(graph)
     task_order = {t.id: i for i, t in enumerate(graph.tasks)}
+    delay = launch_delays(graph.tasks, gpu)      # the engines' one rule: launches in issue order
 
     def one_pass(slow: dict[str, float], seen=None, hold=None, share=None, wait=None) -> dict[str, tuple[float, float]]:
         start, end = {}, {}
@@ -245,7 +247,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
                 t = graph.task(tid)
                 ready = max([finish(d) for d in t.deps] + ([finish(prev[tid])] if prev[tid] else []) + [0.0])
                 if isinstance(t, Kernel):
-                    start[tid] = ready + gpu.launch_of(t.kind) + (wait or {}).get(tid, 0.0)
+                    start[tid] = ready + delay[tid] + (wait or {}).get(tid, 0.0)
                     how = (hold or {}).get(tid)
                     if how is not None:
                         a = begin(how[0])

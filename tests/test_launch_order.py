@@ -64,3 +64,21 @@ def test_kernels_the_host_launched_at_one_instant_are_dispatched_in_launch_order
         pool.arrive(Waiting("comm", BlockShape(256, 32, 0), 2, 1, 1, issued=issued))
         placed = pool.settle([])
         assert placed[0][0].id == first and int(np.sum(placed[0][1])) == 2
+
+
+@pytest.mark.parametrize("engine", ["des", "analytical"])
+def test_a_collective_with_a_shorter_call_floor_does_not_overtake_a_gemm_issued_first(engine):
+    """RCCL's call floor (2 us on the AMD profiles) is below their kernel launch (6 us). Issued
+    after the GEMM, the collective still reaches the GPU after it: the host issues one launch
+    at a time and the GPU takes them in order (``engine.launch``). Without that, ``gf`` on an
+    AMD GPU was collective-first under another name (identical makespans)."""
+    from ficco_sim.hardware import load_gpu
+    gpu = load_gpu("mi250x")
+    assert gpu.launch_of("comm") < gpu.launch_overhead
+    sc = Scenario("ar-par-gemm", 8, 8192, 8192, 8192)
+    r = {s: simulate(sc, s, gpu, "fc:8", engine=engine) for s in ("par-sm", "par-sm-gf")}
+    first = {s: {x.id: x.start for x in r[s].timeline.records if x.gpu == 0} for s in r}
+    assert first["par-sm-gf"]["gemm0"] == pytest.approx(gpu.launch_overhead, rel=1e-9)
+    assert first["par-sm-gf"]["ar.rs.k0"] >= first["par-sm-gf"]["gemm0"]
+    assert first["par-sm"]["ar.rs.k0"] == pytest.approx(gpu.launch_of("comm"), rel=1e-9)   # issued first: its own
+    assert r["par-sm-gf"].makespan > 1.04 * r["par-sm"].makespan      # the GEMM holds the CUs wave after wave

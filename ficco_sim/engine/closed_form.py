@@ -70,6 +70,7 @@ from .closed_form_contention import slowdowns
 from .closed_form_overlap import (CommKernels, Groups, MemKernels, apply_comm_hold, apply_memory_hold, comm_release,
                                   gemm_waits, groups, link_coefs, memory_hold)
 from .dag_levels import csr, levels_of, longest_path_levels, padded_levels
+from .launch import launch_delays
 from .closed_form_tiles import residency, signal_share, sources, store_coef, store_seconds, with_signals
 from .closed_form_tables import (NO_TUNE, graph_comm_kernels, link_tables, memory_kernels, transfer_cost,
                                  tuned_terms)
@@ -108,9 +109,7 @@ class Template:
     comm_grid: np.ndarray
     xfer_nodes: np.ndarray
     xfer_begin: np.ndarray
-    launch: float
     comm_scale: tuple[str, str] = ("m", "k")
-    comm_launch: float = 0.0                    # the launch delay of communication kernels
     groups: Groups | None | str = "lazy"   # who shares SMs and links, for the contention pass
     tasks: np.ndarray | None = None             # (tasks, 2) begin and end node of each task, in graph order
     gemm_targets: np.ndarray | None = None      # GEMMs (transfers) whose slowdown the contention pass
@@ -186,20 +185,20 @@ def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology
     return out
 
 
-def task_rows(t, gpu: GpuProfile, topo: Topology, cost: tuple | None, rows: list, shapes: dict, alone: dict
-              ) -> tuple[int, int, int, int | None]:
+def task_rows(t, gpu: GpuProfile, topo: Topology, cost: tuple | None, rows: list, shapes: dict, alone: dict,
+              launch: dict) -> tuple[int, int, int, int | None]:
     """Append task ``t``'s nodes (see module docstring) to ``rows`` as (kind, GPU, const, coef,
     bytes, shape, dst); return its (ready, begin, end, armed) nodes (armed: a communication
     kernel's, where its transfers start; else None). ``cost``: a transfer's
     :func:`transfer_costs` entry; ``shapes``, ``alone``: GEMM shape indices and isolated
-    kernel times, shared by the whole template."""
+    kernel times, shared by the whole template; ``launch``: :func:`.launch.launch_delays`."""
     def node(kind: int, gpu_id: int, const: float = 0.0, coef: float = 0.0, nb: float = 0.0, shape: int = -1,
              dst: int = -1, tune: tuple = NO_TUNE) -> int:
         rows.append((kind, gpu_id, const, coef, nb, shape, dst, tune))
         return len(rows) - 1
 
     if isinstance(t, Kernel):
-        begin = node(CONST, t.gpu, gpu.launch_of(t.kind))
+        begin = node(CONST, t.gpu, launch[t.id])
         if t.kind == "gemm" and t.gemm is not None:
             coef, remote = store_coef(t, topo)      # fused epilogue stores: s and bytes per output element
             return begin, begin, node(GEMM, t.gpu, coef=coef, nb=remote,
@@ -237,6 +236,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
     driven: dict[str, list[str]] = {}
     signals: dict[str, tuple[int, ...]] = {}
     source: dict[int, int] = {}
+    launch = launch_delays(graph.tasks, gpu)
     for t in graph.tasks:
         key = graph.stream_of(t)
         prev[t.id] = last.get(key) if key else None
@@ -252,7 +252,8 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
                 source[i] = end[kid]
                 sig.append(i)
             signals[t.id] = tuple(sig)
-        ready[t.id], begin[t.id], end[t.id], arm = task_rows(t, gpu, topo, costs.get(t.id), rows, shapes, alone)
+        ready[t.id], begin[t.id], end[t.id], arm = task_rows(t, gpu, topo, costs.get(t.id), rows, shapes, alone,
+                                                                    launch)
         if arm is not None:
             armed[t.id] = arm
             driven[t.id] = []
@@ -293,8 +294,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
         gemm_shape=np.array(shape_ix, dtype=np.int64),
         shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=ix(begin, gemms),
         comm_nodes=comm_nodes, comm_begin=ix(begin, comms), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
-        xfer_begin=ix(begin, xfers), launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
-        comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
+        xfer_begin=ix(begin, xfers), comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"),
         tasks=np.array([(begin[t.id], end[t.id]) for t in graph.tasks], dtype=np.int64).reshape(-1, 2),
         **link_tables([costs[t.id][3] for t in xfers], [costs[t.id][2] for t in xfers], topo),
         mem=memory_kernels(mems, ix(end, mems), ix(begin, mems), gpu, gpu_of, gemm_nodes, level, ix(begin, gemms)),
@@ -489,8 +489,7 @@ def timeline_of(graph: TaskGraph, tpl: Template, vals: np.ndarray) -> Timeline:
         raise ValueError("the template was not compiled from this graph")
     for t, (b, e) in zip(graph.tasks, tpl.tasks.tolist()):
         if isinstance(t, Kernel):
-            launch = tpl.comm_launch if t.kind == "comm" else tpl.launch
-            records.append(TaskRecord(t.id, t.gpu, t.stream, t.kind, t.role, t.label, float(vals[b]) - launch,
+            records.append(TaskRecord(t.id, t.gpu, t.stream, t.kind, t.role, t.label, float(vals[b] - tpl.const[b]),
                                       float(vals[b]), float(vals[e]), grid=t.grid))
         else:
             stream = t.stream if t.engine == "dma" else "sm-transfers"

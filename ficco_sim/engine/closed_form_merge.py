@@ -46,8 +46,7 @@ def merge(tpls: Sequence[Template]) -> tuple[Template, np.ndarray]:
         ref_bytes=cat("ref_bytes"), tune=np.concatenate([t.tune for t in tpls]), gemm_shape=np.concatenate([r[t.gemm_shape] for r, t in zip(remap, tpls)]),
         shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=at("gemm_begin"),
         comm_nodes=comm_nodes, comm_begin=at("comm_begin"), comm_grid=comm_grid, xfer_nodes=xfer_nodes,
-        xfer_begin=at("xfer_begin"), launch=tpls[0].launch, comm_launch=tpls[0].comm_launch,
-        comm_scale=tpls[0].comm_scale,
+        xfer_begin=at("xfer_begin"), comm_scale=tpls[0].comm_scale,
         **merged_links(tpls), mem=merged_mem(tpls, offs), comm_kernels=merged_comm(tpls, offs),
         source=None if all(t.source is None for t in tpls) else np.concatenate(
             [np.full(t.num_nodes, -1, dtype=np.int64) if t.source is None else np.where(t.source >= 0, t.source + o, -1)

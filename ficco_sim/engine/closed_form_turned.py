@@ -32,6 +32,7 @@ from .closed_form_tables import NO_TUNE, comm_kernels, link_tables, memory_kerne
 from .closed_form_tiles import sources
 from .dag_levels import LazyLevels, longest_path_levels, padded_levels
 from .fold import Share
+from .launch import launch_delays
 
 
 def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scenario | None = None) -> Template:
@@ -48,6 +49,7 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
     begin, end, ready, armed = [0] * len(tasks), [0] * len(tasks), [0] * len(tasks), {}
     sig_nodes: dict[int, list[int]] = {}
     sig_of: list[tuple[int, int, int]] = []     # (SIG node, producer's GPU, producer's place)
+    launch = launch_delays(tasks, gpu)
     for j, t in enumerate(tasks):
         if t.signals:
             sig = []
@@ -58,7 +60,7 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
                 add((SIG, 0, topo.path_latency(h, 0) if h else 0.0, rows_share, 0.0,
                      shapes.setdefault(tasks[i].gemm, len(shapes)), -1, NO_TUNE))
             sig_nodes[j] = sig
-        ready[j], begin[j], end[j], arm = task_rows(t, gpu, topo, costs.get(j), rows, shapes, alone)
+        ready[j], begin[j], end[j], arm = task_rows(t, gpu, topo, costs.get(j), rows, shapes, alone, launch)
         if arm is not None:
             armed[j] = arm
     N0 = len(rows)
@@ -132,7 +134,6 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
         gemm_nodes=gemm_nodes, gemm_begin=gemm_begin, comm_nodes=comm_nodes, comm_begin=comm_begin,
         comm_grid=np.tile(np.array([tasks[j].grid for j in comms], dtype=float), n),
         xfer_nodes=node([end[j] for j in xfers]), xfer_begin=node([begin[j] for j in xfers]),
-        launch=gpu.launch_overhead, comm_launch=gpu.launch_of("comm"),
         comm_scale=scenario.spec.comm_scale if scenario is not None else ("m", "k"), tasks=None,
         places=np.array([begin, end], dtype=np.int64).T.reshape(-1, 2),
         **link_tables(paths, np.tile([costs[j][2] for j in xfers], n), topo, which.reshape(-1)),

@@ -1,7 +1,7 @@
 """The discrete-event simulator: task graph -> :class:`~ficco_sim.timeline.Timeline`.
 
 Built on simpy. Every stream is a simpy process that walks its tasks in order, waiting
-for their dependencies; kernels then pay the launch overhead and join their GPU's
+for their dependencies; kernels then pay their launch delay (:mod:`.launch`) and join their GPU's
 :class:`~ficco_sim.engine.dispatcher.SmPool`; copy commands queue on their DMA engine
 (a ``simpy.Resource`` of capacity one: FIFO), pay the per-command cost and the path
 latency, then move bytes. SM transfers start once their dependencies are done and both
@@ -52,6 +52,7 @@ from .dispatcher import SmPool, Waiting
 from .fluid import Activity, FluidPool
 from .fold import Folded, fold
 from .gcpause import paused_gc
+from .launch import launch_delays
 from .sm_transfers import SmTransfers
 from .tile_order import TileOrder
 
@@ -75,6 +76,7 @@ class Simulation(Wiring):
         env = self.env
         self.done: dict[str, simpy.Event] = {}     # kernels, copies, and SM transfers a stream task awaits
         self.started = {k.id: env.event() for k in graph.kernels}
+        self.launch = launch_delays(graph.tasks, gpu)     # per kernel: its turn to its blocks dispatchable
         self.pools = [SmPool(gpu.num_sms, gpu.sm, policy) for _ in range(graph.num_gpus)]
         self.waiting: list[list[Waiting]] = [[] for _ in range(graph.num_gpus)]
         self.engines = [[simpy.Resource(env, 1) for _ in range(gpu.dma.engines)] for _ in range(graph.num_gpus)]
@@ -88,9 +90,7 @@ class Simulation(Wiring):
         self.dirty: set[int] = set()
         self.settle_pending = False
         self.version = 0
-        self.last = 0.0
-        self.seq = 0
-        self.events = 0
+        self.last, self.seq, self.events = 0.0, 0, 0
         self.blocks_done: dict[str, int] = {}
         self.resident: dict[str, int] = {}
         self.comm_blocks = np.zeros(max(self.g.num_gpus, 1))   # resident communication blocks per GPU
@@ -187,7 +187,7 @@ class Simulation(Wiring):
                         yield env.timeout(0)    # a post that became ready at this instant goes first
                         held = thread.request(priority=(1, -priority))
                         yield held
-                launch = self.gpu.launch_of(t.kind)
+                launch = self.launch[t.id]
                 if launch:
                     yield env.timeout(launch)
                 self.pools[t.gpu].arrive(Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms,

@@ -75,7 +75,7 @@ def quotient(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = N
         dst_of=tpl.dst_of[rep], gemm_nodes=orbit[tpl.gemm_nodes], gemm_begin=orbit[tpl.gemm_begin],
         comm_nodes=orbit[tpl.comm_nodes], comm_begin=orbit[tpl.comm_begin], comm_grid=tpl.comm_grid,
         xfer_nodes=orbit[x_nodes], xfer_begin=orbit[tpl.xfer_begin],
-        launch=tpl.launch, comm_launch=tpl.comm_launch, comm_scale=tpl.comm_scale, gemm_targets=gemm_targets,
+        comm_scale=tpl.comm_scale, gemm_targets=gemm_targets,
         xfer_targets=xfer_targets, link_bw=tpl.link_bw, xfer_links=tpl.xfer_links, xfer_cap=tpl.xfer_cap,
         mem=_one_per_class(tpl.mem, rep, orbit, ("nodes", "begin"), shared=("blocks", "gpu_gemms")),
         comm_kernels=_one_per_class(tpl.comm_kernels, rep, orbit, ("begin",), shared=("gemm_priority", "gemm_order")),

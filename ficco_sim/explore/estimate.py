@@ -346,7 +346,7 @@ def template_metrics(tpl: Template, ev: dict, alone: Template, ev_alone: dict, n
                      t_none) -> dict[str, np.ndarray]:
     """:func:`~ficco_sim.metrics.schedule_metrics` of an evaluated template (``alone``: its
     communication-only template, for ``cil_comm``)."""
-    vals, L = ev["vals"], tpl.launch
+    vals, L = ev["vals"], tpl.const[tpl.gemm_begin]       # the GEMMs' launch delays
     return schedule_metrics(
         makespan=ev["makespan"], t_comp=t_comp, t_comm=t_comm, t_none=t_none, num_gpus=num_gpus,
         gemm_gpu=tpl.gpu_of[tpl.gemm_nodes], gemm_ready=vals[:, tpl.gemm_begin] - L,
