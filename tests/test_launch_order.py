@@ -82,3 +82,20 @@ def test_a_collective_with_a_shorter_call_floor_does_not_overtake_a_gemm_issued_
     assert first["par-sm-gf"]["ar.rs.k0"] >= first["par-sm-gf"]["gemm0"]
     assert first["par-sm"]["ar.rs.k0"] == pytest.approx(gpu.launch_of("comm"), rel=1e-9)   # issued first: its own
     assert r["par-sm-gf"].makespan > 1.04 * r["par-sm"].makespan      # the GEMM holds the CUs wave after wave
+
+
+def test_channels_placed_after_a_gemm_pay_their_own_handshake():
+    """8 x H100, a 2048^3 GEMM issued first: its 128 blocks (one per SM) leave 4 of 132 SMs,
+    so 4 of the NVLS all-reduce's channels start beside it and the rest when it ends. Each
+    pays NVLS's setup (25 us) from its own start: the late ones cannot use the GEMM's time
+    for theirs. Before (every channel armed with the first): 1.30x over no overlap, the whole
+    setup hidden under the GEMM with 4 channels resident."""
+    from ficco_sim.hardware import load_gpu
+    gpu = load_gpu("h100")
+    sc = Scenario("ar-par-gemm", 8, 2048, 2048, 2048)
+    none, gf = (simulate(sc, s, gpu, "switch:8") for s in ("none", "par-sm-gf"))
+    rec = {x.id: x for x in gf.timeline.records if x.gpu == 0}
+    comm = [x for x in gf.timeline.records if x.gpu == 0 and x.kind == "comm"][0]
+    assert comm.start < rec["gemm0"].end                         # some channels start beside the GEMM
+    assert gf.makespan > rec["gemm0"].end + gpu.comm_kernel.nvls_latency
+    assert 1.05 < none.makespan / gf.makespan < 1.15

@@ -240,3 +240,20 @@ def test_whatif_scales_host_copies_by_the_host_link(traces):
     base, var = w.baseline.graph, w.variant.graph
     for o in host:
         assert var.kernel(o.id).block_time == pytest.approx(base.kernel(o.id).block_time * 16 / 64)
+
+
+def test_mi300x_rccl_trace_with_copies_of_no_recorded_size():
+    """AMD TraceLens' MI300X DDP trace (rank 0 of 8, RCCL 2.22.3 ``ncclDevKernel_Generic``):
+    184 device copies carry their size nowhere (neither on the copy nor on a runtime call)
+    and are kept at their measured times instead of refusing the trace; every RCCL kernel
+    launched inside the recording gets its kind from the ``nccl:*`` operator (5 were launched
+    before it began: no launch, no kind, kept as measured); an exact replay is within 1%."""
+    t = load_trace([REAL / "tracelens_mi300x_resnet_ddp_rank0.json.gz"])
+    unsized = [o for o in t.ops if o.category == "copy" and o.nbytes < 0]
+    assert len(unsized) == 184 and any("184 device copies" in n for n in t.notes)
+    comm = [o for o in t.ops if o.category == "comm"]
+    assert len(comm) == 17 and all(o.name.startswith("ncclDevKernel_Generic") for o in comm)
+    launched = [o for o in comm if o.launch is not None]
+    assert len(launched) == 12 and all(o.collective in ("all-reduce", "broadcast") and o.nbytes > 0 for o in launched)
+    r = replay(t, "mi300x", footprints=False)
+    assert abs(r.error) <= 0.01

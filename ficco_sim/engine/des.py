@@ -5,7 +5,9 @@ for their dependencies; kernels then pay their launch delay (:mod:`.launch`) and
 :class:`~ficco_sim.engine.dispatcher.SmPool`; copy commands queue on their DMA engine
 (a ``simpy.Resource`` of capacity one: FIFO), pay the per-command cost and the path
 latency, then move bytes. SM transfers start once their dependencies are done and both
-driver kernels have a resident block, after the path latency. A task with tile
+driver kernels have a resident block, after the path latency; a communication kernel's
+channels drive bytes once their handshake is over, and blocks placed later (as a GEMM frees
+SMs) pay their own. A task with tile
 signals also waits for the producer GEMM's blocks covering those rows (blocks are
 dispatched in index order, so done blocks form a prefix) and the flag's path latency;
 a fused GEMM's blocks with epilogue stores hold their SMs until their tiles have crossed
@@ -47,6 +49,7 @@ from ..hardware import GpuProfile, load_gpu
 from ..taskgraph import Kernel, TaskGraph, Transfer
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
+from .des_host import post, post_all
 from .des_wiring import Wiring
 from .dispatcher import SmPool, Waiting
 from .fluid import Activity, FluidPool
@@ -95,6 +98,7 @@ class Simulation(Wiring):
         self.resident: dict[str, int] = {}
         self.comm_blocks = np.zeros(max(self.g.num_gpus, 1))   # resident communication blocks per GPU
         self.cohorts: dict[str, list[np.ndarray]] = {}
+        self.armed: dict[str, int] = {}     # a communication kernel's channels past their handshake
         self.finished_comm: set[str] = set()
         self.tiled: dict[str, TileOrder] = {}        # GEMMs whose block order matters (signals, stores)
         self.signal_events: dict[str, list] = {}      # task -> its tile-signal events
@@ -182,7 +186,7 @@ class Simulation(Wiring):
                 if thread is not None:      # the rank's issuing thread: posts first, then compute ops one at a time
                     if t.kind == "comm":
                         if t.id in self.posts:      # posted one by one; each moves once both ends posted it
-                            env.process(self._post_all(thread, self.posts[t.id]))
+                            env.process(post_all(env, thread, self.posts[t.id], self.sm.release))
                     else:
                         yield env.timeout(0)    # a post that became ready at this instant goes first
                         held = thread.request(priority=(1, -priority))
@@ -202,7 +206,7 @@ class Simulation(Wiring):
                 if thread is not None and t.src != t.dst:     # a message: both its ends' threads post it
                     cost = self.gpu.host.post_cost(t.nbytes)
                     peer = t.dst if t.gpu == t.src else t.src
-                    yield simpy.AllOf(env, [env.process(self._post(self.threads[g], cost)) for g in (t.gpu, peer)])
+                    yield simpy.AllOf(env, [env.process(post(env, self.threads[g], cost)) for g in (t.gpu, peer)])
                 engine = self.engines[t.gpu][t.dma_engine % len(self.engines[t.gpu])]
                 with engine.request() as req:
                     yield req
@@ -214,23 +218,6 @@ class Simulation(Wiring):
                     self._start_transfer(t)
                     yield self.done[t.id]
                     self._count(f"gpu{t.gpu}.dma_busy", -1)
-
-    def _post(self, thread, seconds: float):
-        """Post a message on a rank's issuing thread: once no compute op holds it, ``seconds``."""
-        with thread.request(priority=(0, 0)) as req:
-            yield req
-            if seconds:
-                yield self.env.timeout(seconds)
-
-    def _post_all(self, thread, posts: list[tuple[int, float]]):
-        """A communication kernel's SM transfers posted on its rank's thread in order, each
-        released to move (once its other end has posted it too) as its post ends."""
-        with thread.request(priority=(0, 0)) as req:
-            yield req
-            for j, seconds in posts:
-                if seconds:
-                    yield self.env.timeout(seconds)
-                self.sm.release(np.array([j], dtype=np.int64))
 
     # -- fluid activities ------------------------------------------------------------------
     def _start_transfer(self, t: Transfer) -> None:
@@ -279,9 +266,11 @@ class Simulation(Wiring):
         if k.kind == "comm":
             self.comm_blocks[gpu] += n
             self.cohorts[k.id].append(counts)
-            bw = self.resident[k.id] * self.gpu.comm_kernel.channel_bandwidth
-            self.fluid.set_capacity(f"send:{k.id}", bw)
-            self.fluid.set_capacity(f"recv:{k.id}", bw)
+            late = rec.start < self.env.now and self.gpu.handshake_of(k.kind) + k.setup
+            if late:    # a later cohort's channels drive bytes once their own handshake is over
+                self.env.timeout(late).callbacks.append(lambda _e, kid=k.id, m=n: self._arm(kid, m, True))
+            else:
+                self._arm(k.id, n)
             if not self.sm.open_of(k.id):
                 self._finish_comm(k.id)
             else:
@@ -334,6 +323,17 @@ class Simulation(Wiring):
             self._add_activity(Activity(f"{k.id}@{self.seq}->{dst}", blocks * order.block_bytes, usage, cap=cap, gpu=at,
                                         kind="transfer", ends=(k.gpu, at), on_done=landed))
             self.seq += 1
+
+    def _arm(self, kid: str, n: int, later: bool = False) -> None:
+        """``n`` more channels of communication kernel ``kid`` drive its bytes."""
+        if kid not in self.finished_comm:
+            if later:
+                self._advance()
+            self.armed[kid] = self.armed.get(kid, 0) + n
+            for end in ("send", "recv"):
+                self.fluid.set_capacity(f"{end}:{kid}", self.armed[kid] * self.gpu.comm_kernel.channel_bandwidth)
+            if later:
+                self._request_settle()
 
     def _cohort_done(self, k: Kernel, counts: np.ndarray, first: int = 0) -> None:
         n = int(counts.sum())

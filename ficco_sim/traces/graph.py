@@ -275,11 +275,12 @@ class _Lowering:
 
     def copy(self, op: TraceOp, deps: list[str], engine: str | None) -> None:
         stream = self.stream(op.rank, op.stream)
-        if op.direction in ("HtoD", "DtoH", "HtoH") or not self.footprints:
+        if op.direction in ("HtoD", "DtoH", "HtoH") or not self.footprints or op.nbytes < 0:
             # The host link is not in the topology: a host copy keeps its measured time (scaled by
             # the host links' ratio in a what-if on another GPU), as a
             # one-thread block that holds (almost) nothing on the GPU. So does every copy of an
-            # exact replay (``footprints=False``: measured times throughout).
+            # exact replay (``footprints=False``: measured times throughout), and a copy whose size
+            # the trace does not record (``nbytes`` -1).
             host = op.direction in ("HtoD", "DtoH", "HtoH")
             k = Kernel(id=op.id, gpu=op.rank, stream=stream, kind="memory", grid=1, block=IDLE_BLOCK,
                        block_time=op.dur * (self.scale.get("host-copy", 1.0) if host else 1.0),

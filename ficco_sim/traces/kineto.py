@@ -150,6 +150,9 @@ def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = No
                             if stats["corrected"] else "")
                          + (f"; {stats['unresolved']} waits or synchronisations name no stream that could be "
                             "told, and order nothing" if stats["unresolved"] else ""))
+        if stats.get("unsized"):
+            notes.append(f"{stats['unsized']} device copies whose size the trace records nowhere (neither on the "
+                         "copy nor on a runtime call) kept with their measured times")
         if stats.get("host_copies"):
             notes.append(f"{stats['host_copies']} host copies (HtoD/DtoH) kept with their measured times "
                          "(a what-if on another GPU scales them by the host links' bandwidth)")
@@ -217,7 +220,7 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) ->
     ops: list[TraceOp] = []
     unnamed: set[str] = set()     # comm kernels whose kind comes from their name only
     missing_bytes: dict[str, int] = {}   # memcpy op id -> event index, bytes not on the GPU event
-    host_copies = 0
+    host_copies = unsized = 0
     for i, e in enumerate(f.events):
         ph, cat, args = e.get("ph"), e.get("cat"), e.get("args") or {}
         if ph in ("s", "f", "t") and cat != "ac2g":
@@ -318,9 +321,8 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) ->
         o.launch = c.ts if c is not None else None
         if c is not None:
             _from_launch(o, c)
-        if o.id in missing_bytes and o.nbytes < 0:
-            raise InputError(f.where, f"traceEvents[{missing_bytes[o.id]}].args.bytes",
-                             f"missing in memcpy {o.name[:60]!r} and on its runtime call")
+        if o.id in missing_bytes and o.nbytes < 0:     # no size anywhere (ROCm records some copies so)
+            unsized += 1
         if o.category == "comm" and c is not None and (o.id in unnamed or not o.nbytes):
             host.describe_comm(o, c.tid, c.ts, rename=o.id in unnamed)
         elif o.kind == "gemm" and not o.shapes and c is not None:
@@ -329,6 +331,7 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) ->
     for key in ("waits", "syncs", "entries", "corrected", "unresolved"):
         stats[key] = stats.get(key, 0) + getattr(links, key)
     stats["host_copies"] = stats.get("host_copies", 0) + host_copies
+    stats["unsized"] = stats.get("unsized", 0) + unsized
     _flow_deps(ops, flows, f, device_to_gpu, fi)
     return ops
 

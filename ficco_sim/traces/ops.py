@@ -142,7 +142,7 @@ class TraceOp:
     grid: int = 0                 # 0: not known
     block: BlockShape | None = None
     collective: str = ""          # comm: all-gather | reduce-scatter | ...
-    nbytes: float = 0.0           # comm: bytes per rank (input); copy: bytes moved
+    nbytes: float = 0.0           # comm: bytes per rank (input); copy: bytes moved (-1: not recorded)
     group: tuple[int, ...] = ()   # comm: ranks of the process group
     seq: int | None = None        # comm: sequence number in its group
     direction: str = ""           # copy: PtoP | DtoD | HtoD | DtoH

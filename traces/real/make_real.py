@@ -1,9 +1,10 @@
 """Copy the small real traces shipped in ``traces/real/`` out of their public repositories.
 
-Run from the repository root with the two repositories checked out (any clone; the
+Run from the repository root with the three repositories checked out (any clone; the
 commits below are the ones the shipped files came from):
 
-    python traces/real/make_real.py --hta PATH/TO/HolisticTraceAnalysis --param PATH/TO/param
+    python traces/real/make_real.py --hta PATH/TO/HolisticTraceAnalysis --param PATH/TO/param \
+        --tracelens PATH/TO/TraceLens
 
 Each file is read from git at the pinned commit, its events are kept as recorded except
 ``python_function`` events (Python call stacks, unused by ficco-sim and most of the bytes),
@@ -24,7 +25,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 HTA_COMMIT = "f4d0062c382f42bd8a74838bcdad1916c7d5d2da"
 PARAM_COMMIT = "37f542b3424716e67aedae3627364ba1ffe71372^"   # the last commit with the DLRM traces at this path
+TRACELENS_COMMIT = "72fdba4e826d44a00e96ce3febe0e34b898a437a"
 HTA = "https://github.com/facebookresearch/HolisticTraceAnalysis"
+TRACELENS = "https://github.com/AMD-AGI/TraceLens"
 PARAM = "https://github.com/facebookresearch/param"
 
 # shipped name -> (repository, path in it)
@@ -38,6 +41,7 @@ HTA_FILES = {
     "hta_mi250_rocm62.json.gz": "tests/data/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
 }
 PARAM_TAR = "et_replay/tests/inputs/dlrm_kineto.tar.gz"
+TRACELENS_FILES = {"tracelens_mi300x_resnet_ddp_rank0.json.gz": "tests/traces/mi300/resnet_act_checkpoint.json.gz"}
 
 
 def git_show(repo: Path, commit: str, path: str) -> bytes:
@@ -57,7 +61,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hta", type=Path, required=True, help="a git clone of facebookresearch/HolisticTraceAnalysis")
     ap.add_argument("--param", type=Path, required=True, help="a git clone of facebookresearch/param")
+    ap.add_argument("--tracelens", type=Path, required=True, help="a git clone of AMD-AGI/TraceLens")
     args = ap.parse_args()
+    for name, path in TRACELENS_FILES.items():
+        raw = git_show(args.tracelens, TRACELENS_COMMIT, path)
+        write(json.loads(gzip.decompress(raw)), name, f"{TRACELENS}/blob/{TRACELENS_COMMIT}/{path} (MIT License)")
     for name, path in HTA_FILES.items():
         raw = git_show(args.hta, HTA_COMMIT, path)
         write(json.loads(gzip.decompress(raw)), name, f"{HTA}/blob/{HTA_COMMIT}/{path} (MIT License)")
