@@ -179,7 +179,8 @@ def fit_host(rows: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     * ``latency`` (s) and ``stream_bandwidth`` (B/s): :func:`.fit_links.fit_alpha_beta` (the
       project's one alpha-beta fit) of the one-way ``p2p`` rows;
     * ``core_s_per_byte``: the slope of the ``exchange`` rows, ``ranks x bytes`` moved by
-      the host's ``cores`` at once, i.e. ``slope x cores / ranks``;
+      the host's ``cores`` at once, i.e. ``slope x cores / ranks`` (where noise leaves no
+      positive slope, the largest row's time per byte, latency included);
     * ``op_s``: one tiny operation of the replay loop;
     * ``post_s`` and ``post_s_per_byte``: the same alpha-beta fit of the ``post`` rows, per
       message (0 and 0 from a benchmark without such rows);
@@ -201,7 +202,9 @@ def fit_host(rows: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     ye = np.array([r["time_s"] for r in ex], float)
     big = xe >= max(xe) / 64           # the bandwidth regime
     slope = float(np.sum((ye[big] - lat) * xe[big]) / np.sum(xe[big] ** 2))
-    core_s = max(0.0, slope) * cores / pairs
+    if slope <= 0:     # no believable slope (the p2p latency above these rows: noise): the largest's own rate
+        slope = float(ye[xe.argmax()] / xe.max())
+    core_s = slope * cores / pairs
     op = kind("op")[0]
     cp = kind("copy")[0]
     # no believable slope (a host too noisy to tell): the largest message's rate, latency included
