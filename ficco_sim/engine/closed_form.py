@@ -253,7 +253,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
                 sig.append(i)
             signals[t.id] = tuple(sig)
         ready[t.id], begin[t.id], end[t.id], arm = task_rows(t, gpu, topo, costs.get(t.id), rows, shapes, alone,
-                                                                    launch)
+                                                             launch)
         if arm is not None:
             armed[t.id] = arm
             driven[t.id] = []
