@@ -127,7 +127,7 @@ def enumerate_space(scenario: Scenario, gpu: GpuProfile | str, topology: Topolog
         cands = _heuristic_candidates(scenario)
     else:
         cands = _candidates(scenario, gpu)
-    shaping = smem_sizes(scenario, gpu)
+    shaping = smem_sizes(scenario, gpu) if any(s.smem for s in cands) else []     # (only shaped points ask)
     out, seen = [], set()
     for s in cands:
         if s.name in seen:
