@@ -1,20 +1,18 @@
 """The discrete-event simulator: task graph -> :class:`~ficco_sim.timeline.Timeline`.
 
-Built on simpy. Every stream is a simpy process that walks its tasks in order, waiting
-for their dependencies; kernels then pay their launch delay (:mod:`.launch`) and join their GPU's
-:class:`~ficco_sim.engine.dispatcher.SmPool`; copy commands queue on their DMA engine
-(a ``simpy.Resource`` of capacity one: FIFO), pay the per-command cost and the path
-latency, then move bytes. SM transfers start once their dependencies are done and both
-driver kernels have a resident block, after the path latency; a communication kernel's
-channels drive bytes once their handshake is over, and blocks placed later (as a GEMM frees
-SMs) pay their own. A task with tile
-signals also waits for the producer GEMM's blocks covering those rows (blocks are
-dispatched in index order, so done blocks form a prefix) and the flag's path latency;
-a fused GEMM's blocks with epilogue stores hold their SMs until their tiles have crossed
-the links to their peers, each block moving at most ``gemm.peer_rate``. On a host device
-(the CPU replay, :class:`~ficco_sim.hardware.HostSpec`) a rank's compute ops and its message
-posts take turns on its one issuing thread, and compute and messages share the rank's cores
-evenly.
+Built on simpy. Every stream is a simpy process that walks its tasks in order, waiting for
+their dependencies; kernels then pay their launch delay (:mod:`.launch`) and join their GPU's
+:class:`~ficco_sim.engine.dispatcher.SmPool`; copy commands queue on their DMA engine (a
+``simpy.Resource`` of capacity one: FIFO), pay the per-command cost and the path latency, then
+move bytes. SM transfers start once their dependencies are done and both driver kernels have a
+resident block, after the path latency; a communication kernel's channels drive bytes once
+their handshake is over, and blocks placed later (as a GEMM frees SMs) pay their own. A task
+with tile signals also waits for the producer GEMM's blocks covering those rows (blocks are
+dispatched in index order, so done blocks form a prefix) and the flag's path latency; a fused
+GEMM's blocks with epilogue stores hold their SMs until their tiles have crossed the links to
+their peers, each block moving at most ``gemm.peer_rate``. On a host device (the CPU replay,
+:class:`~ficco_sim.hardware.HostSpec`) a rank's compute ops and its message posts take turns
+on its one issuing thread, and compute and messages share the rank's cores evenly.
 
 Whatever moves (waves of compute blocks, transfers) is a fluid
 :class:`~ficco_sim.engine.fluid.Activity` sharing links, HBM, copy engines and the
