@@ -219,7 +219,7 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) ->
     flows: list[dict] = []
     ops: list[TraceOp] = []
     unnamed: set[str] = set()     # comm kernels whose kind comes from their name only
-    missing_bytes: dict[str, int] = {}   # memcpy op id -> event index, bytes not on the GPU event
+    missing_bytes: set[str] = set()      # memcpy ops whose bytes are not on the GPU event
     host_copies = unsized = 0
     for i, e in enumerate(f.events):
         ph, cat, args = e.get("ph"), e.get("cat"), e.get("args") or {}
@@ -290,7 +290,7 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) ->
             nbytes = args.get("bytes")
             if nbytes is None:
                 op.nbytes = -1.0           # roctracer: the size is on the runtime call (resolved below)
-                missing_bytes[op.id] = i
+                missing_bytes.add(op.id)
             elif not isinstance(nbytes, (int, float)) or isinstance(nbytes, bool) or nbytes < 0:
                 raise InputError(f.where, f"traceEvents[{i}].args.bytes", f"must be a non-negative number in "
                                  f"memcpy {name[:60]!r}, got {nbytes!r}")
