@@ -6,6 +6,7 @@ NVLink SM-driven traffic reaches) across sources, and report the error of every 
 
     python benchmarks/collective_error.py                  # error table with the shipped profiles
     python benchmarks/collective_error.py --fit            # refit: NVIDIA sources held out one at a time
+    python benchmarks/collective_error.py --older          # the runs of an older NCCL (OLDER_NCCL), on their own
 
 NCCL's source fixes the rest (protocol payload shares, the channel rule, which size its tuner
 sees: the version of NCCL a run used decides it, the NVLS latency of its tuner). A fit on
@@ -58,8 +59,18 @@ HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
         f"https://github.com/odissei-benchmarks/nccl-tests/blob/6df4cb51b780659db72884d2174ae69244d45da0/runs/"
         f"1node/{c + ('' if c == 'all_reduce' else '_perf')}.log", "H100-NVLink-mesh", "fc", None)
        for c in ("all_gather", "reduce_scatter", "all_reduce")}}
+# raw runs of an NCCL older than the one the model describes, scored on their own (--older), never pooled with
+# the above: before NCCL 2.9 one process driving several GPUs launched all their kernels with one cooperative
+# multi-device launch (launch mode GROUP, src/init.cc of 2.7-2.8), where the model's host issues them one by one
+# (comm_kernel.issue, NCCL 2.9+'s PARALLEL default); its p2p path (all-to-all) is older too.
+# 2-8 of the 8 A100-SXM4-80GB of one CoreWeave HGX node (NVSwitch), 2023-06: all-gather and all-reduce one thread
+# for every GPU (-g N), all-to-all one thread per GPU (-t N); rows tagged "[STAT]:" by the fork; NCCL 2.7.3 (the
+# same folder's debug run on the same host prints it), a tuner sizing by one rank's share (BSD-3-Clause)
+OLDER_NCCL = {f"a100x{n}_coreweave_{c}.txt": (
+    f"https://github.com/abhivijay96/nccl-tests/blob/5eae14c1efc6a5a36f9d9669b67f29d1d8a9d8a5/exps/cw/{c}_{n}.txt",
+    "A100-SXM4-80GB", "switch", "rank") for c in ("all_gather", "all_reduce", "alltoall") for n in range(2, 9)}
 SYSTEMS = {"H100-SXM-80GB": ("h100", "switch"), "H100-NVLink-mesh": ("h100", "fc"), "A100-SXM4-40GB": ("a100", "switch"),
-           "MI300X": ("mi300x", "fc")}
+           "A100-SXM4-80GB": ("a100", "switch"), "MI300X": ("mi300x", "fc")}
 VENDOR = {"h100": "nccl", "a100": "nccl", "mi300x": "rccl"}
 
 
@@ -88,11 +99,11 @@ def load(path: Path = DATA) -> pd.DataFrame:
     return pd.concat([tidy(part, *SYSTEMS[g]) for g, part in d.groupby("gpu", sort=False)], ignore_index=True)
 
 
-def held_out() -> pd.DataFrame:
-    """The raw runs of :data:`HELD_OUT`, read as ``calibrate --from`` reads them: rows for
-    scoring only (never fitted on)."""
+def held_out(sources: dict = HELD_OUT) -> pd.DataFrame:
+    """The raw runs of ``sources`` (:data:`HELD_OUT`; or :data:`OLDER_NCCL`), read as
+    ``calibrate --from`` reads them: rows for scoring only (never fitted on)."""
     parts = []
-    for name, (url, gpu, kind, tuner) in HELD_OUT.items():
+    for name, (url, gpu, kind, tuner) in sources.items():
         raw = read_nccl_tests(RAW / name).assign(source_url=url, gpu=gpu, algo="auto")
         rows = tidy(raw, SYSTEMS[gpu][0], kind)
         if tuner is not None:
@@ -114,11 +125,35 @@ def nvls_holdout(rows: pd.DataFrame) -> None:
     print(test.groupby("algorithm")["err"].agg(median_abs=lambda x: x.abs().median(), rows="size").to_string())
 
 
+def older(out: Path) -> None:
+    """:data:`OLDER_NCCL` scored with the shipped profiles, per source and collective (not
+    pooled with the held-out sources of the NCCL the model describes)."""
+    rows = held_out(OLDER_NCCL)
+    rows["predicted_s"] = predict(rows, {g: load_gpu(g) for g in rows["gpu_profile"].unique()}, sim="des")
+    rows = rows[rows["predicted_s"].notna()].copy()
+    rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
+    print("an NCCL older than the model's (NCCL 2.7.3), never fitted on, scored on its own:")
+    print(summary(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    from ficco_sim.files import atomic_path
+    cols = ["source_url", "gpu", "gpus", "collective", "size_bytes", "gpus_per_thread", "measured_s", "predicted_s",
+            "error"]
+    with atomic_path(out) as tmp:
+        tmp.write_text(f"# benchmarks/collective_error.py --older; {datetime.datetime.now().isoformat(timespec='seconds')}; "
+                       f"host {platform.node()}; predictions by the DES with the shipped profiles; not in the error "
+                       "table (an NCCL older than the model's)\n" + rows[cols].to_csv(index=False))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fit", action="store_true", help="refit the mechanisms and print the held-out errors")
     ap.add_argument("--out", default="validation/public/nccl_tests.csv")
+    ap.add_argument("--older", action="store_true", help="score the runs of an NCCL older than the model's "
+                    "(OLDER_NCCL) on their own, into validation/public/nccl_tests_older.csv")
     args = ap.parse_args()
+    if args.older:
+        older(RAW.parent.parent / "validation" / "public" / "nccl_tests_older.csv")
+        return
     rows = load()
     if args.fit:
         big = rows[rows["size_bytes"] >= FIT_FROM]

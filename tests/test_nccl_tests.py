@@ -81,6 +81,21 @@ def test_an_old_alltoall_row_split_by_a_log_line_reads_whole():
     assert parse(text, "alltoall.txt").equals(read(SUPERBENCH["alltoall"]).assign(source="alltoall.txt (run 1)"))
 
 
+
+@pytest.mark.parametrize("coll", ["all_gather", "all_reduce", "alltoall"])
+def test_a_forks_tagged_rows_read_as_printed(coll):
+    """abhivijay96/nccl-tests' CoreWeave runs: every row tagged ``[STAT]:`` (often with no
+    space before a long size), ``[SETTING]:`` / ``[INIT]:`` lines between the header and the
+    table; all-to-all one thread per GPU, the others one thread for all."""
+    for n in range(2, 9):
+        f = DIR / f"a100x{n}_coreweave_{coll}.txt"
+        d = read(f)
+        tagged = [line for line in f.read_text().splitlines() if line.startswith("[STAT]:")]
+        assert looks_like(f) and len(d) == sum(1 for line in tagged if int(line[7:].split()[0]) > 0)
+        assert set(d["gpus"]) == {n} and set(d["device"]) == {"NVIDIA A100-SXM4-80GB"}
+        assert set(d["gpus_per_thread"]) == ({1} if coll == "alltoall" else {n})
+        assert d["size_bytes"].is_monotonic_increasing and (d["time_us_oop"] > 0).all()
+
 HEAD = """# nThread 1 nGpus 2 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20
 #  Rank  0 Group  0 Pid 1 on h device  0 [0x1] NVIDIA H100 80GB HBM3
 #  Rank  1 Group  0 Pid 1 on h device  1 [0x2] NVIDIA H100 80GB HBM3

@@ -10,7 +10,9 @@ header line (``size count type redop root time algbw busbw #wrong ...``; ``root`
 in older versions), and the table ends at ``# Out of bounds`` / ``# Avg bus bandwidth``. NCCL's own logging (``NCCL_DEBUG=INFO``) interleaves lines and even
 starts them in the middle of a row (``... sum -1host:12:12 [0] NCCL INFO ...``): a log message
 is cut off from the text before it (the hosts are named in the ``#  Rank`` lines), and the
-table's numbers are read as one stream, a row every ``len(columns)`` values.
+table's numbers are read as one stream, a row every ``len(columns)`` values. An instrumented
+fork's tagged lines (``[STAT]:`` before each row, ``[INIT]:`` / ``[SETTING]:`` lines of its own)
+are read as rows and skipped as logging.
 
 Columns, as in ``../shared/measurements/nccl-tests/``: ``collective`` (``all_reduce``, ...),
 ``gpus``, ``hosts`` (machines the ranks ran on), ``size_bytes`` (nccl-tests' ``size``: the total array for all-gather and
@@ -54,6 +56,8 @@ _RANK = re.compile(r"#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?.*?\bon\s+(\S+)\s+devic
 _LOG = ("NCCL INFO", "NCCL WARN", "RCCL INFO", "RCCL WARN")
 _END = ("# Out of bounds", "# Avg bus bandwidth", "# Errors with asterisks", "# Collective test concluded")
 _COMMAND = re.compile(r"\b([a-z_]+?)_perf\b")
+# an instrumented fork's tagged lines: "[STAT]:  96  3  float ..." is a table row, "[INIT]: ..." its own log
+_TAGGED = re.compile(r"\s*\[([A-Z_]+)\]:\s*")
 
 
 def looks_like(path: str | Path) -> bool:
@@ -153,6 +157,9 @@ def _run(lines: list[str], pre: list[str], where: str, number: int, version: str
         if any(x in line for x in _LOG):
             cut = [line.find(f"{h}:") for h in hosts if f"{h}:" in line]
             line = line[:min(cut)] if cut else ""
+        tag = _TAGGED.match(line)
+        if tag:
+            line = line[tag.end():] if tag.group(1) == "STAT" else ""
         if line.lstrip().startswith("#") or not line.strip():
             continue
         tokens += line.split()
