@@ -1,8 +1,9 @@
 """Do two versions of the discrete-event engine give the same answers? Runs the same ~1,000
 task graphs (every valid schedule point, one in three, of every scenario kind at two
 shapes on 8 x H100 switch, 8 x MI300X fc and 4 x A100 ring; the presets; the three
-dispatch policies; every collective at 2-16 GPUs on ring, fc and switch, SM and copy
-engines; the CPU host profile's cases) under this checkout and under another git revision,
+dispatch policies; independent pairs in both launch orders; every collective at 2-16 GPUs
+on ring, fc and switch, SM and copy engines; the CPU host profile's cases) under this
+checkout and under another git revision,
 and compares every task's ready / start / end / peak residency and every counter series.
 
     python benchmarks/des_agreement.py --base HEAD~3          # this tree against HEAD~3
@@ -65,6 +66,11 @@ def dump(out: str) -> None:
         for s in ("ficco-a2a-sm", "ficco-a2a-dma", "none"):
             run(("policy", policy, s), lower(Scenario("ag-gemm", 8, 8192, 8192, 8192), s, gpu, topo), gpu, topo,
                 policy)
+    for gname, tname in [("h100", "switch:8"), ("mi300x", "fc:8"), ("mi250x", "fc:8")]:
+        g, t = load_gpu(gname), load_topology(tname, load_gpu(gname))
+        for m in (2048, 8192):       # independent pairs in both launch orders (a GEMM's 2048^3 leaves SMs free)
+            for s in ("par-sm", "par-sm-gf", "par-sm-hi-gf"):
+                run(("order", gname, m, s), lower(Scenario("ar-par-gemm", 8, m, m, m), s, g, t), g, t)
     for kind in ("ring", "fc", "switch"):
         for n in (2, 8, 16):
             topo = load_topology(f"{kind}:{n}", gpu)
