@@ -62,8 +62,8 @@ HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
 # raw runs of an NCCL older than the one the model describes, scored on their own (--older), never pooled with
 # the above: before NCCL 2.9 one process driving several GPUs launched all their kernels together (launch mode
 # GROUP, src/init.cc of 2.7-2.8: one cooperative multi-device launch where the GPUs allow it, src/enqueue.cc),
-# where the model's host issues them one by one
-# (comm_kernel.issue, NCCL 2.9+'s PARALLEL default); its p2p path (all-to-all) is older too.
+# where the model's host issues them one by one (comm_kernel.issue, NCCL 2.9+'s PARALLEL default); its p2p path
+# (all-to-all) is older too.
 # 2-8 of the 8 A100-SXM4-80GB of one CoreWeave HGX node (NVSwitch), 2023-06: all-gather and all-reduce one thread
 # for every GPU (-g N), all-to-all one thread per GPU (-t N); rows tagged "[STAT]:" by the fork; NCCL 2.7.3 (the
 # same folder's debug run on the same host prints it), a tuner sizing by one rank's share (BSD-3-Clause)
