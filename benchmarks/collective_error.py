@@ -126,13 +126,22 @@ def nvls_holdout(rows: pd.DataFrame) -> None:
     print(test.groupby("algorithm")["err"].agg(median_abs=lambda x: x.abs().median(), rows="size").to_string())
 
 
+def scored(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with the DES's prediction (shipped profiles) and its relative ``error``; rows the
+    simulator refuses (fewer bytes than one element per piece) are left out, and said."""
+    rows = rows.assign(predicted_s=predict(rows, {g: load_gpu(g) for g in rows["gpu_profile"].unique()}, sim="des"))
+    refused = rows["predicted_s"].isna()
+    if refused.any():
+        print(f"{int(refused.sum())} rows left out: fewer bytes than one element per piece (the simulator refuses them)")
+    rows = rows[~refused].copy()
+    rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
+    return rows
+
+
 def older(out: Path) -> None:
     """:data:`OLDER_NCCL` scored with the shipped profiles, per source and collective (not
     pooled with the held-out sources of the NCCL the model describes)."""
-    rows = held_out(OLDER_NCCL)
-    rows["predicted_s"] = predict(rows, {g: load_gpu(g) for g in rows["gpu_profile"].unique()}, sim="des")
-    rows = rows[rows["predicted_s"].notna()].copy()
-    rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
+    rows = scored(held_out(OLDER_NCCL))
     print("an NCCL older than the model's (NCCL 2.7.3), never fitted on, scored on its own:")
     print(summary(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     from ficco_sim.files import atomic_path
@@ -181,14 +190,8 @@ def main() -> None:
                 print("  held out (never fitted on):")
                 print(summary(test).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         return
-    rows = pd.concat([rows, held_out()], ignore_index=True)
+    rows = scored(pd.concat([rows, held_out()], ignore_index=True))
     gpus = {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
-    rows["predicted_s"] = predict(rows, gpus, sim="des")
-    refused = rows["predicted_s"].isna()
-    if refused.any():
-        print(f"{int(refused.sum())} rows left out: fewer bytes than one element per piece (the simulator refuses them)")
-        rows = rows[~refused].copy()
-    rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
     rows["command"] = [f"ficco-sim predict collective --gpu {r.gpu_profile} --topology {r.topology} --kind {r.kind} "
                        f"--bytes {int(r.nbytes)}" + (f" --algorithm {r.algorithm}" if r.algorithm != "auto" else "")
                        + (f" --gpus-per-thread {r.gpus_per_thread}" if r.gpus_per_thread > 1 else "")
