@@ -33,6 +33,8 @@ from .hardware_specs import (SIMPLE, BlockShape, CommKernelSpec, Contention, Dma
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "hw_profiles"
 KINDS = ("datasheet", "measured", "fitted", "derived", "assumption")
+# gemm.kernel: how the library's GEMM kernels hold SMs (GemmModel.persistent)
+KERNELS = ("waves", "persistent")
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8": 1}
 
 KIB = 1024
@@ -372,7 +374,8 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
                        if r.has("gemm.one_block_share") else 1.0,
                        peer_rate=r.number("gemm.peer_gbps_per_block", scale=GB)
                        if r.has("gemm.peer_gbps_per_block") else math.inf,
-                       roofline_exponent=_roofline_exponent(r)),
+                       roofline_exponent=_roofline_exponent(r),
+                       persistent=r.has("gemm.kernel") and r.choice("gemm.kernel", KERNELS) == "persistent"),
         contention=Contention(
             compute_per_hbm_util=r.number("contention.compute_per_hbm_util", positive=False),
             comm_per_hbm_util=r.number("contention.comm_per_hbm_util", positive=False),

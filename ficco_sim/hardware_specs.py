@@ -69,6 +69,10 @@ class GemmModel:
     link's round trip, so a wave of blocks moves at most ``blocks x peer_rate`` (inf: the
     path's bandwidth alone limits). ``roofline_exponent`` is how a wave's math and HBM
     traffic combine (:func:`ficco_sim.gemm_model.roofline`: inf, the larger; 1, the sum).
+    ``persistent``: the library's GEMM kernels are persistent (cuBLAS's ``nvjet`` kernels on
+    Hopper: one block per SM looping over tiles), so an SM one of their blocks leaves goes to
+    the kernel's next tile before any other kernel, whatever the streams' priorities: another
+    kernel gets an SM only as the GEMM runs out of tiles (:class:`ficco_sim.engine.dispatcher.Waiting`).
     """
 
     tiles: tuple[GemmTile, ...]
@@ -78,6 +82,7 @@ class GemmModel:
     one_block_share: float = 1.0
     peer_rate: float = math.inf
     roofline_exponent: float = math.inf
+    persistent: bool = False
 
     @functools.cached_property
     def configs(self) -> tuple[GemmTile, ...]:

@@ -141,7 +141,7 @@ def _comm_hold(gpu, k: Kernel, s: float, gemms, priority: int):
     handoff = blocks_beside(gpu.sm, block_needs(gpu.sm, k.block), block_needs(gpu.sm, plan.block), lightest - 1) > 0
     last_at = _last_wave_at(gpu, plan, S)
     wave = last_at / (waves - 1) if waves > 1 else 1.0
-    if priority > prio and handoff:     # one retiring block makes room: it takes the next wave's slots
+    if priority > prio and handoff and not g.persistent:   # one retiring block makes room: the next wave's slots
         return x.id, wave, None
     return x.id, wave, last_at if _slots_beside(gpu, k, plan, S, last) > 0 else 1.0
 

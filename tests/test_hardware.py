@@ -248,6 +248,7 @@ BAD_PROFILES = {
                           "comm_kernel.p2p.ll_kib_per_channel", "missing"),
     "unknown_fully_connected_algorithm": (lambda d: d["comm_kernel"]["fully_connected"].update(value="tree"),
                                           "comm_kernel.fully_connected", "must be one of"),
+    "unknown_gemm_kernel": (lambda d: d["gemm"]["kernel"].update(value="stream-k"), "gemm.kernel", "must be one of"),
 }
 
 

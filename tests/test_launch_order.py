@@ -19,17 +19,24 @@ def test_gf_names_round_trip_and_only_par_has_it():
 
 
 @pytest.mark.parametrize("engine", ["des", "analytical"])
-def test_a_gemm_issued_first_starves_a_normal_priority_collective(engine):
+@pytest.mark.parametrize("gpu", ["h100", "a100"])
+def test_a_gemm_issued_first_starves_a_normal_priority_collective(engine, gpu):
+    """A100 GEMMs are waves of tile blocks: priority is the remedy (the collective's blocks
+    go before the GEMM's pending ones as its blocks retire). H100 GEMMs are persistent
+    (cuBLAS nvjet, ``gemm.kernel``): an SM a block leaves goes to the GEMM's next tile, so
+    priority buys nothing until the GEMM runs out of tiles."""
     sc = Scenario("ar-par-gemm", 8, 8192, 8192, 8192)
-    t = {s: simulate(sc, s, "h100", "switch:8", engine=engine).makespan
+    t = {s: simulate(sc, s, gpu, "switch:8", engine=engine).makespan
          for s in ("none", "par-sm", "par-sm-gf", "par-sm-hi", "par-sm-hi-gf")}
     # collective first: it takes its SMs on arrival and the two overlap
-    assert t["par-sm"] < 0.9 * t["none"]
+    assert t["par-sm"] < 0.96 * t["none"]
     # GEMM first: the collective's blocks wait for the GEMM's last wave; almost no gain
-    assert t["par-sm-gf"] > 0.93 * t["none"]
-    assert t["par-sm-gf"] > 1.05 * t["par-sm"]
-    # priority is the remedy: the collective's blocks go before the GEMM's pending ones
-    assert t["par-sm-hi-gf"] == pytest.approx(t["par-sm-hi"], rel=1e-9)
+    assert t["par-sm-gf"] > 0.95 * t["none"]
+    assert t["par-sm-gf"] > 1.04 * t["par-sm"]
+    if gpu == "a100":
+        assert t["par-sm-hi-gf"] == pytest.approx(t["par-sm-hi"], rel=1e-9)
+    else:
+        assert t["par-sm-hi-gf"] == pytest.approx(t["par-sm-gf"], rel=1e-9)
 
 
 @pytest.mark.parametrize("engine", ["des", "analytical"])

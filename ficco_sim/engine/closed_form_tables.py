@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 
 NO_TUNE = (0.0, 0.0, 0.0, 0.0)
+# the handoff rank of a persistent GEMM: above every stream priority (it never hands an SM over mid-run)
+PERSISTENT = 1 << 30
 
 
 def transfer_cost(t, gpu: GpuProfile, links: list, latency: float, link_rates: list[float], blocks: int,
@@ -70,7 +72,8 @@ def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, begi
     SMs together, and the earlier issued is dispatched first). ``begin``, ``gemm_begin``: the
     kernels' begin nodes; ``level``: each node's. ``gpus``, ``order`` (place in issue order;
     compared within a GPU only) and ``priority`` (their streams'): of the communication
-    kernels, then of the GEMMs."""
+    kernels, then of the GEMMs. A persistent GEMM (:attr:`~ficco_sim.gemm_model.GemmShape.persistent`)
+    outranks every stream: the SMs its blocks leave go to its own next tiles."""
     (comm_gpu, gemm_gpu), (comm_order, gemm_order) = gpus, order
     comm_level, gemm_level = level[begin], level[gemm_begin]
     r, c = join_keys(comm_gpu, gemm_gpu)
@@ -83,7 +86,8 @@ def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, begi
         begin=begin, need=np.array([shape[k.block][0] for k in comms], dtype=np.int64).reshape(-1, 4),
         occupancy=np.array([shape[k.block][1] for k in comms], dtype=np.int64),
         priority=priority[0], gemms=padded_lists(r[first], c[first], len(comms), len(gemms), ordered=True),
-        gemm_priority=priority[1], order=comm_order, gemm_order=gemm_order)
+        gemm_priority=np.where([k.gemm is not None and k.gemm.persistent for k in gemms], PERSISTENT,
+                               priority[1]).astype(np.int64), order=comm_order, gemm_order=gemm_order)
 
 
 def graph_comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile,

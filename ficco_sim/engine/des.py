@@ -194,7 +194,8 @@ class Simulation(Wiring):
                     yield env.timeout(launch)
                 self.pools[t.gpu].arrive(Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms,
                                                  free=t.kind == "comm" and self.gpu.host is not None,
-                                                 issued=i == 0 and not (t.deps or t.signals)))
+                                                 issued=i == 0 and not (t.deps or t.signals),
+                                                 sticky=t.kind == "gemm" and t.gemm is not None and t.gemm.persistent))
                 self.seq += 1
                 self._dirty(t.gpu)
                 yield self.done[t.id]
@@ -342,7 +343,7 @@ class Simulation(Wiring):
                     self.env.timeout(latency).callbacks.append(lambda _e, ev=ev: ev.succeed())
                 else:
                     ev.succeed()
-        self.pools[k.gpu].retire(k.block, counts)
+        self.pools[k.gpu].retire(k.block, counts, k.id)
         self.resident[k.id] -= n
         self.blocks_done[k.id] += n
         self._count(f"gpu{k.gpu}.blocks.{k.role}", -n)

@@ -15,7 +15,10 @@ occupancy shaping cures (one retiring shaped block frees a whole SM). Likewise, 
 host launched with nothing to wait for that arrive at one instant are dispatched one after
 another in launch order (a host issues one launch at a time), so a GEMM launched before a
 high-priority collective fills the SMs first; kernels released at one instant by what they
-waited for go by priority.
+waited for go by priority. A persistent kernel (:attr:`Waiting.sticky`: cuBLAS's Hopper GEMMs,
+whose blocks loop over tiles) takes the SM one of its blocks leaves for its next block before
+any other kernel, whatever the policy and the priorities: others get its SMs only as it runs
+out of blocks to place.
 
 Policies:
 
@@ -58,6 +61,7 @@ class Waiting:
     sms: tuple[int, int] | None = None    # the SMs [lo, hi) the kernel may use (None: all)
     free: bool = False                    # takes no SM resources (a host library's threads)
     issued: bool = False                  # launched by the host with nothing to wait for
+    sticky: bool = False                  # a persistent kernel: an SM its block leaves takes its next one
     unplaced: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -74,7 +78,7 @@ class SmPool:
         self.policy = policy
         self.num_sms = num_sms
         self._needs: dict[BlockShape, np.ndarray] = {}
-        self._retiring: list[tuple[BlockShape, np.ndarray]] = []
+        self._retiring: list[tuple[BlockShape, np.ndarray, str | None]] = []
         self._arriving: list[Waiting] = []
         self.free = np.tile(np.array([limits.max_blocks, limits.max_threads, limits.registers, limits.smem],
                                      dtype=np.int64), (num_sms, 1))
@@ -134,9 +138,10 @@ class SmPool:
     def release(self, block: BlockShape, counts: np.ndarray) -> None:
         self.free += np.outer(counts, self.need(block))
 
-    def retire(self, block: BlockShape, counts: np.ndarray) -> None:
-        """Blocks ending now (per-SM ``counts``); their resources free in :meth:`settle`."""
-        self._retiring.append((block, counts))
+    def retire(self, block: BlockShape, counts: np.ndarray, owner: str | None = None) -> None:
+        """Blocks ending now (per-SM ``counts``) of kernel ``owner``; their resources free in
+        :meth:`settle`."""
+        self._retiring.append((block, counts, owner))
 
     def arrive(self, w: Waiting) -> None:
         """A launched kernel reaches the GPU; :meth:`settle` adds it to the waiting list."""
@@ -160,6 +165,14 @@ class SmPool:
         >>> pool.retire(gemm, np.array([2]))
         >>> [(w.id, int(n.sum())) for w, n in pool.settle([c, g])]   # each freed slot refilled
         [('gemm', 1), ('gemm', 1)]
+        >>> big = Waiting("gemm", BlockShape(128, 32, 90 << 10), blocks=2, priority=0, seq=2, sticky=True)
+        >>> pool = SmPool(1, SmLimits(4, 2048, 65536, 100 << 10, 100 << 10, 0, 32))
+        >>> [int(n.sum()) for _, n in pool.dispatch([big])]
+        [1]
+        >>> hi = Waiting("copy", BlockShape(128, 32, 0), blocks=8, priority=1, seq=3)
+        >>> pool.retire(big.block, np.array([1]), "gemm")     # its freed SM goes to its next tile first
+        >>> [(w.id, int(n.sum())) for w, n in pool.settle([hi, big])]
+        [('gemm', 1), ('copy', 3)]
         """
         arrived, self._arriving = sorted(self._arriving, key=lambda w: w.seq), []
         placed = self._retire(waiting) if self._retiring or not arrived else []
@@ -172,20 +185,25 @@ class SmPool:
     def _retire(self, waiting: list[Waiting]) -> list[tuple[Waiting, np.ndarray]]:
         retired, self._retiring = self._retiring, []
         if len(waiting) < 2 or not retired:
-            for block, counts in retired:
+            for block, counts, _ in retired:
                 self.release(block, counts)
             return self.dispatch(waiting)
         spans, before = [], np.zeros(self.num_sms, dtype=np.int64)
-        for block, counts in retired:
-            spans.append((block, counts, before))
+        for block, counts, owner in retired:
+            spans.append((block, counts, before, owner))
             before = before + counts
+        sticky = {w.id: w for w in waiting if w.sticky}
         placed = []
         for j in range(int(before.max())):
-            for block, counts, start in spans:
+            first = None
+            for block, counts, start, owner in spans:
                 one = ((start <= j) & (j < start + counts)).astype(np.int64)
                 if one.any():
                     self.release(block, one)
-            placed += self.dispatch(waiting)
+                    w = sticky.get(owner)
+                    if w is not None and w.unplaced > 0:
+                        first = w
+            placed += self.dispatch(waiting, first)
         return placed
 
     def order(self, waiting: list[Waiting]) -> list[Waiting]:
@@ -193,11 +211,16 @@ class SmPool:
             return sorted(waiting, key=lambda w: w.seq)
         return sorted(waiting, key=lambda w: (-w.priority, w.seq))
 
-    def dispatch(self, waiting: list[Waiting]) -> list[tuple[Waiting, np.ndarray]]:
-        """One dispatch pass over the waiting kernels; returns the placements made."""
+    def dispatch(self, waiting: list[Waiting], first: Waiting | None = None) -> list[tuple[Waiting, np.ndarray]]:
+        """One dispatch pass over the waiting kernels; returns the placements made. ``first``:
+        a persistent kernel whose block just left an SM takes its next block there before
+        any other kernel, whatever their priorities."""
         placed = []
         blocking = self.policy in ("strict", "fifo")
-        for w in self.order(waiting):
+        ordered = self.order(waiting)
+        if first is not None:
+            ordered = [first] + [w for w in ordered if w is not first]
+        for w in ordered:
             counts = self.place(w)
             if counts is not None:
                 placed.append((w, counts))
