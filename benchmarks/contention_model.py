@@ -5,28 +5,30 @@ and the copies' rate while one runs over one copy's rate alone).
 
 Two readings of what the kernels are (``shapes``):
 
-* ``model``: as the lowerings make them today. GEMMs are waves of tile blocks that hand their
-  SMs back at every wave; an elementwise copy (``sm``, ``tr-wave``) is one wave of 256-thread
-  blocks (``GraphBuilder.reduce``); a same-GPU ``copy_`` (``dma``) is a copy-engine command.
+* ``model``: as the lowerings make them today. GEMMs are tile blocks, and on the H200 (its
+  profile's ``gemm.kernel: persistent``, read from the traces below) an SM a GEMM block leaves
+  goes to the same GEMM's next tile before any other kernel; an elementwise copy (``sm``,
+  ``tr-wave``) is one wave of 256-thread blocks (``GraphBuilder.reduce``); a same-GPU ``copy_``
+  (``dma``) is a copy-engine command.
 * ``traces``: as the H200's Kineto traces show them (validation/gpu/h200/2026-11-27*/traces).
-  cuBLAS GEMMs are persistent: ``nvjet_sm90`` kernels of at most one 384-thread block per SM,
-  each looping over its tiles, so a block holds its SM for the whole GEMM (the same waves of
-  work, the same time alone); torch's copy (``vectorized_elementwise_kernel<8>``) and a
-  same-GPU ``copy_`` are thousands of short 128-thread blocks of 8 KiB each (``tr-many``
-  alike); ``tr-wave`` stays one wave.
+  cuBLAS GEMMs are persistent (``nvjet_sm90`` kernels of at most one 384-thread block per SM,
+  each looping over its tiles): the engine's own GEMMs, as above; torch's copy
+  (``vectorized_elementwise_kernel<8>``) and a same-GPU ``copy_`` are thousands of short
+  128-thread blocks of 8 KiB each (``tr-many`` alike); ``tr-wave`` stays one wave.
 
 ``policy`` is the dispatcher's (:mod:`ficco_sim.engine.dispatcher`). With ``shapes="traces"``
 and ``policy="strict"`` (a kernel with blocks still to place holds back those behind it) the
-engine reproduces every priority setting the H200 measured; today's default does not
-(validation/README.md, the second H200 lease).
+engine reproduces every priority setting the H200 measured, in both start orders; today's
+default (one-wave copies, backfill) reproduces equal priority and copies-high (since the
+persistent GEMMs keep their SMs), not a GEMM stream of higher priority (validation/README.md,
+the second H200 lease).
 
-    python benchmarks/contention_model.py          # the 64 and 256 MiB rows, both readings
+    python benchmarks/contention_model.py          # the 64 and 256 MiB rows, both orders, both readings
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from pathlib import Path
 
@@ -47,15 +49,6 @@ def short_blocks(gpu: GpuProfile, k: Kernel, nbytes: int) -> Kernel:
     wave = gpu.num_sms * blocks_per_sm(gpu.sm, SHORT_BLOCK) * 2 * CHUNK
     return dataclasses.replace(k, grid=-(-nbytes // CHUNK), block=SHORT_BLOCK, block_time=wave / gpu.hbm_effective,
                                block_hbm_bytes=2 * CHUNK)
-
-
-def persistent(gpu: GpuProfile, k: Kernel) -> Kernel:
-    """GEMM ``k`` as a persistent kernel: one wave of blocks, each doing its share of the waves."""
-    from ficco_sim.gemm_model import blocks_per_sm
-    slots = gpu.num_sms * blocks_per_sm(gpu.sm, k.block)
-    waves = math.ceil(k.grid / slots)
-    return dataclasses.replace(k, grid=min(k.grid, slots), block_time=waves * k.block_time,
-                               block_hbm_bytes=waves * k.block_hbm_bytes)
 
 
 def modelled_copies(gpu: GpuProfile, r, *, shapes: str = "model", policy: str = "backfill") -> tuple[float, float]:
@@ -92,9 +85,7 @@ def modelled_copies(gpu: GpuProfile, r, *, shapes: str = "model", policy: str = 
             add_copies()
         for i, g in enumerate(gemms):
             deps = (cps[0],) if (i == 0 and order == "copies-first" and copies) else ()
-            k = b.gemm(g, 0, r.m, r.n, r.k, "float16", deps=deps)
-            if shapes == "traces":
-                b.tasks[-1] = persistent(gpu, k)
+            b.gemm(g, 0, r.m, r.n, r.k, "float16", deps=deps)
         if order == "gemm-first":
             add_copies()
         return simulate_graph(b.build(), gpu, topo, policy=policy).by_id(), gemms, cps
@@ -111,15 +102,15 @@ def modelled_copies(gpu: GpuProfile, r, *, shapes: str = "model", policy: str = 
     return (t1 - t0) / t_alone, moved / max(active, 1e-12) / copy_alone
 
 
-def rows(folder: Path, mib=(64, 256), paths=("sm", "dma", "tr-many", "tr-wave")):
-    """The copies-first rows of a session's contention files at those copy sizes and paths."""
+def rows(folder: Path, mib=(64, 256), paths=("sm", "dma", "tr-many", "tr-wave"), orders=("copies-first",)):
+    """The rows of a session's contention files at those copy sizes, paths and start orders."""
     import pandas as pd
     gpu = folder.resolve().parent.name
     d = pd.concat([pd.read_csv(p, comment="#") for p in sorted(folder.glob(f"{gpu}-contention*.csv"))],
                   ignore_index=True)
     if "priority" not in d:
         return d.iloc[0:0]
-    return d[(d["order"] == "copies-first") & (d["duty"] == 1.0) & d["path"].isin(paths)
+    return d[d["order"].isin(orders) & (d["duty"] == 1.0) & d["path"].isin(paths)
              & (d["copy_bytes"] // 2**20).isin(mib)]
 
 
@@ -133,18 +124,20 @@ def main() -> None:
     from ficco_sim.hardware import load_gpu
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", nargs="?", type=Path, default=ROOT / "validation" / "gpu" / "h200" / "2026-11-27-2")
+    ap.add_argument("--orders", nargs="+", default=["copies-first", "gemm-first"],
+                    choices=["copies-first", "gemm-first"], help="start orders (default both)")
     args = ap.parse_args()
-    d = rows(args.folder)
+    d = rows(args.folder, orders=tuple(args.orders))
     gpu = load_gpu(args.folder.resolve().parent.name)
     t = Table(title=f"GEMM slowdown beside copies, measured on the {gpu.name.upper()} and by the engine "
-                    "(copies first; median over 4 GEMM shapes, min-max)")
-    for c in ("path", "priority", "MiB", "measured", "model, backfill", "traces, strict"):
+                    "(median over 4 GEMM shapes, min-max)")
+    for c in ("order", "path", "priority", "MiB", "measured", "model, backfill", "traces, strict"):
         t.add_column(c, justify="right")
     fmt = lambda a: f"{np.median(a):.3f} ({np.min(a):.2f}-{np.max(a):.2f})"  # noqa: E731
-    for (path, prio, nbytes), x in d.groupby(["path", "priority", "copy_bytes"]):
+    for (order, path, prio, nbytes), x in d.groupby(["order", "path", "priority", "copy_bytes"]):
         today = [modelled_copies(gpu, r)[0] for r in x.itertuples()]
         traces = [modelled_copies(gpu, r, shapes="traces", policy="strict")[0] for r in x.itertuples()]
-        t.add_row(path, prio, str(nbytes >> 20), fmt(x["slowdown"]), fmt(today), fmt(traces))
+        t.add_row(order, path, prio, str(nbytes >> 20), fmt(x["slowdown"]), fmt(today), fmt(traces))
     Console(width=150).print(t)
 
 

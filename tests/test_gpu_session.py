@@ -115,8 +115,9 @@ def test_a_higher_priority_copy_takes_no_sm_from_persistent_gemms_as_the_h200_sh
 
 
 def test_with_the_kernels_the_traces_show_the_engine_gets_priority_right():
-    """The same rows with the kernels the H200 traces show (persistent cuBLAS GEMMs holding their
-    SMs for the whole GEMM, torch's copy as thousands of short blocks) and head-of-line dispatch:
+    """The same rows with the kernels the H200 traces show (persistent cuBLAS GEMMs, whose SMs
+    pass from tile to tile: the engine's own on the H200 profile; torch's copy as thousands of
+    short blocks) and head-of-line dispatch:
     a GEMM stream of higher priority keeps its GEMMs whole, raising the copies' priority changes
     nothing over equal priority, and every GEMM slowdown lands within 0.06 of the measured one
     (64 MiB copies first, 4 shapes x 3 priority settings; never fitted). With the default
