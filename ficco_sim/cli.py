@@ -248,7 +248,7 @@ def cmd_predict(args) -> int:
         row = describe(load_gpu(args.gpu), args.m, args.n, args.k, args.dtype)
         cols = [("gpu", "gpu", 1), ("time_s", "time ms", 1e3), ("tflops", "TFLOP/s", 1), ("tile", "tile", 1),
                 ("blocks", "blocks", 1), ("blocks_per_sm", "blocks/SM", 1), ("waves", "waves", 1),
-                ("math_s", "math ms", 1e3), ("hbm_s", "HBM ms", 1e3), ("bound", "bound", 1)]
+                ("kernel", "kernel", 1), ("math_s", "math ms", 1e3), ("hbm_s", "HBM ms", 1e3), ("bound", "bound", 1)]
     else:
         gpu, topo = resolve_topology(args)
         nbytes = parse_size(args.bytes, "--bytes")

@@ -327,9 +327,10 @@ def gemm_time(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") -
 
 def describe(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") -> dict:
     """One GEMM as ``predict gemm`` shows it: time (launch included), TFLOP/s, the kernel the
-    library picks (tile, blocks, blocks per SM, waves), and its waves' math and HBM time each
-    alone, which :func:`roofline` combines (``bound``: which is larger, or ``ridge`` within 25%:
-    where the roofline exponent costs most)."""
+    library picks (tile, blocks, blocks per SM, waves; ``kernel``: ``persistent`` where its
+    blocks loop over tiles and keep their SMs, else ``waves``), and its waves' math and HBM time
+    each alone, which :func:`roofline` combines (``bound``: which is larger, or ``ridge`` within
+    25%: where the roofline exponent costs most)."""
     plan = plan_gemm(gpu, m, n, k, dtype)
     t = isolated_time(gpu, plan)
     waves = math.ceil(plan.grid / (gpu.num_sms * plan.occupancy))
@@ -338,5 +339,6 @@ def describe(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") ->
     split = plan.tile.split_k
     return {"gpu": gpu.name, "m": m, "n": n, "k": k, "dtype": dtype, "time_s": t, "tflops": plan.flops / t / 1e12,
             "tile": f"{plan.tile.m}x{plan.tile.n}" + (f" split-k {split}" if split > 1 else ""),
-            "blocks": plan.grid, "blocks_per_sm": plan.occupancy, "waves": waves, "math_s": t_math, "hbm_s": t_hbm,
+            "blocks": plan.grid, "blocks_per_sm": plan.occupancy, "waves": waves,
+            "kernel": "persistent" if gpu.gemm.persistent else "waves", "math_s": t_math, "hbm_s": t_hbm,
             "bound": bound}
