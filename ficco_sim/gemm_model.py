@@ -80,9 +80,9 @@ class GemmShape:
     in ``dtype``; ``accumulate``: C is read too (beta = 1); ``extra_smem``: occupancy
     shaping added to every block (bytes); ``sms``: the SMs it is launched on (an SM margin,
     as cuBLAS's SM-count target or TransformerEngine's ``set_sm_margin``; 0: all);
-    ``persistent``: a library kernel whose blocks loop over tiles, so an SM one of them leaves
-    takes its next tile before any other kernel (the profile's ``gemm.kernel``; never a fused
-    kernel whose tiles signal or store). A kernel of kind ``gemm`` carries one
+    ``persistent``: a kernel whose blocks loop over tiles, so an SM one of them leaves takes
+    its next tile before any other kernel (the profile's ``gemm.kernel``). A kernel of kind
+    ``gemm`` carries one
     (:attr:`ficco_sim.taskgraph.Kernel.gemm`), so engines can re-cost it at other sizes."""
 
     m: int

@@ -170,13 +170,12 @@ class GraphBuilder:
     # -- kernels -----------------------------------------------------------------------
     def gemm(self, id: str, gpu: int, m: int, n: int, k: int, dtype: str, *, deps: Sequence[str] = (),
              stream: str = COMPUTE, label: str = "", accumulate: bool = False, io: dict | None = None,
-             stores: tuple = (), fused: bool = False) -> Kernel:
-        """A GEMM kernel: the library's (persistent where the profile's ``gemm.kernel`` says
-        so) or, ``fused``, one whose tiles signal or store as they finish (never persistent)."""
+             stores: tuple = ()) -> Kernel:
+        """A GEMM kernel (its tiles may signal or store as they finish: a fused kernel),
+        persistent where the profile's ``gemm.kernel`` says so."""
         plan = plan_gemm(self.gpu, m, n, k, dtype, extra_smem=self.extra_smem, accumulate=accumulate,
                          sms=self.gemm_sms)
-        shape = GemmShape(m, n, k, dtype, accumulate, self.extra_smem, self.gemm_sms,
-                          self.gpu.gemm.persistent and not fused)
+        shape = GemmShape(m, n, k, dtype, accumulate, self.extra_smem, self.gemm_sms, self.gpu.gemm.persistent)
         sms = (0, self.gemm_sms) if self.gemm_sms else None
         return self._kernel(id, gpu, lambda: Kernel(
             id, gpu, stream, "gemm", plan.grid, plan.block, plan.block_time, plan.block_hbm_bytes, tuple(deps),

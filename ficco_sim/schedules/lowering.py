@@ -331,7 +331,6 @@ def _gemm_rs_fused(b: GraphBuilder, sc: Scenario, sch: Schedule) -> None:
     for g in range(n):
         stores = tuple((share(g, i), c) for i, c in enumerate(order[g])) if sch.engine == "st" else ()
         gemm[g] = b.gemm(f"gemm{g}", g, sc.m, sc.n, sc.k, dt, label="GEMM (fused, tile signals)", stores=stores,
-                         fused=True,
                          io={"a": [chunk("A", c) for c in order[g]], "c": [chunk("P", c) for c in order[g]],
                              "stores": [(chunk("P", c), c, chunk("R", g)) for c in order[g] if c != g]}).id
     incoming: dict[int, list[str]] = {d: [] for d in range(n)}
