@@ -55,7 +55,7 @@ MUTANTS = {
                            "            delay = delay",
                            "kernels issued with nothing to wait for reaching the GPU in issue order"),
     "persistent-gemm-sms": ("ficco_sim/engine/dispatcher.py",
-                            "                    if w is not None and w.unplaced > 0:",
+                            "                    if w is not None and w.unplaced > 0 and w not in first:",
                             "                    if False:",
                             "a persistent GEMM's SMs passing to its own next tiles, whatever the priorities (DES)"),
     "persistent-gemm-handoff": ("ficco_sim/engine/closed_form_tables.py",

@@ -15,8 +15,8 @@ occupancy shaping cures (one retiring shaped block frees a whole SM). Likewise, 
 host launched with nothing to wait for that arrive at one instant are dispatched one after
 another in launch order (a host issues one launch at a time), so a GEMM launched before a
 high-priority collective fills the SMs first; kernels released at one instant by what they
-waited for go by priority. A persistent kernel (:attr:`Waiting.sticky`: cuBLAS's Hopper GEMMs,
-whose blocks loop over tiles) takes the SM one of its blocks leaves for its next block before
+waited for go by priority. A persistent kernel (:attr:`Waiting.sticky`: Hopper's GEMMs, cuBLAS's
+and CUTLASS's, whose blocks loop over tiles) takes the SM one of its blocks leaves for its next block before
 any other kernel, whatever the policy and the priorities: others get its SMs only as it runs
 out of blocks to place.
 
@@ -40,6 +40,7 @@ Policies:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -195,14 +196,14 @@ class SmPool:
         sticky = {w.id: w for w in waiting if w.sticky}
         placed = []
         for j in range(int(before.max())):
-            first = None
+            first = []
             for block, counts, start, owner in spans:
                 one = ((start <= j) & (j < start + counts)).astype(np.int64)
                 if one.any():
                     self.release(block, one)
                     w = sticky.get(owner)
-                    if w is not None and w.unplaced > 0:
-                        first = w
+                    if w is not None and w.unplaced > 0 and w not in first:
+                        first.append(w)
             placed += self.dispatch(waiting, first)
         return placed
 
@@ -211,15 +212,15 @@ class SmPool:
             return sorted(waiting, key=lambda w: w.seq)
         return sorted(waiting, key=lambda w: (-w.priority, w.seq))
 
-    def dispatch(self, waiting: list[Waiting], first: Waiting | None = None) -> list[tuple[Waiting, np.ndarray]]:
+    def dispatch(self, waiting: list[Waiting], first: Sequence[Waiting] = ()) -> list[tuple[Waiting, np.ndarray]]:
         """One dispatch pass over the waiting kernels; returns the placements made. ``first``:
-        a persistent kernel whose block just left an SM takes its next block there before
-        any other kernel, whatever their priorities."""
+        persistent kernels whose blocks just left SMs take their next blocks there before any
+        other kernel, whatever their priorities."""
         placed = []
         blocking = self.policy in ("strict", "fifo")
         ordered = self.order(waiting)
-        if first is not None:
-            ordered = [first] + [w for w in ordered if w is not first]
+        if first:
+            ordered = list(first) + [w for w in ordered if w not in first]
         for w in ordered:
             counts = self.place(w)
             if counts is not None:
