@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ficco_sim import Scenario, collective_time, lower, simulate
-from ficco_sim.engine import closed_form_contention, closed_form_overlap
+from ficco_sim.engine import closed_form_contention, closed_form_overlap, closed_form_tables
 from ficco_sim.engine.closed_form import closed_form_timeline, compile_graph, evaluate, kernel_isolated_time
 from ficco_sim.engine.closed_form_merge import merge
 from ficco_sim.engine.des import simulate_graph
@@ -370,6 +370,11 @@ MECHANISMS = {
     # when that GEMM's last wave leaves SMs free. DES 2.129 ms; closed form -2.0%.
     "comm kernels wait for SMs": (Scenario("gemm-rs", 8, 32768, 6144, 2048, dtype="bfloat16"), "switch:8",
                                   "ficco-a2a-sm", 0.05),
+    # A high-priority communication kernel and the next persistent GEMM piece, released together
+    # by the piece before: the dispatcher places the collective first (priority), so it does
+    # not wait for the GEMM's tiles. DES 1.844 ms; closed form +2.7%, +4.3% if it waited.
+    "a collective released with a persistent GEMM": (Scenario("gemm-rs", 8, 8192, 8192, 8192), "switch:8",
+                                                      "ficco-a2a-sm-hi-g4", 0.035),
 }
 
 
@@ -398,7 +403,7 @@ def test_groups_joins_equal_their_dense_definition():
         G, M, C, X = (int(v) for v in rng.integers(1, 30, 4))
         gg, cg, xs, xd = rng.integers(0, G, M), rng.integers(0, G, C), rng.integers(0, G, X), rng.integers(0, G, X)
         tx = np.sort(rng.choice(X, int(rng.integers(1, X + 1)), replace=False))
-        got = closed_form_overlap.groups(gg, cg, rng.random(C), xs, xd, None, tx)
+        got = closed_form_tables.groups(gg, cg, rng.random(C), xs, xd, None, tx)
         gpus = np.unique(gg)
         assert np.array_equal(got.comm, dense(gpus[:, None] == cg[None, :]))
         assert np.array_equal(got.near, dense((gpus[:, None] == xs[None, :]) | (gpus[:, None] == xd[None, :])))

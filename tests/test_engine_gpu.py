@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -73,10 +74,11 @@ def test_smem_shaping_lowers_resident_blocks_exactly_as_the_limits_say(extra_kib
     assert tl.makespan == pytest.approx(math.ceil(grid / (gpu.num_sms * expected)) * 1e-4)
 
 
-def _priority_case(priority: int, policy: str = "backfill"):
-    """A GEMM filling every SM (one big block per SM, 5 waves) and, launched just after it, an
-    SM communication kernel whose block needs a whole SM's shared memory."""
-    gpu = ideal()
+def _priority_case(priority: int, policy: str = "backfill", persistent: bool = False):
+    """A GEMM filling every SM (one big block per SM, 5 waves; ``persistent``: its blocks loop
+    over tiles, so an SM one leaves goes to its next tile) and, launched just after it, an SM
+    communication kernel whose block needs a whole SM's shared memory."""
+    gpu = ideal(gemm=dataclasses.replace(ideal().gemm, persistent=persistent))
     sm_smem = gpu.sm.smem - gpu.sm.reserved_smem_per_block
     gemm = Kernel("gemm", 0, "compute", "gemm", gpu.num_sms * 5, BlockShape(256, 32, sm_smem), 1e-3, 0.0)
     # The comm kernel is launched at 0.5 ms, once a 0.5 ms kernel on the other GPU is done.
@@ -101,6 +103,14 @@ def test_normal_priority_comm_waits_behind_the_gemms_pending_blocks():
     # it: the comm kernel starts only when the last wave retires (5 ms). The GEMM starves it.
     assert tl.by_id()["comm"].start == pytest.approx(5e-3)
     assert tl.by_id()["comm"].end > _priority_case(priority=1).by_id()["comm"].end + 3e-3
+
+
+def test_a_persistent_gemm_keeps_its_sms_from_a_high_priority_comm():
+    """The SM a persistent GEMM's block leaves takes its next tile, whatever the priorities:
+    the high-priority kernel gets an SM only when the GEMM runs out of tiles (5 ms)."""
+    tl = _priority_case(priority=1, persistent=True)
+    assert tl.by_id()["comm"].start == pytest.approx(5e-3)
+    assert tl.by_id()["gemm"].end == pytest.approx(5e-3)
 
 
 def test_fifo_policy_serialises_in_launch_order():

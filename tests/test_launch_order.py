@@ -28,11 +28,11 @@ def test_a_gemm_issued_first_starves_a_normal_priority_collective(engine, gpu):
     sc = Scenario("ar-par-gemm", 8, 8192, 8192, 8192)
     t = {s: simulate(sc, s, gpu, "switch:8", engine=engine).makespan
          for s in ("none", "par-sm", "par-sm-gf", "par-sm-hi", "par-sm-hi-gf")}
-    # collective first: it takes its SMs on arrival and the two overlap
-    assert t["par-sm"] < 0.96 * t["none"]
+    # collective first: it takes its SMs on arrival and the two overlap (H100: 0.86, A100: 0.95)
+    assert t["par-sm"] < {"h100": 0.9, "a100": 0.97}[gpu] * t["none"]
     # GEMM first: the collective's blocks wait for the GEMM's last wave; almost no gain
-    assert t["par-sm-gf"] > 0.95 * t["none"]
-    assert t["par-sm-gf"] > 1.04 * t["par-sm"]
+    assert t["par-sm-gf"] > {"h100": 0.94, "a100": 0.97}[gpu] * t["none"]
+    assert t["par-sm-gf"] > {"h100": 1.1, "a100": 1.04}[gpu] * t["par-sm"]
     if gpu == "a100":
         assert t["par-sm-hi-gf"] == pytest.approx(t["par-sm-hi"], rel=1e-9)
     else:

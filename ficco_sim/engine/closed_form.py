@@ -67,13 +67,13 @@ from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
 from ..workload import Scenario
 from .closed_form_contention import slowdowns
-from .closed_form_overlap import (CommKernels, Groups, MemKernels, apply_comm_hold, apply_memory_hold, comm_release,
-                                  gemm_waits, groups, link_coefs, memory_hold)
+from .closed_form_overlap import (CommKernels, MemKernels, apply_comm_hold, apply_memory_hold, comm_release,
+                                  gemm_waits, link_coefs, memory_hold)
 from .dag_levels import csr, levels_of, longest_path_levels, padded_levels
 from .launch import launch_delays
 from .closed_form_tiles import residency, signal_share, sources, store_coef, store_seconds, with_signals
-from .closed_form_tables import (NO_TUNE, graph_comm_kernels, link_tables, memory_kernels, transfer_cost,
-                                 tuned_terms)
+from .closed_form_tables import (NO_TUNE, Groups, graph_comm_kernels, groups, link_tables, memory_kernels,
+                                 transfer_cost, tuned_terms)
 
 ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX, SIG = range(8)   # SMX: an SM transfer (XFER + its wire protocol)
 

@@ -5,7 +5,7 @@ overlapping it, over the share of its run some communication kernel covers, and 
 instant transfers cover it the factor for the HBM bytes all of them move, integrated over
 the run it stretches (:func:`~ficco_sim.contention.slowed_time`). A transfer meets the GEMMs
 at its source and destination. All GPUs at once, through the padded member lists of
-:class:`~.closed_form_overlap.Groups`.
+:class:`~.closed_form_tables.Groups`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ kernel holds (:func:`gemm_waits`), and the link shares of the next pass
 (:func:`link_coefs`); the spans and member lists the contention rule
 (:mod:`.closed_form_contention`) reads too.
 
-All GPUs at once: members are gathered through padded index lists (:class:`Groups`;
+All GPUs at once: members are gathered through padded index lists
+(:class:`~.closed_form_tables.Groups`;
 padding gathers an empty span at +inf) and merged into disjoint spans once per GPU (per
 source/destination pair).
 """
@@ -25,22 +26,6 @@ from ..schedules.builder import reduce_grid
 
 if TYPE_CHECKING:
     from .closed_form import Template
-
-
-@dataclass
-class Groups:
-    """Who meets whom in the contention pass, as padded index lists (sentinel: the count).
-
-    ``row``: GEMM -> GPU row; ``comm`` (U, Wc): comm kernels per GPU row; ``near`` (U, Wx):
-    transfers from or to each GPU row; ``pair_gemms`` (pairs, Wg): GEMMs on the source or
-    destination of each (src, dst) pair; ``pair_row``: transfer -> pair."""
-
-    row: np.ndarray
-    comm: np.ndarray
-    comm_grid: np.ndarray      # (U, Wc) grid of each listed comm kernel, 0 for padding
-    near: np.ndarray
-    pair_gemms: np.ndarray
-    pair_row: np.ndarray
 
 
 @dataclass
@@ -72,9 +57,9 @@ class CommKernels:
     """A template's communication kernels for the dispatch rule of :func:`comm_release`:
     begin nodes (in ``comm_nodes`` order; a symmetry quotient keeps one kernel per class),
     each block's SM needs, occupancy on an empty SM, stream priority, the GEMMs of its GPU
-    (positions in ``gemm_nodes``, padded with their count) and the GEMMs' stream priorities;
-    ``order`` / ``gemm_order``: positions in the graph's task list (which of two kernels
-    reaching the SMs at one instant is dispatched first)."""
+    (positions in ``gemm_nodes``, padded with their count), the GEMMs' stream priorities and
+    persistence; ``order``, ``issued`` (host-issued with nothing to wait for) and the GEMMs': which of
+    two kernels reaching the SMs at one instant is dispatched first."""
 
     begin: np.ndarray           # (C,)
     need: np.ndarray            # (C, 4)
@@ -84,27 +69,9 @@ class CommKernels:
     gemm_priority: np.ndarray   # (G,)
     order: np.ndarray           # (C,)
     gemm_order: np.ndarray      # (G,)
-
-
-def groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x_src: np.ndarray,
-           x_dst: np.ndarray, gemm_targets: np.ndarray | None = None, xfer_targets: np.ndarray | None = None
-           ) -> Groups | None:
-    """Rows for the target GEMMs and transfers (default: all); member lists over all (joins
-    by GPU through sorting: merged templates hold thousands of GPUs and transfers)."""
-    if not len(gemm_gpu):
-        return None
-    tg = slice(None) if gemm_targets is None else gemm_targets
-    tx = slice(None) if xfer_targets is None else xfer_targets
-    gpus = np.unique(gemm_gpu[tg])
-    comm = padded_lists(*join_keys(gpus, comm_gpu), len(gpus), len(comm_gpu))
-    near = padded_lists(*_join_either(gpus, x_src, x_dst), len(gpus), len(x_src))
-    span = int(max(x_src.max(initial=0), x_dst.max(initial=0))) + 1
-    keys, prow = np.unique(x_src[tx] * span + x_dst[tx], return_inverse=True)   # pairs, in (src, dst) order
-    pairs = np.stack([keys // span, keys % span], 1)
-    pair_gemms = padded_lists(*_join_either(gemm_gpu, pairs[:, 0], pairs[:, 1], by_col=False), len(pairs), len(gemm_gpu))
-    return Groups(row=np.searchsorted(gpus, gemm_gpu[tg]), comm=comm,
-                  comm_grid=np.append(comm_grid, 0.0)[comm], near=near, pair_gemms=pair_gemms,
-                  pair_row=prow.reshape(-1))
+    gemm_persistent: np.ndarray  # (G,) bool
+    issued: np.ndarray          # (C,) bool
+    gemm_issued: np.ndarray     # (G,) bool
 
 
 def join_keys(row_keys: np.ndarray, col_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -124,7 +91,7 @@ def join_keys(row_keys: np.ndarray, col_keys: np.ndarray) -> tuple[np.ndarray, n
     return rows, order[pos]
 
 
-def _join_either(keys: np.ndarray, a: np.ndarray, b: np.ndarray, *,
+def join_either(keys: np.ndarray, a: np.ndarray, b: np.ndarray, *,
                  by_col: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Pairs matching ``keys`` against ``a`` or ``b`` (columns when ``by_col``, else rows)."""
     if by_col:
@@ -387,18 +354,25 @@ def comm_release(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: d
     retiring GEMM block leaves room for one of its blocks (blocks retire one at a time, and
     the GEMM's pending blocks refill a slot the kernel cannot use:
     :meth:`~ficco_sim.engine.dispatcher.SmPool.settle`), and otherwise, or at equal or lower
-    priority, it starts when the GEMM's last wave starts if that one leaves it any, else
-    when the GEMM ends (mode 1 at ``frac`` of the GEMM's run): the dispatcher places the
-    GEMM's pending blocks first. (P, C) arrays."""
+    priority, or beside a persistent GEMM (its SMs pass from tile to tile), it starts when the
+    GEMM's last wave starts if that one leaves it any, else when the GEMM ends (mode 1 at
+    ``frac`` of its run). ``first``: a GEMM reaching the SMs at the same instant goes first (issue
+    order; a persistent one as the dispatcher orders arrivals: host-issued in issue order, else by
+    priority). (P, C) arrays."""
     ck = tpl.comm_kernels
     s = vals[:, ck.begin]                                                  # (P, C)
     run = _running(tpl, vals, s, ck.gemms, resident)
     lightest = run["count"] - (run["used"] > run["full"])                  # blocks on the lightest SMs it holds
     handoff = blocks_beside(gpu.sm, ck.need, run["need"], np.maximum(lightest - 1, 0)) > 0
-    high = (ck.priority[None, :] > np.append(ck.gemm_priority, 0)[run["j"]]) & handoff
+    kept = np.append(ck.gemm_persistent, False)[run["j"]]
+    gemm_prio = np.append(ck.gemm_priority, 0)[run["j"]]
+    high = (ck.priority[None, :] > gemm_prio) & handoff & ~kept
     wait = run["on"] & (_slots(gpu, run, ck.need, ck.occupancy, False) <= 0)
     frac = np.where(_slots(gpu, run, ck.need, ck.occupancy, True) > 0, run["last_at"], 1.0)
     first = np.append(ck.gemm_order, np.iinfo(np.int64).max)[run["j"]] < ck.order[None, :]
+    ahead = np.where(first, np.append(ck.gemm_issued, False)[run["j"]] | (gemm_prio >= ck.priority[None, :]),
+                     ~ck.issued[None, :] & (gemm_prio > ck.priority[None, :]))
+    first = np.where(kept, ahead, first)
     return {"on": wait, "mode": np.where(wait, np.where(high, 2, 1), 0), "frac": frac, "waves": run["waves"],
             "last_at": run["last_at"],
             "first": first, **_partner_nodes(tpl, run, len(vals[0]) - 1)}

@@ -10,21 +10,59 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..gemm_model import block_needs, blocks_per_sm
 from ..hardware import GpuProfile
 from ..taskgraph import Kernel, TaskGraph
 from ..topology import Topology
-from .closed_form_overlap import CommKernels, MemKernels, join_keys, padded_lists
+from .closed_form_overlap import CommKernels, MemKernels, join_either, join_keys, padded_lists
+from .launch import host_issued, persistent
 
 if TYPE_CHECKING:
     from .closed_form import Template
 
 
 NO_TUNE = (0.0, 0.0, 0.0, 0.0)
-# the handoff rank of a persistent GEMM: above every stream priority (it never hands an SM over mid-run)
-PERSISTENT = 1 << 30
+
+
+@dataclass
+class Groups:
+    """Who meets whom in the contention pass, as padded index lists (sentinel: the count).
+
+    ``row``: GEMM -> GPU row; ``comm`` (U, Wc): comm kernels per GPU row; ``near`` (U, Wx):
+    transfers from or to each GPU row; ``pair_gemms`` (pairs, Wg): GEMMs on the source or
+    destination of each (src, dst) pair; ``pair_row``: transfer -> pair."""
+
+    row: np.ndarray
+    comm: np.ndarray
+    comm_grid: np.ndarray      # (U, Wc) grid of each listed comm kernel, 0 for padding
+    near: np.ndarray
+    pair_gemms: np.ndarray
+    pair_row: np.ndarray
+
+
+def groups(gemm_gpu: np.ndarray, comm_gpu: np.ndarray, comm_grid: np.ndarray, x_src: np.ndarray,
+           x_dst: np.ndarray, gemm_targets: np.ndarray | None = None, xfer_targets: np.ndarray | None = None
+           ) -> Groups | None:
+    """Rows for the target GEMMs and transfers (default: all); member lists over all (joins
+    by GPU through sorting: merged templates hold thousands of GPUs and transfers)."""
+    if not len(gemm_gpu):
+        return None
+    tg = slice(None) if gemm_targets is None else gemm_targets
+    tx = slice(None) if xfer_targets is None else xfer_targets
+    gpus = np.unique(gemm_gpu[tg])
+    comm = padded_lists(*join_keys(gpus, comm_gpu), len(gpus), len(comm_gpu))
+    near = padded_lists(*join_either(gpus, x_src, x_dst), len(gpus), len(x_src))
+    span = int(max(x_src.max(initial=0), x_dst.max(initial=0))) + 1
+    keys, prow = np.unique(x_src[tx] * span + x_dst[tx], return_inverse=True)   # pairs, in (src, dst) order
+    pairs = np.stack([keys // span, keys % span], 1)
+    pair_gemms = padded_lists(*join_either(gemm_gpu, pairs[:, 0], pairs[:, 1], by_col=False), len(pairs), len(gemm_gpu))
+    return Groups(row=np.searchsorted(gpus, gemm_gpu[tg]), comm=comm,
+                  comm_grid=np.append(comm_grid, 0.0)[comm], near=near, pair_gemms=pair_gemms,
+                  pair_row=prow.reshape(-1))
 
 
 def transfer_cost(t, gpu: GpuProfile, links: list, latency: float, link_rates: list[float], blocks: int,
@@ -65,15 +103,16 @@ def tuned_terms(gpu: GpuProfile, payload: np.ndarray, tune: np.ndarray) -> tuple
 
 def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, begin: np.ndarray, level: np.ndarray,
                  gemm_begin: np.ndarray, *, gpus: tuple[np.ndarray, np.ndarray], order: tuple[np.ndarray, np.ndarray],
-                 priority: tuple[np.ndarray, np.ndarray]) -> CommKernels:
+                 priority: tuple[np.ndarray, np.ndarray], issued: set[str]) -> CommKernels:
     """The GEMMs that may hold a communication kernel back are those of its GPU whose begin
     node lies at a shallower level of the DAG than its own (their begin time is known when its
     own is computed), or at the same level and issued before it (at one level both reach the
     SMs together, and the earlier issued is dispatched first). ``begin``, ``gemm_begin``: the
     kernels' begin nodes; ``level``: each node's. ``gpus``, ``order`` (place in issue order;
     compared within a GPU only) and ``priority`` (their streams'): of the communication
-    kernels, then of the GEMMs. A persistent GEMM (:attr:`~ficco_sim.gemm_model.GemmShape.persistent`)
-    outranks every stream: the SMs its blocks leave go to its own next tiles."""
+    kernels, then of the GEMMs; ``issued``: the ids of kernels the host issues with nothing to
+    wait for (:func:`~ficco_sim.engine.launch.host_issued`). Each GEMM also says whether it is
+    persistent (:func:`~ficco_sim.engine.launch.persistent`)."""
     (comm_gpu, gemm_gpu), (comm_order, gemm_order) = gpus, order
     comm_level, gemm_level = level[begin], level[gemm_begin]
     r, c = join_keys(comm_gpu, gemm_gpu)
@@ -86,8 +125,10 @@ def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, begi
         begin=begin, need=np.array([shape[k.block][0] for k in comms], dtype=np.int64).reshape(-1, 4),
         occupancy=np.array([shape[k.block][1] for k in comms], dtype=np.int64),
         priority=priority[0], gemms=padded_lists(r[first], c[first], len(comms), len(gemms), ordered=True),
-        gemm_priority=np.where([k.gemm is not None and k.gemm.persistent for k in gemms], PERSISTENT,
-                               priority[1]).astype(np.int64), order=comm_order, gemm_order=gemm_order)
+        gemm_priority=priority[1], order=comm_order, gemm_order=gemm_order,
+        gemm_persistent=np.array([persistent(k, gpu) for k in gemms], dtype=bool),
+        issued=np.array([k.id in issued for k in comms], dtype=bool),
+        gemm_issued=np.array([k.id in issued for k in gemms], dtype=bool))
 
 
 def graph_comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile,
@@ -100,7 +141,7 @@ def graph_comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel
                         gpus=(col(comms, lambda k: k.gpu), col(gemms, lambda k: k.gpu)),
                         order=(col(comms, lambda k: order[k.id]), col(gemms, lambda k: order[k.id])),
                         priority=(col(comms, lambda k: prio[(k.gpu, k.stream)]),
-                                  col(gemms, lambda k: prio[(k.gpu, k.stream)])))
+                                  col(gemms, lambda k: prio[(k.gpu, k.stream)])), issued=host_issued(graph.tasks))
 
 
 def memory_kernels(mems: list[Kernel], nodes: np.ndarray, begin: np.ndarray, gpu: GpuProfile, gpu_of: np.ndarray,
@@ -150,7 +191,8 @@ def merged_comm(tpls: Sequence["Template"], offs: np.ndarray) -> CommKernels:
     return CommKernels(begin=np.concatenate([t.comm_kernels.begin + o for t, o in zip(tpls, offs)]),
                        need=cat("need").reshape(-1, 4), occupancy=cat("occupancy"), priority=cat("priority"),
                        gemms=_stacked_gemms(tpls, [t.comm_kernels.gemms for t in tpls]),
-                       gemm_priority=cat("gemm_priority"), order=cat("order"), gemm_order=cat("gemm_order"))
+                       gemm_priority=cat("gemm_priority"), order=cat("order"), gemm_order=cat("gemm_order"),
+                       gemm_persistent=cat("gemm_persistent"), issued=cat("issued"), gemm_issued=cat("gemm_issued"))
 
 
 def _gpu_gemms(kernel_gpu: np.ndarray, gemm_gpu: np.ndarray) -> dict:

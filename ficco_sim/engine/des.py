@@ -53,7 +53,7 @@ from .dispatcher import SmPool, Waiting
 from .fluid import Activity, FluidPool
 from .fold import Folded, fold
 from .gcpause import paused_gc
-from .launch import launch_delays
+from .launch import host_issued, launch_delays, persistent
 from .sm_transfers import SmTransfers
 from .tile_order import TileOrder
 
@@ -78,6 +78,7 @@ class Simulation(Wiring):
         self.done: dict[str, simpy.Event] = {}     # kernels, copies, and SM transfers a stream task awaits
         self.started = {k.id: env.event() for k in graph.kernels}
         self.launch = launch_delays(graph.tasks, gpu)     # per kernel: its turn to its blocks dispatchable
+        self.issued = host_issued(graph.tasks)
         self.pools = [SmPool(gpu.num_sms, gpu.sm, policy) for _ in range(graph.num_gpus)]
         self.waiting: list[list[Waiting]] = [[] for _ in range(graph.num_gpus)]
         self.engines = [[simpy.Resource(env, 1) for _ in range(gpu.dma.engines)] for _ in range(graph.num_gpus)]
@@ -173,7 +174,7 @@ class Simulation(Wiring):
     # -- processes ------------------------------------------------------------------------
     def _stream(self, priority: int, tasks: list):
         env = self.env
-        for i, t in enumerate(tasks):
+        for t in tasks:
             if t.deps or t.signals:
                 yield simpy.AllOf(env, [self.done[d] for d in t.deps] + self.signal_events.get(t.id, []))
             rec = self.records[t.id]
@@ -194,8 +195,7 @@ class Simulation(Wiring):
                     yield env.timeout(launch)
                 self.pools[t.gpu].arrive(Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms,
                                                  free=t.kind == "comm" and self.gpu.host is not None,
-                                                 issued=i == 0 and not (t.deps or t.signals),
-                                                 sticky=t.kind == "gemm" and t.gemm is not None and t.gemm.persistent))
+                                                 issued=t.id in self.issued, sticky=persistent(t, self.gpu)))
                 self.seq += 1
                 self._dirty(t.gpu)
                 yield self.done[t.id]

@@ -15,10 +15,10 @@ occupancy shaping cures (one retiring shaped block frees a whole SM). Likewise, 
 host launched with nothing to wait for that arrive at one instant are dispatched one after
 another in launch order (a host issues one launch at a time), so a GEMM launched before a
 high-priority collective fills the SMs first; kernels released at one instant by what they
-waited for go by priority. A persistent kernel (:attr:`Waiting.sticky`: Hopper's GEMMs, cuBLAS's
-and CUTLASS's, whose blocks loop over tiles) takes the SM one of its blocks leaves for its next block before
-any other kernel, whatever the policy and the priorities: others get its SMs only as it runs
-out of blocks to place.
+waited for go by priority. A persistent kernel (:attr:`Waiting.sticky`: its blocks loop over
+tiles) takes the SM one of its blocks leaves for its next block before any other kernel, whatever
+the policy and the priorities (only that SM: SMs others leave at the same instant go by the
+policy); others get its SMs only as it runs out of blocks to place.
 
 Policies:
 
@@ -40,7 +40,6 @@ Policies:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -97,8 +96,9 @@ class SmPool:
             per = np.where(need > 0, self.free // np.maximum(need, 1), np.iinfo(np.int64).max)
         return per.min(axis=1)
 
-    def place(self, w: Waiting) -> np.ndarray | None:
-        """Place as many of ``w``'s blocks as fit, spread evenly; returns per-SM counts."""
+    def place(self, w: Waiting, only: np.ndarray | None = None) -> np.ndarray | None:
+        """Place as many of ``w``'s blocks as fit, spread evenly (``only``: on those SMs, a
+        mask); returns per-SM counts."""
         if w.free:      # all at once, evenly, holding nothing
             lo, hi = w.sms or (0, self.num_sms)
             counts = np.zeros(self.num_sms, dtype=np.int64)
@@ -110,6 +110,8 @@ class SmPool:
         if w.sms:
             fit[:w.sms[0]] = 0
             fit[w.sms[1]:] = 0
+        if only is not None:
+            fit = np.where(only, fit, 0)
         total = int(fit.sum())
         if total == 0 or w.unplaced == 0:
             return None
@@ -174,6 +176,16 @@ class SmPool:
         >>> pool.retire(big.block, np.array([1]), "gemm")     # its freed SM goes to its next tile first
         >>> [(w.id, int(n.sum())) for w, n in pool.settle([hi, big])]
         [('gemm', 1), ('copy', 3)]
+        >>> pool = SmPool(2, SmLimits(4, 2048, 65536, 100 << 10, 100 << 10, 0, 32))
+        >>> big, other = (Waiting(i, BlockShape(128, 32, 90 << 10), blocks=3, priority=0, seq=s, sticky=i == "gemm")
+        ...               for i, s in (("gemm", 0), ("other", 1)))
+        >>> big.unplaced, other.unplaced = 2, 0                   # one block of each holds an SM
+        >>> pool.free[:, 3] -= 90 << 10
+        >>> hi = Waiting("copy", BlockShape(128, 32, 90 << 10), blocks=1, priority=1, seq=2)
+        >>> pool.retire(big.block, np.array([1, 0]), "gemm")
+        >>> pool.retire(other.block, np.array([0, 1]), "other")   # both leave at once: the GEMM takes its own SM
+        >>> [(w.id, n.tolist()) for w, n in pool.settle([hi, big, other])]
+        [('gemm', [1, 0]), ('copy', [0, 1])]
         """
         arrived, self._arriving = sorted(self._arriving, key=lambda w: w.seq), []
         placed = self._retire(waiting) if self._retiring or not arrived else []
@@ -196,15 +208,19 @@ class SmPool:
         sticky = {w.id: w for w in waiting if w.sticky}
         placed = []
         for j in range(int(before.max())):
-            first = []
+            left = []
             for block, counts, start, owner in spans:
                 one = ((start <= j) & (j < start + counts)).astype(np.int64)
                 if one.any():
                     self.release(block, one)
                     w = sticky.get(owner)
-                    if w is not None and w.unplaced > 0 and w not in first:
-                        first.append(w)
-            placed += self.dispatch(waiting, first)
+                    if w is not None and w.unplaced > 0:
+                        left.append((w, one > 0))
+            for w, sms in left:        # a persistent kernel's next blocks take the SMs its blocks just left
+                counts = self.place(w, only=sms)
+                if counts is not None:
+                    placed.append((w, counts))
+            placed += self.dispatch(waiting)
         return placed
 
     def order(self, waiting: list[Waiting]) -> list[Waiting]:
@@ -212,16 +228,11 @@ class SmPool:
             return sorted(waiting, key=lambda w: w.seq)
         return sorted(waiting, key=lambda w: (-w.priority, w.seq))
 
-    def dispatch(self, waiting: list[Waiting], first: Sequence[Waiting] = ()) -> list[tuple[Waiting, np.ndarray]]:
-        """One dispatch pass over the waiting kernels; returns the placements made. ``first``:
-        persistent kernels whose blocks just left SMs take their next blocks there before any
-        other kernel, whatever their priorities."""
+    def dispatch(self, waiting: list[Waiting]) -> list[tuple[Waiting, np.ndarray]]:
+        """One dispatch pass over the waiting kernels; returns the placements made."""
         placed = []
         blocking = self.policy in ("strict", "fifo")
-        ordered = self.order(waiting)
-        if first:
-            ordered = list(first) + [w for w in ordered if w not in first]
-        for w in ordered:
+        for w in self.order(waiting):
             counts = self.place(w)
             if counts is not None:
                 placed.append((w, counts))

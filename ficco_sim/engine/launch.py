@@ -20,6 +20,33 @@ from ..hardware import GpuProfile
 from ..taskgraph import Kernel
 
 
+def host_issued(tasks: Iterable) -> set[str]:
+    """Ids of the kernels the host issues with nothing to wait for: the first of their stream
+    (a copy command holds its stream's turn too), with no dependencies or signals, for
+    ``tasks`` in the order the host issues them. Kernels like these that reach the GPU at one
+    instant are dispatched in issue order; kernels released together by what they waited
+    for, by priority (:meth:`~ficco_sim.engine.dispatcher.SmPool.settle`)."""
+    out: set[str] = set()
+    seen: set = set()
+    for t in tasks:
+        key = (t.gpu, t.stream)
+        if isinstance(t, Kernel):
+            if key not in seen and not t.deps and not t.signals:
+                out.add(t.id)
+            seen.add(key)
+        elif t.engine == "dma":
+            seen.add(key)
+    return out
+
+
+def persistent(k: Kernel, gpu: GpuProfile) -> bool:
+    """Whether ``k`` is a persistent GEMM: its blocks loop over tiles, so an SM one of them
+    leaves goes to its next tile before any other kernel (:class:`~ficco_sim.engine.dispatcher.Waiting`).
+    A lowered GEMM says so (:attr:`~ficco_sim.gemm_model.GemmShape.persistent`); a GEMM
+    from a profiler trace (no shape) is its GPU's kind (``gemm.kernel``)."""
+    return k.kind == "gemm" and (k.gemm.persistent if k.gemm is not None else gpu.gemm.persistent)
+
+
 def launch_delays(tasks: Iterable, gpu: GpuProfile) -> dict[str, float]:
     """Seconds from each kernel's turn on its stream to its blocks being dispatchable, by
     kernel id, for ``tasks`` in the order the host issues them (a graph's task order).
@@ -35,19 +62,16 @@ def launch_delays(tasks: Iterable, gpu: GpuProfile) -> dict[str, float]:
     >>> round(d["gemm0"] * 1e6, 1), round(d["ar.rs.k0"] * 1e6, 1)
     (6.0, 2.0)
     """
+    tasks = list(tasks)
+    issued = host_issued(tasks)
     out: dict[str, float] = {}
-    seen: set = set()               # (GPU, stream) that already issued a kernel
     latest: dict[int, float] = {}   # per GPU: the latest arrival of a kernel issued with nothing to wait for
     for t in tasks:
         if not isinstance(t, Kernel):
-            if t.engine == "dma":           # a copy command holds its stream's turn too
-                seen.add((t.gpu, t.stream))
             continue
-        key = (t.gpu, t.stream)
         delay = gpu.launch_of(t.kind)
-        if key not in seen and not t.deps and not t.signals:
+        if t.id in issued:
             delay = max(delay, latest.get(t.gpu, 0.0))
             latest[t.gpu] = delay
-        seen.add(key)
         out[t.id] = delay
     return out
