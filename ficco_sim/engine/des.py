@@ -195,7 +195,7 @@ class Simulation(Wiring):
                     yield env.timeout(launch)
                 self.pools[t.gpu].arrive(Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms,
                                                  free=t.kind == "comm" and self.gpu.host is not None,
-                                                 issued=t.id in self.issued, sticky=persistent(t, self.gpu)))
+                                                 issued=t.id in self.issued, persistent=persistent(t, self.gpu)))
                 self.seq += 1
                 self._dirty(t.gpu)
                 yield self.done[t.id]

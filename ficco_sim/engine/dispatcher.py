@@ -15,7 +15,7 @@ occupancy shaping cures (one retiring shaped block frees a whole SM). Likewise, 
 host launched with nothing to wait for that arrive at one instant are dispatched one after
 another in launch order (a host issues one launch at a time), so a GEMM launched before a
 high-priority collective fills the SMs first; kernels released at one instant by what they
-waited for go by priority. A persistent kernel (:attr:`Waiting.sticky`: its blocks loop over
+waited for go by priority. A persistent kernel (:attr:`Waiting.persistent`: its blocks loop over
 tiles) takes the SM one of its blocks leaves for its next block before any other kernel, whatever
 the policy and the priorities (only that SM: SMs others leave at the same instant go by the
 policy); others get its SMs only as it runs out of blocks to place.
@@ -61,7 +61,7 @@ class Waiting:
     sms: tuple[int, int] | None = None    # the SMs [lo, hi) the kernel may use (None: all)
     free: bool = False                    # takes no SM resources (a host library's threads)
     issued: bool = False                  # launched by the host with nothing to wait for
-    sticky: bool = False                  # a persistent kernel: an SM its block leaves takes its next one
+    persistent: bool = False              # its blocks loop over tiles: an SM one leaves takes its next one
     unplaced: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -168,7 +168,7 @@ class SmPool:
         >>> pool.retire(gemm, np.array([2]))
         >>> [(w.id, int(n.sum())) for w, n in pool.settle([c, g])]   # each freed slot refilled
         [('gemm', 1), ('gemm', 1)]
-        >>> big = Waiting("gemm", BlockShape(128, 32, 90 << 10), blocks=2, priority=0, seq=2, sticky=True)
+        >>> big = Waiting("gemm", BlockShape(128, 32, 90 << 10), blocks=2, priority=0, seq=2, persistent=True)
         >>> pool = SmPool(1, SmLimits(4, 2048, 65536, 100 << 10, 100 << 10, 0, 32))
         >>> [int(n.sum()) for _, n in pool.dispatch([big])]
         [1]
@@ -177,7 +177,7 @@ class SmPool:
         >>> [(w.id, int(n.sum())) for w, n in pool.settle([hi, big])]
         [('gemm', 1), ('copy', 3)]
         >>> pool = SmPool(2, SmLimits(4, 2048, 65536, 100 << 10, 100 << 10, 0, 32))
-        >>> big, other = (Waiting(i, BlockShape(128, 32, 90 << 10), blocks=3, priority=0, seq=s, sticky=i == "gemm")
+        >>> big, other = (Waiting(i, BlockShape(128, 32, 90 << 10), blocks=3, priority=0, seq=s, persistent=i == "gemm")
         ...               for i, s in (("gemm", 0), ("other", 1)))
         >>> big.unplaced, other.unplaced = 2, 0                   # one block of each holds an SM
         >>> pool.free[:, 3] -= 90 << 10
@@ -205,7 +205,7 @@ class SmPool:
         for block, counts, owner in retired:
             spans.append((block, counts, before, owner))
             before = before + counts
-        sticky = {w.id: w for w in waiting if w.sticky}
+        kept = {w.id: w for w in waiting if w.persistent}
         placed = []
         for j in range(int(before.max())):
             left = []
@@ -213,7 +213,7 @@ class SmPool:
                 one = ((start <= j) & (j < start + counts)).astype(np.int64)
                 if one.any():
                     self.release(block, one)
-                    w = sticky.get(owner)
+                    w = kept.get(owner)
                     if w is not None and w.unplaced > 0:
                         left.append((w, one > 0))
             for w, sms in left:        # a persistent kernel's next blocks take the SMs its blocks just left
