@@ -114,6 +114,25 @@ def test_calibrate_from_a_trace_writes_the_term(tmp_path):
     assert (tmp_path / "a100_trace_pairs.csv").exists()
 
 
+def test_calibrate_from_traces_says_how_their_gemm_kernels_hold_sms(tmp_path):
+    """The H200's replay traces: cuBLAS ``nvjet`` GEMMs of 132 blocks computing 4096 x 4096
+    outputs (one block per SM looping over tiles) -> ``gemm.kernel: persistent``; they hold no
+    kernel both alone and beside a collective, which is said, not fatal. The A100 DDP trace:
+    grids of a block per tile, larger than the GPU holds at once -> ``waves``, beside its
+    contention term."""
+    from ficco_sim.calibrate import calibrate_from_files
+    h200 = (ROOT / "validation/gpu/h200/2026-11-27/traces/par4"
+            / "ar-par-gemm_x4_m4096_n4096_k4096_float16_dimM_par-sm.json.gz")
+    cal = calibrate_from_files([h200], "h200", out=tmp_path / "h200.yaml")
+    assert cal.updates["gemm.kernel"][:2] == ("persistent", "measured") and h200.name in cal.updates["gemm.kernel"][2]
+    assert "no kernel ran both" in cal.unfitted["contention.compute_beside_comm_kernel"]
+    assert load_gpu(str(tmp_path / "h200.yaml")).gemm.persistent
+    base = ROOT / "hw_profiles/h100.yaml"        # persistent: the trace says otherwise
+    cal = calibrate_from_files([NCCL217], "a100", base, out=tmp_path / "a100.yaml")
+    assert cal.updates["gemm.kernel"][0] == "waves" and "contention.compute_beside_comm_kernel" in cal.updates
+    assert not load_gpu(str(tmp_path / "a100.yaml")).gemm.persistent
+
+
 @pytest.mark.parametrize("trace,why", [("traces/cpu_mm_chain.json.gz", "CPU-only"),
                                        ("traces/real/hta_a100_event_sync.json.gz", "no kernel ran both")])
 def test_calibrate_refuses_a_trace_with_nothing_to_measure(tmp_path, trace, why):

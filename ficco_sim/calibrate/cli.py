@@ -34,7 +34,7 @@ Two ways in:
                      lines and all; --topology says what it ran on, switch by default),
                      or PyTorch-profiler traces (*.json[.gz], one rank's file each, recorded over
                      several profiler steps): the same kernel's time alone and beside NCCL/RCCL
-                     kernels, matched by its place in the step.
+                     kernels, matched by its place in the step, and the GEMM kernels' grids.
 
 What gets fitted and written into the profile (--out): gemm.efficiency[dtype],
 gemm.k_overhead and launch overhead of the GEMM cost model (least squares on log time; whole
@@ -47,7 +47,10 @@ comm_kernel.launch_us, protocol latencies and channel bandwidth from nccl-tests 
 (coordinate descent on rows >= 1 MiB, every row's error reported);
 contention.compute_beside_comm_kernel from traces (the slowdown beside collectives that
 the SMs they hold and their HBM traffic leave unexplained; --report DIR writes every
-kernel pair). Every fitted number is written with kind: fitted and a source naming its data and held-out error.
+kernel pair) and gemm.kernel (persistent where the GEMM blocks compute more outputs than one
+tile: they loop over tiles and keep their SMs; waves where a grid exceeds what the GPU holds
+at once); what the traces cannot tell is listed as not fitted. Every fitted number is written
+with kind: fitted and a source naming its data and held-out error.
 What is fitted and only reported (--report DIR: tables and plots, not written into the
 profile): link latency + bandwidth (alpha-beta) from a collective table's send/recv and 2-GPU
 all-reduce, with a 2 -> 4 GPU all-reduce prediction check.

@@ -37,13 +37,16 @@ class Calibration:
     contention: float | None = None
     nccl_summary: pd.DataFrame | None = None
     updates: dict[str, tuple[Any, str, str]] = field(default_factory=dict)
+    unfitted: dict[str, str] = field(default_factory=dict)   # profile path -> why the inputs could not tell it
     written: list[Path] = field(default_factory=list)
 
     def summary_rows(self) -> list[tuple[str, str, str]]:
         """(quantity, value, note) lines for the CLI table."""
         rows = []
         for path, (value, kind, source) in self.updates.items():
-            rows.append((path, f"{value:.4g}", kind))
+            rows.append((path, value if isinstance(value, str) else f"{value:.4g}", kind))
+        for path, why in self.unfitted.items():
+            rows.append((path, "not fitted", why))
         if self.gemm_summary is not None:
             for _, r in self.gemm_summary.iterrows():
                 if not int(r["points"]):
@@ -147,10 +150,28 @@ def is_trace(path: str | Path) -> bool:
 
 
 def _traces(cal: Calibration, base: GpuProfile, paths: Sequence[str], report_dir: Any) -> None:
-    """Kineto traces: the same kernels alone and beside collectives, across profiler steps
-    (:mod:`ficco_sim.traces.interference`) -> ``contention.compute_beside_comm_kernel``."""
+    """Kineto traces: how their GEMM kernels hold SMs (:mod:`ficco_sim.traces.gemm_kind`) ->
+    ``gemm.kernel``; the same kernels alone and beside collectives, across profiler steps
+    (:mod:`ficco_sim.traces.interference`) -> ``contention.compute_beside_comm_kernel``. What
+    the traces cannot tell is said (``unfitted``); an error only when they tell nothing."""
+    from ..traces.gemm_kind import gemm_kind
     from ..traces.interference import fit_compute, kernel_pairs
-    pairs = kernel_pairs(paths)
+    from ..traces.kineto import load_kineto
+    kind = gemm_kind([o for p in paths for o in load_kineto([p]).ops], base)
+    if kind is not None:
+        name, pers, waves, told = kind
+        cal.updates["gemm.kernel"] = (name, "measured", (
+            f"{told} GEMM kernels in {', '.join(Path(p).name for p in paths)} ({_today()}): "
+            f"{pers * 1e3:.3g} ms of GEMM time in blocks computing more outputs than one tile (persistent), "
+            f"{waves * 1e3:.3g} ms in grids larger than the GPU holds at once (a block per tile); "
+            "ficco_sim.traces.gemm_kind"))
+    try:
+        pairs = kernel_pairs(paths)
+    except InputError as e:
+        if kind is None:
+            raise
+        cal.unfitted["contention.compute_beside_comm_kernel"] = e.message
+        return
     fit = fit_compute(base, pairs)
     cal.contention = fit.coef
     cal.updates["contention.compute_beside_comm_kernel"] = (round(fit.coef, 4), "fitted", fit.source(_today()))

@@ -31,6 +31,8 @@ _LEAF = re.compile(r"^\s*\{.*\}\s*(?P<comment>#.*)?$")
 
 
 def fmt_value(v: Any) -> str:
+    if isinstance(v, str) and re.fullmatch(r"[a-z][a-z0-9_-]*", v):
+        return v                      # a choice (e.g. gemm.kernel: persistent)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TypeError(f"profile numbers must be numbers, got {v!r}")
     if isinstance(v, int):
