@@ -92,7 +92,7 @@ def join_keys(row_keys: np.ndarray, col_keys: np.ndarray) -> tuple[np.ndarray, n
 
 
 def join_either(keys: np.ndarray, a: np.ndarray, b: np.ndarray, *,
-                 by_col: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                by_col: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Pairs matching ``keys`` against ``a`` or ``b`` (columns when ``by_col``, else rows)."""
     if by_col:
         (r1, c1), (r2, c2) = join_keys(keys, a), join_keys(keys, b)

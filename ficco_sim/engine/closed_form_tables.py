@@ -8,9 +8,8 @@ and the memory and communication kernels with the GEMMs that may share their GPU
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
-
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
