@@ -157,7 +157,8 @@ def _traces(cal: Calibration, base: GpuProfile, paths: Sequence[str], report_dir
     from ..traces.gemm_kind import gemm_kind
     from ..traces.interference import fit_compute, kernel_pairs
     from ..traces.kineto import load_kineto
-    kind = gemm_kind([o for p in paths for o in load_kineto([p]).ops], base)
+    loaded = [load_kineto([p]) for p in paths]          # each file imported once, for both reads
+    kind = gemm_kind([o for t in loaded for o in t.ops], base)
     if kind is not None:
         name, pers, waves, told = kind
         cal.updates["gemm.kernel"] = (name, "measured", (
@@ -166,7 +167,7 @@ def _traces(cal: Calibration, base: GpuProfile, paths: Sequence[str], report_dir
             f"{waves * 1e3:.3g} ms in grids larger than the GPU holds at once (a block per tile); "
             "ficco_sim.traces.gemm_kind"))
     try:
-        pairs = kernel_pairs(paths)
+        pairs = kernel_pairs(paths, loaded)
     except InputError as e:
         if kind is None:
             raise

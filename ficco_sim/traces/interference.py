@@ -54,16 +54,17 @@ COLUMNS = ["trace", "rank", "side", "stream", "position", "name", "grid", "threa
            "other_threads", "other_registers", "other_smem"]
 
 
-def kernel_pairs(paths: Sequence[str | Path]) -> pd.DataFrame:
+def kernel_pairs(paths: Sequence[str | Path], traces: Sequence | None = None) -> pd.DataFrame:
     """Every kernel seen both alone and beside the other side, one row per (trace, rank,
     stream, position); columns :data:`COLUMNS` (``share``: median share of its span
     overlapped when beside; ``other_blocks``: the other side's blocks resident on average
     over the overlap; ``other_hbm_rate``: the collectives' HBM bytes/s over it, NaN when a
     collective's size is not recorded; ``other_threads/registers/smem``: the other side's most
-    common block footprint on the rank). Each path is one trace (one rank's file)."""
+    common block footprint on the rank). Each path is one trace (one rank's file); ``traces``:
+    the same files already imported (:func:`~ficco_sim.traces.kineto.load_kineto`, one per path)."""
     rows: list[dict] = []
-    for path in paths:
-        trace = load_kineto([path])
+    for i, path in enumerate(paths):
+        trace = traces[i] if traces is not None else load_kineto([path])
         if not trace.on_gpu:
             raise InputError(str(path), "traceEvents", "a CPU-only trace has no GPU kernels to compare")
         for rank in sorted({o.rank for o in trace.ops}):
