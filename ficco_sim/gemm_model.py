@@ -340,5 +340,5 @@ def describe(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") ->
     return {"gpu": gpu.name, "m": m, "n": n, "k": k, "dtype": dtype, "time_s": t, "tflops": plan.flops / t / 1e12,
             "tile": f"{plan.tile.m}x{plan.tile.n}" + (f" split-k {split}" if split > 1 else ""),
             "blocks": plan.grid, "blocks_per_sm": plan.occupancy, "waves": waves,
-            "kernel": "persistent" if gpu.gemm.persistent else "waves", "math_s": t_math, "hbm_s": t_hbm,
+            "kernel": "persistent" if gpu.gemm.persistent_for(dtype) else "waves", "math_s": t_math, "hbm_s": t_hbm,
             "bound": bound}

@@ -73,6 +73,7 @@ class GemmModel:
     Hopper: one block per SM looping over tiles), so an SM one of their blocks leaves goes to
     the kernel's next tile before any other kernel, whatever the streams' priorities: another
     kernel gets an SM only as the GEMM runs out of tiles (:class:`ficco_sim.engine.dispatcher.Waiting`).
+    It holds for the tensor-core dtypes (:meth:`persistent_for`).
     """
 
     tiles: tuple[GemmTile, ...]
@@ -83,6 +84,12 @@ class GemmModel:
     peer_rate: float = math.inf
     roofline_exponent: float = math.inf
     persistent: bool = False
+
+    def persistent_for(self, dtype: str) -> bool:
+        """Whether ``dtype``'s GEMMs are persistent kernels: plain fp32 (no TF32) runs on the CUDA
+        cores, a block per tile in waves, even where the tensor-core kernels are persistent (the
+        H200's 4096^3 fp32 GEMM: an ``sm80_xmma`` kernel of 512 blocks; validation/gpu/h200/2026-11-28)."""
+        return self.persistent and dtype != "float32"
 
     @functools.cached_property
     def configs(self) -> tuple[GemmTile, ...]:

@@ -72,6 +72,8 @@ class CommKernels:
     gemm_persistent: np.ndarray  # (G,) bool
     issued: np.ndarray          # (C,) bool
     gemm_issued: np.ndarray     # (G,) bool
+    queued: np.ndarray          # (C,) bool: its turn comes as its stream predecessor ends
+    gemm_queued: np.ndarray     # (G,) bool
 
 
 def join_keys(row_keys: np.ndarray, col_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -358,7 +360,8 @@ def comm_release(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: d
     GEMM's last wave starts if that one leaves it any, else when the GEMM ends (mode 1 at
     ``frac`` of its run). ``first``: a GEMM reaching the SMs at the same instant goes first (issue
     order; a persistent one as the dispatcher orders arrivals: host-issued in issue order, else by
-    priority). (P, C) arrays."""
+    priority; before either, of the two the one whose turn came on its own stream, not by another's
+    event). (P, C) arrays."""
     ck = tpl.comm_kernels
     s = vals[:, ck.begin]                                                  # (P, C)
     run = _running(tpl, vals, s, ck.gemms, resident)
@@ -373,6 +376,9 @@ def comm_release(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: d
     ahead = np.where(first, np.append(ck.gemm_issued, False)[run["j"]] | (gemm_prio >= ck.priority[None, :]),
                      ~ck.issued[None, :] & (gemm_prio > ck.priority[None, :]))
     first = np.where(kept, ahead, first)
+    # of two released at one instant, the one queued on its own stream goes first (an event's waiter is woken later)
+    gemm_queued = np.append(ck.gemm_queued, False)[run["j"]]
+    first = np.where(gemm_queued != ck.queued[None, :], gemm_queued, first)
     return {"on": wait, "mode": np.where(wait, np.where(high, 2, 1), 0), "frac": frac, "waves": run["waves"],
             "last_at": run["last_at"],
             "first": first, **_partner_nodes(tpl, run, len(vals[0]) - 1)}

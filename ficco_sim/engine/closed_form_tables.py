@@ -18,7 +18,7 @@ from ..hardware import GpuProfile
 from ..taskgraph import Kernel, TaskGraph
 from ..topology import Topology
 from .closed_form_overlap import CommKernels, MemKernels, join_either, join_keys, padded_lists
-from .launch import host_issued, persistent
+from .launch import host_issued, persistent, queued_turns
 
 if TYPE_CHECKING:
     from .closed_form import Template
@@ -102,7 +102,7 @@ def tuned_terms(gpu: GpuProfile, payload: np.ndarray, tune: np.ndarray) -> tuple
 
 def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, begin: np.ndarray, level: np.ndarray,
                  gemm_begin: np.ndarray, *, gpus: tuple[np.ndarray, np.ndarray], order: tuple[np.ndarray, np.ndarray],
-                 priority: tuple[np.ndarray, np.ndarray], issued: set[str]) -> CommKernels:
+                 priority: tuple[np.ndarray, np.ndarray], issued: set[str], queued: set[str]) -> CommKernels:
     """The GEMMs that may hold a communication kernel back are those of its GPU whose begin
     node lies at a shallower level of the DAG than its own (their begin time is known when its
     own is computed), or at the same level and issued before it (at one level both reach the
@@ -110,8 +110,9 @@ def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, begi
     kernels' begin nodes; ``level``: each node's. ``gpus``, ``order`` (place in issue order;
     compared within a GPU only) and ``priority`` (their streams'): of the communication
     kernels, then of the GEMMs; ``issued``: the ids of kernels the host issues with nothing to
-    wait for (:func:`~ficco_sim.engine.launch.host_issued`). Each GEMM also says whether it is
-    persistent (:func:`~ficco_sim.engine.launch.persistent`)."""
+    wait for (:func:`~ficco_sim.engine.launch.host_issued`); ``queued``: those whose turn comes as
+    their stream predecessor ends (:func:`~ficco_sim.engine.launch.queued_turns`). Each GEMM also
+    says whether it is persistent (:func:`~ficco_sim.engine.launch.persistent`)."""
     (comm_gpu, gemm_gpu), (comm_order, gemm_order) = gpus, order
     comm_level, gemm_level = level[begin], level[gemm_begin]
     r, c = join_keys(comm_gpu, gemm_gpu)
@@ -127,7 +128,9 @@ def comm_kernels(comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile, begi
         gemm_priority=priority[1], order=comm_order, gemm_order=gemm_order,
         gemm_persistent=np.array([persistent(k, gpu) for k in gemms], dtype=bool),
         issued=np.array([k.id in issued for k in comms], dtype=bool),
-        gemm_issued=np.array([k.id in issued for k in gemms], dtype=bool))
+        gemm_issued=np.array([k.id in issued for k in gemms], dtype=bool),
+        queued=np.array([k.id in queued for k in comms], dtype=bool),
+        gemm_queued=np.array([k.id in queued for k in gemms], dtype=bool))
 
 
 def graph_comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel], gpu: GpuProfile,
@@ -140,7 +143,8 @@ def graph_comm_kernels(graph: TaskGraph, comms: list[Kernel], gemms: list[Kernel
                         gpus=(col(comms, lambda k: k.gpu), col(gemms, lambda k: k.gpu)),
                         order=(col(comms, lambda k: order[k.id]), col(gemms, lambda k: order[k.id])),
                         priority=(col(comms, lambda k: prio[(k.gpu, k.stream)]),
-                                  col(gemms, lambda k: prio[(k.gpu, k.stream)])), issued=host_issued(graph.tasks))
+                                  col(gemms, lambda k: prio[(k.gpu, k.stream)])), issued=host_issued(graph.tasks),
+                        queued=queued_turns(graph.tasks))
 
 
 def memory_kernels(mems: list[Kernel], nodes: np.ndarray, begin: np.ndarray, gpu: GpuProfile, gpu_of: np.ndarray,
@@ -191,7 +195,8 @@ def merged_comm(tpls: Sequence["Template"], offs: np.ndarray) -> CommKernels:
                        need=cat("need").reshape(-1, 4), occupancy=cat("occupancy"), priority=cat("priority"),
                        gemms=_stacked_gemms(tpls, [t.comm_kernels.gemms for t in tpls]),
                        gemm_priority=cat("gemm_priority"), order=cat("order"), gemm_order=cat("gemm_order"),
-                       gemm_persistent=cat("gemm_persistent"), issued=cat("issued"), gemm_issued=cat("gemm_issued"))
+                       gemm_persistent=cat("gemm_persistent"), issued=cat("issued"), gemm_issued=cat("gemm_issued"),
+                       queued=cat("queued"), gemm_queued=cat("gemm_queued"))
 
 
 def _gpu_gemms(kernel_gpu: np.ndarray, gemm_gpu: np.ndarray) -> dict:

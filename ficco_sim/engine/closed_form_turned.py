@@ -32,7 +32,7 @@ from .closed_form_tables import NO_TUNE, comm_kernels, link_tables, memory_kerne
 from .closed_form_tiles import sources
 from .dag_levels import LazyLevels, longest_path_levels, padded_levels
 from .fold import Share
-from .launch import host_issued, launch_delays
+from .launch import host_issued, launch_delays, queued_turns
 
 
 def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scenario | None = None) -> Template:
@@ -144,7 +144,7 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
                                   order=(per_gpu(comms, int), per_gpu(gemms, int)),
                                   priority=(per_gpu(comms, lambda j: prio[tasks[j].stream]),
                                             per_gpu(gemms, lambda j: prio[tasks[j].stream])),
-                                  issued=host_issued(tasks)),
+                                  issued=host_issued(tasks), queued=queued_turns(tasks)),
         source=sources(source, n * N0))
 
 

@@ -174,12 +174,13 @@ class Simulation(Wiring):
     # -- processes ------------------------------------------------------------------------
     def _stream(self, priority: int, tasks: list):
         env = self.env
-        for t in tasks:
-            if t.deps or t.signals:
-                yield simpy.AllOf(env, [self.done[d] for d in t.deps] + self.signal_events.get(t.id, []))
-            rec = self.records[t.id]
+        for i, t in enumerate(tasks):     # queued: its turn came as its stream predecessor ended, no event held it
+            events = [self.done[d] for d in t.deps] + self.signal_events.get(t.id, [])
+            queued = i > 0 and all(e.triggered for e in events)
+            if events:
+                yield simpy.AllOf(env, events)
+            rec, thread = self.records[t.id], self.threads[t.gpu] if self.threads is not None else None
             rec.ready = env.now
-            thread = self.threads[t.gpu] if self.threads is not None else None
             if isinstance(t, Kernel):
                 held = None
                 if thread is not None:      # the rank's issuing thread: posts first, then compute ops one at a time
@@ -190,12 +191,12 @@ class Simulation(Wiring):
                         yield env.timeout(0)    # a post that became ready at this instant goes first
                         held = thread.request(priority=(1, -priority))
                         yield held
-                launch = self.launch[t.id]
-                if launch:
-                    yield env.timeout(launch)
+                if self.launch[t.id]:
+                    yield env.timeout(self.launch[t.id])
                 self.pools[t.gpu].arrive(Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms,
                                                  free=t.kind == "comm" and self.gpu.host is not None,
-                                                 issued=t.id in self.issued, persistent=persistent(t, self.gpu)))
+                                                 issued=t.id in self.issued, persistent=persistent(t, self.gpu),
+                                                 queued=queued))
                 self.seq += 1
                 self._dirty(t.gpu)
                 yield self.done[t.id]

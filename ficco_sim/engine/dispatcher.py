@@ -14,8 +14,13 @@ GEMM's pending blocks refill each freed slot, however its priority: the starvati
 occupancy shaping cures (one retiring shaped block frees a whole SM). Likewise, kernels the
 host launched with nothing to wait for that arrive at one instant are dispatched one after
 another in launch order (a host issues one launch at a time), so a GEMM launched before a
-high-priority collective fills the SMs first; kernels released at one instant by what they
-waited for go by priority. A persistent kernel (:attr:`Waiting.persistent`: its blocks loop over
+high-priority collective fills the SMs first. Of kernels released at one instant by what they
+waited for, the one whose turn came on its own stream (its predecessor there just ended:
+:attr:`Waiting.queued`) is dispatched before those another stream's event released, whatever
+their priorities: a stream's next kernel is at the front end already, an event's waiter still
+has to be woken (on the H200 a GEMM queued behind a GEMM took the SMs before a higher-priority
+kernel waiting on the first GEMM's event, every time: validation/gpu/h200/2026-11-28); the
+others go by priority. A persistent kernel (:attr:`Waiting.persistent`: its blocks loop over
 tiles) takes the SM one of its blocks leaves for its next block before any other kernel, whatever
 the policy and the priorities (only that SM: SMs others leave at the same instant go by the
 policy); others get its SMs only as it runs out of blocks to place.
@@ -61,6 +66,7 @@ class Waiting:
     sms: tuple[int, int] | None = None    # the SMs [lo, hi) the kernel may use (None: all)
     free: bool = False                    # takes no SM resources (a host library's threads)
     issued: bool = False                  # launched by the host with nothing to wait for
+    queued: bool = False                  # its turn came as its stream predecessor ended (no event to wait for)
     persistent: bool = False              # its blocks loop over tiles: an SM one leaves takes its next one
     unplaced: int = field(init=False)
 
@@ -153,8 +159,9 @@ class SmPool:
     def settle(self, waiting: list[Waiting]) -> list[tuple[Waiting, np.ndarray]]:
         """Free what retired since the last settle, one block per SM at a time (each SM's
         retiring blocks in the order they were reported), with a dispatch pass after each;
-        then add the kernels that arrived in launch order (``seq``), a dispatch pass after
-        each one the host issued (:attr:`Waiting.issued`) and after the last. ``waiting``
+        then add the kernels that arrived: those queued behind their stream predecessor
+        (:attr:`Waiting.queued`) first, each group in launch order (``seq``), a dispatch pass after
+        each one the host issued (:attr:`Waiting.issued`), after the queued ones and after the last. ``waiting``
         gains the arrivals; returns every placement made. With fewer than two kernels
         waiting the order of retirements cannot matter, and everything frees before one pass.
 
@@ -186,12 +193,17 @@ class SmPool:
         >>> pool.retire(other.block, np.array([0, 1]), "other")   # both leave at once: the GEMM takes its own SM
         >>> [(w.id, n.tolist()) for w, n in pool.settle([hi, big, other])]
         [('gemm', [1, 0]), ('copy', [0, 1])]
+        >>> pool = SmPool(1, SmLimits(4, 2048, 65536, 100 << 10, 100 << 10, 0, 32))
+        >>> pool.arrive(Waiting("comm", BlockShape(128, 32, 90 << 10), blocks=1, priority=1, seq=5))  # an event woke it
+        >>> pool.arrive(Waiting("next", BlockShape(128, 32, 90 << 10), blocks=2, priority=0, seq=6, queued=True))
+        >>> [(w.id, int(n.sum())) for w, n in pool.settle([])]    # the stream's next kernel first
+        [('next', 1)]
         """
-        arrived, self._arriving = sorted(self._arriving, key=lambda w: w.seq), []
+        arrived, self._arriving = sorted(self._arriving, key=lambda w: (not w.queued, w.seq)), []
         placed = self._retire(waiting) if self._retiring or not arrived else []
         for i, w in enumerate(arrived):
             waiting.append(w)
-            if w.issued or i == len(arrived) - 1:
+            if w.issued or i == len(arrived) - 1 or w.queued and not arrived[i + 1].queued:
                 placed += self.dispatch(waiting)
         return placed
 

@@ -39,6 +39,24 @@ def host_issued(tasks: Iterable) -> set[str]:
     return out
 
 
+def queued_turns(tasks: Iterable) -> set[str]:
+    """Ids of the kernels whose turn always comes as their stream predecessor ends: not the first
+    of their stream, no signals, every dependency on their own stream. Released at one instant
+    with a kernel another stream's event wakes, such a kernel reaches the SMs first
+    (:attr:`~ficco_sim.engine.dispatcher.Waiting.queued`; the discrete-event engine reads it off
+    each run, the closed form from this)."""
+    out: set[str] = set()
+    seen: set = set()
+    stream_of = {t.id: (t.gpu, t.stream) for t in tasks}
+    for t in tasks:
+        key = (t.gpu, t.stream)
+        if isinstance(t, Kernel) and key in seen and not t.signals and all(stream_of.get(d) == key for d in t.deps):
+            out.add(t.id)
+        if isinstance(t, Kernel) or t.engine == "dma":
+            seen.add(key)
+    return out
+
+
 def persistent(k: Kernel, gpu: GpuProfile) -> bool:
     """Whether ``k`` is a persistent GEMM: its blocks loop over tiles, so an SM one of them
     leaves goes to its next tile before any other kernel (:class:`~ficco_sim.engine.dispatcher.Waiting`).

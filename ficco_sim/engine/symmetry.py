@@ -79,7 +79,8 @@ def quotient(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = N
         xfer_targets=xfer_targets, link_bw=tpl.link_bw, xfer_links=tpl.xfer_links, xfer_cap=tpl.xfer_cap,
         mem=_one_per_class(tpl.mem, rep, orbit, ("nodes", "begin"), shared=("blocks", "gpu_gemms")),
         comm_kernels=_one_per_class(tpl.comm_kernels, rep, orbit, ("begin",),
-                                    shared=("gemm_priority", "gemm_order", "gemm_persistent", "gemm_issued")),
+                                    shared=("gemm_priority", "gemm_order", "gemm_persistent", "gemm_issued",
+                                            "gemm_queued")),
         source=None if tpl.source is None else np.where(tpl.source[rep] >= 0, orbit[tpl.source[rep]], -1),
         groups=groups(g_all[tpl.gemm_nodes], g_all[tpl.comm_nodes], tpl.comm_grid, g_all[x_nodes],
                        tpl.dst_of[x_nodes], gemm_targets, xfer_targets))

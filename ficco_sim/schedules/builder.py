@@ -175,7 +175,8 @@ class GraphBuilder:
         persistent where the profile's ``gemm.kernel`` says so."""
         plan = plan_gemm(self.gpu, m, n, k, dtype, extra_smem=self.extra_smem, accumulate=accumulate,
                          sms=self.gemm_sms)
-        shape = GemmShape(m, n, k, dtype, accumulate, self.extra_smem, self.gemm_sms, self.gpu.gemm.persistent)
+        shape = GemmShape(m, n, k, dtype, accumulate, self.extra_smem, self.gemm_sms,
+                          self.gpu.gemm.persistent_for(dtype))
         sms = (0, self.gemm_sms) if self.gemm_sms else None
         return self._kernel(id, gpu, lambda: Kernel(
             id, gpu, stream, "gemm", plan.grid, plan.block, plan.block_time, plan.block_hbm_bytes, tuple(deps),

@@ -1,0 +1,129 @@
+"""The discrete-event engine on the rows of ``benchmarks/gpu_sm_hold.py`` (a GEMM beside a kernel
+that holds SMs; validation/gpu/h200/2026-11-28), read the way the script reads the measurement.
+
+* ``hold-first``: a spin kernel of ``held`` blocks (each one SM for ``hold_s``) reaches the SMs;
+  10 us later a one-block delay kernel and then the GEMM on a second stream. Compared: the GEMM's
+  end past its end with nothing held, as a share of the GEMM's time alone (``excess``; measured:
+  the median repeat; the GEMM's time alone there is its end with every SM held, less ``hold_s``).
+* ``gemm-first``: a chain of three GEMMs; the spin kernel (20 us blocks) waits on the first
+  GEMM's event, its stream at equal or higher priority. Compared: when its first block starts,
+  in GEMMs of the chain (the measured chain's end / 3; the engine's GEMM time alone).
+
+Never fitted on these rows: the engine's GEMMs are its own (``hw_profiles/h200.yaml``).
+
+    python benchmarks/sm_hold_model.py                 # both tables and their summary
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "validation" / "gpu" / "h200" / "2026-11-28" / "sm_hold.csv"
+DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
+DELAY_S = 10e-6
+SPIN_S = 20e-6
+
+
+def _spin_block():
+    from ficco_sim.hardware import BlockShape
+    return BlockShape(512, 32, 120 * 1024)      # the script's default spin block: one per SM
+
+
+def hold_first(gpu, dtype: str, m: int, n: int, k: int, held: int, hold_s: float) -> tuple[float, float]:
+    """(GEMM end, GEMM time alone) in the engine: ``held`` SMs spun for ``hold_s`` when it is issued."""
+    from ficco_sim.engine.des import simulate_graph
+    from ficco_sim.hardware import BlockShape
+    from ficco_sim.schedules.builder import COMPUTE, GraphBuilder
+    from ficco_sim.taskgraph import Kernel
+    from ficco_sim.topology import switch
+
+    b = GraphBuilder(gpu, 2)
+    b.stream(0, COMPUTE)
+    if held:
+        b.tasks.append(Kernel("spin", 0, b.stream(0, "spin"), "opaque", held, _spin_block(), block_time=hold_s))
+    b.tasks.append(Kernel("delay", 0, COMPUTE, "opaque", 1, BlockShape(32, 32, 0), block_time=DELAY_S))
+    b.gemm("g", 0, m, n, k, DTYPES[dtype], deps=("delay",))
+    rec = simulate_graph(b.build(), gpu, switch(2, 1e12, 0.0)).by_id()["g"]
+    return rec.end, rec.end - rec.start
+
+
+def gemm_first(gpu, dtype: str, m: int, n: int, k: int, held: int, priority: str) -> float:
+    """When the spin kernel's first block starts, in GEMMs of the chain (engine)."""
+    from ficco_sim.engine.des import simulate_graph
+    from ficco_sim.schedules.builder import COMPUTE, GraphBuilder
+    from ficco_sim.taskgraph import Kernel
+    from ficco_sim.topology import switch
+
+    b = GraphBuilder(gpu, 2)
+    b.stream(0, COMPUTE)
+    for i in range(3):
+        b.gemm(f"g{i}", 0, m, n, k, DTYPES[dtype])
+    spin = b.stream(0, "spin", int(priority == "spin-high"))
+    b.tasks.append(Kernel("spin", 0, spin, "opaque", held, _spin_block(), block_time=SPIN_S, deps=("g0",)))
+    tl = simulate_graph(b.build(), gpu, switch(2, 1e12, 0.0)).by_id()
+    return tl["spin"].start / (tl["g0"].end - tl["g0"].start)
+
+
+def tables(gpu="h200", path: Path = DATA):
+    """(hold-first, gemm-first) DataFrames of measured and modelled values, a row per cell."""
+    import numpy as np
+    import pandas as pd
+
+    from ficco_sim.hardware import load_gpu
+    gpu = load_gpu(gpu)
+    rows = pd.read_csv(path, comment="#")
+    cells = rows[rows["experiment"] == "hold-first"].groupby(["dtype", "m", "n", "k", "held", "hold_s"],
+                                                             as_index=False)["gemm_end_s"].median()
+    hold = []
+    for (dtype, m, n, k), grp in cells.groupby(["dtype", "m", "n", "k"]):
+        base = float(grp.loc[grp["held"] == 0, "gemm_end_s"].iloc[0])
+        full = grp[grp["held"] == grp["held"].max()]
+        alone = float(np.median(full["gemm_end_s"] - full["hold_s"]))
+        model_base, model_alone = hold_first(gpu, dtype, m, n, k, 0, 0.0)
+        for r in grp[grp["held"] > 0].itertuples():
+            end, _ = hold_first(gpu, dtype, m, n, k, r.held, r.hold_s)
+            hold.append({"dtype": dtype, "m": m, "n": n, "k": k, "held": r.held, "hold": r.hold_s / alone,
+                         "measured": (r.gemm_end_s - base) / alone, "model": (end - model_base) / model_alone})
+    hold = pd.DataFrame(hold)
+    hold["error"] = hold["model"] - hold["measured"]
+    chain = rows[rows["experiment"] == "gemm-first"].groupby(["dtype", "m", "n", "k", "priority", "held"],
+                                                             as_index=False)[["gemm_end_s", "spin_first_s"]].median()
+    first = [{"dtype": r.dtype, "m": r.m, "n": r.n, "k": r.k, "priority": r.priority, "held": r.held,
+              "measured": r.spin_first_s / (r.gemm_end_s / 3),
+              "model": gemm_first(gpu, r.dtype, r.m, r.n, r.k, r.held, r.priority)} for r in chain.itertuples()]
+    first = pd.DataFrame(first)
+    first["error"] = first["model"] - first["measured"]
+    return hold, first
+
+
+def main() -> None:
+    import argparse
+
+    from rich.console import Console
+    from rich.table import Table
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu", default="h200", help="profile to run the engine with (default h200)")
+    args = parser.parse_args()
+    hold, first = tables(args.gpu)
+    console = Console()
+    for name, df, cols in (("hold-first: GEMM end past its end alone, in GEMM times", hold, ["held", "hold"]),
+                           ("gemm-first: the spin's first block, in GEMMs of the chain", first, ["priority", "held"])):
+        t = Table(title=name)
+        for c in ["dtype", "m", "n", "k", *cols, "measured", "model", "error"]:
+            t.add_column(c, justify="right")
+        for r in df.itertuples():
+            t.add_row(*[f"{getattr(r, c):.2f}" if isinstance(getattr(r, c), float) else str(getattr(r, c))
+                        for c in ["dtype", "m", "n", "k", *cols, "measured", "model", "error"]])
+        console.print(t)
+        err = df["error"].abs()
+        console.print(f"{name}: {len(df)} cells, |error| median {err.median():.3f}, p90 {err.quantile(0.9):.3f}, "
+                      f"worst {err.max():.3f}")
+
+
+if __name__ == "__main__":
+    main()
