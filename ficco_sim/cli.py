@@ -231,6 +231,11 @@ def legend(rows: list[dict]) -> str:
     if any(r.get("of_ideal", 0) < 0 for r in rows):
         lines.append("A negative 'of ideal' is a schedule slower than no overlap: -1 means it lost as much as "
                      "the ideal would have gained.")
+    time = {r["schedule"]: r.get("makespan") for r in rows}
+    if any(time.get(n.replace("-hi", "", 1)) == t for n, t in time.items() if "-hi" in n):
+        lines.append("A '-hi' schedule as fast as its twin: the priority changed nothing here (the next GEMM "
+                     "piece, queued on its stream, reaches the SMs before a collective its event wakes, and keeps "
+                     "them while its tiles last if persistent, or while a retiring block leaves no room for one).")
     if any(min(r.get("cil_compute", 0), r.get("cil_comm", 0)) < 0 for r in rows):
         lines.append("A negative CIL: the overlapped pieces or transfers ran faster than the same ones alone, "
                      "e.g. a transfer alone pays a latency that, overlapped, is hidden behind another one.")

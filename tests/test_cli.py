@@ -203,6 +203,17 @@ def test_simulate_table_explains_negative_values(capsys):
     assert "of ideal" in out and "A negative 'of ideal' is a schedule slower than no overlap" in out
 
 
+def test_simulate_table_says_when_priority_changed_nothing(capsys):
+    """On H100 the next GEMM piece, queued on its stream, takes the SMs before the collective its
+    event wakes (measured on the H200), so `-hi` times as its twin; the table says why."""
+    argv = ["simulate", "--gpu", "h100", "--topology", "switch:8", "--scenario", "gemm-rs", "--m", "8192", "--n",
+            "8192", "--k", "1024", "--schedule", "ficco-a2a-sm,ficco-a2a-sm-hi"]
+    assert main(argv) == 0
+    assert "A '-hi' schedule as fast as its twin" in capsys.readouterr().out
+    assert main(argv[:-1] + ["ficco-a2a-sm,ficco-a2a-dma"]) == 0
+    assert "'-hi'" not in capsys.readouterr().out
+
+
 def test_a_collective_smaller_than_one_element_per_piece_is_refused(capsys):
     """Fuzz (seed 5): 7 bytes of all-to-all over 8 GPUs is 0 elements per peer, which took
     0 s and divided by it."""
