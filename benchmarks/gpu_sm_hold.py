@@ -71,24 +71,25 @@ extern "C" __global__ void spin(long long ns, long long* starts, long long* ends
 
 
 def spin_launcher(torch, dev, threads: int, smem: int):
-    """``launch(stream, blocks, seconds, heavy) -> read()``: a spin kernel on a torch stream, its blocks
-    ``threads`` wide with ``smem`` bytes of shared memory (``heavy``, as a collective's blocks are: no
-    GEMM block fits beside one) or one warp and none (the gate and the delay); ``read()`` gives the
-    blocks' (starts, ends, smids) in global-timer ns after a synchronize. Triton's fallback takes no
-    shared memory."""
+    """``launch(stream, blocks, seconds, heavy, shape) -> read()``: a spin kernel on a torch stream, its
+    blocks ``threads`` wide with ``smem`` bytes of shared memory (``heavy``, as a collective's blocks
+    are: no GEMM block fits beside one), one warp and none (the gate and the delay), or ``shape``
+    (threads, shared memory bytes up to ``smem``); ``read()`` gives the blocks' (starts, ends, smids)
+    in global-timer ns after a synchronize. Triton's fallback takes no shared memory."""
     try:
         import cupy as cp
 
         kernel = cp.RawKernel(SPIN_CUDA, "spin")
         kernel.max_dynamic_shared_size_bytes = smem
 
-        def launch(stream, blocks: int, seconds: float, heavy: bool = True):
+        def launch(stream, blocks: int, seconds: float, heavy: bool = True, shape: tuple | None = None):
             starts = torch.empty(blocks, dtype=torch.int64, device=dev)
             ends, smids = torch.empty_like(starts), torch.empty(blocks, dtype=torch.int32, device=dev)
+            width, nbytes = shape or ((threads, smem) if heavy else (32, 0))
             with cp.cuda.ExternalStream(stream.cuda_stream):
-                kernel((blocks,), (threads if heavy else 32,),
+                kernel((blocks,), (width,),
                        (cp.int64(int(seconds * 1e9)), cp.asarray(starts), cp.asarray(ends), cp.asarray(smids)),
-                       shared_mem=smem if heavy else 0)
+                       shared_mem=nbytes)
             return lambda: (starts.tolist(), ends.tolist(), smids.tolist())
 
         return launch, "cupy"
@@ -110,11 +111,12 @@ def spin_launcher(torch, dev, threads: int, smem: int):
         tl.store(ends + pid, t)
         tl.store(smids + pid, sm)
 
-    def launch(stream, blocks: int, seconds: float, heavy: bool = True):
+    def launch(stream, blocks: int, seconds: float, heavy: bool = True, shape: tuple | None = None):
         starts = torch.empty(blocks, dtype=torch.int64, device=dev)
         ends, smids = torch.empty_like(starts), torch.empty(blocks, dtype=torch.int32, device=dev)
+        width = shape[0] if shape else threads if heavy else 32
         with torch.cuda.stream(stream):
-            spin[(blocks,)](starts, ends, smids, int(seconds * 1e9), num_warps=max(1, threads // 32 if heavy else 1))
+            spin[(blocks,)](starts, ends, smids, int(seconds * 1e9), num_warps=max(1, width // 32))
         return lambda: (starts.tolist(), ends.tolist(), smids.tolist())
 
     return launch, "triton"
