@@ -16,12 +16,13 @@ Two readings of what the kernels are (``shapes``):
   (``vectorized_elementwise_kernel<8>``) and a same-GPU ``copy_`` are thousands of short
   128-thread blocks of 8 KiB each (``tr-many`` alike); ``tr-wave`` stays one wave.
 
-``policy`` is the dispatcher's (:mod:`ficco_sim.engine.dispatcher`). With ``shapes="traces"``
-and ``policy="strict"`` (a kernel with blocks still to place holds back those behind it) the
-engine reproduces every priority setting the H200 measured, in both start orders; today's
-default (one-wave copies, backfill) reproduces equal priority and copies-high (since the
-persistent GEMMs keep their SMs), not a GEMM stream of higher priority (validation/README.md,
-the second H200 lease).
+``policy`` is the dispatcher's (:mod:`ficco_sim.engine.dispatcher`; None: the profile's
+``dispatch``, ``strict`` on the H200 as measured: a kernel with blocks still to place holds back
+those behind it). With ``shapes="traces"`` the engine reproduces every priority setting the H200
+measured, in both start orders; the model's own kernels reproduce equal priority and copies-high
+(the persistent GEMMs keep their SMs) and, with ``strict``, a GEMM stream of higher priority beside
+the short-block ``tr-many`` copies, not beside the one-wave elementwise copy (``sm``: torch's is
+short blocks; validation/README.md, the H200 leases).
 
     python benchmarks/contention_model.py          # the 64 and 256 MiB rows, both orders, both readings
 """
@@ -51,7 +52,7 @@ def short_blocks(gpu: GpuProfile, k: Kernel, nbytes: int) -> Kernel:
                                block_hbm_bytes=2 * CHUNK)
 
 
-def modelled_copies(gpu: GpuProfile, r, *, shapes: str = "model", policy: str = "backfill") -> tuple[float, float]:
+def modelled_copies(gpu: GpuProfile, r, *, shapes: str = "model", policy: str | None = None) -> tuple[float, float]:
     """(GEMM slowdown, copy rate beside / alone) of row ``r`` (see the module docstring)."""
     from ficco_sim.calibrate.bench import overlap_bytes
     from ficco_sim.engine.des import simulate_graph
@@ -131,13 +132,14 @@ def main() -> None:
     gpu = load_gpu(args.folder.resolve().parent.name)
     t = Table(title=f"GEMM slowdown beside copies, measured on the {gpu.name.upper()} and by the engine "
                     "(median over 4 GEMM shapes, min-max)")
-    for c in ("order", "path", "priority", "MiB", "measured", "model, backfill", "traces, strict"):
+    for c in ("order", "path", "priority", "MiB", "measured", "model", "model, backfill", "traces"):
         t.add_column(c, justify="right")
     fmt = lambda a: f"{np.median(a):.3f} ({np.min(a):.2f}-{np.max(a):.2f})"  # noqa: E731
     for (order, path, prio, nbytes), x in d.groupby(["order", "path", "priority", "copy_bytes"]):
         today = [modelled_copies(gpu, r)[0] for r in x.itertuples()]
-        traces = [modelled_copies(gpu, r, shapes="traces", policy="strict")[0] for r in x.itertuples()]
-        t.add_row(order, path, prio, str(nbytes >> 20), fmt(x["slowdown"]), fmt(today), fmt(traces))
+        backfill = [modelled_copies(gpu, r, policy="backfill")[0] for r in x.itertuples()]
+        traces = [modelled_copies(gpu, r, shapes="traces")[0] for r in x.itertuples()]
+        t.add_row(order, path, prio, str(nbytes >> 20), fmt(x["slowdown"]), fmt(today), fmt(backfill), fmt(traces))
     Console(width=150).print(t)
 
 

@@ -1,5 +1,6 @@
 """The discrete-event engine on the rows of ``benchmarks/gpu_sm_hold.py`` (a GEMM beside a kernel
-that holds SMs; validation/gpu/h200/2026-11-28), read the way the script reads the measurement.
+that holds SMs) and ``benchmarks/gpu_dispatch.py`` (which waiting kernel the block scheduler serves
+first; validation/gpu/h200/2026-11-28), read the way the scripts read the measurements.
 
 * ``hold-first``: a spin kernel of ``held`` blocks (each one SM for ``hold_s``) reaches the SMs;
   10 us later a one-block delay kernel and then the GEMM on a second stream. Compared: the GEMM's
@@ -8,6 +9,11 @@ that holds SMs; validation/gpu/h200/2026-11-28), read the way the script reads t
 * ``gemm-first``: a chain of three GEMMs; the spin kernel (20 us blocks) waits on the first
   GEMM's event, its stream at equal or higher priority. Compared: when its first block starts,
   in GEMMs of the chain (the measured chain's end / 3; the engine's GEMM time alone).
+
+* ``dispatch``: a resident kernel holds all or half the SMs for 300 us; a kernel whose blocks do
+  not fit beside it (H) and one whose blocks do (L) arrive 20 us apart. Compared: whether L's
+  first block starts over 10 us after L's turn came (it waited for H's blocks: head of line), by
+  the profile's dispatch policy and by backfill.
 
 Never fitted on these rows: the engine's GEMMs are its own (``hw_profiles/h200.yaml``).
 
@@ -68,6 +74,48 @@ def gemm_first(gpu, dtype: str, m: int, n: int, k: int, held: int, priority: str
     return tl["spin"].start / (tl["g0"].end - tl["g0"].start)
 
 
+def dispatch(gpu, resident: str, order: str, priority: str, policy: str | None = None) -> float:
+    """Seconds from L's turn (its delay kernel's end) to its first block in the engine, ``policy``
+    the dispatcher's (None: the profile's ``dispatch``)."""
+    from ficco_sim.engine.des import simulate_graph
+    from ficco_sim.hardware import BlockShape
+    from ficco_sim.schedules.builder import GraphBuilder
+    from ficco_sim.taskgraph import Kernel
+    from ficco_sim.topology import switch
+
+    heavy, light, tiny = _spin_block(), BlockShape(128, 32, 0), BlockShape(32, 32, 0)
+    ph, pl = {"H-high": (1, 0), "same": (0, 0), "L-high": (0, 1)}[priority]
+    b = GraphBuilder(gpu, 2)
+    r, h, lo = b.stream(0, "r"), b.stream(0, "h", ph), b.stream(0, "l", pl)
+    dh, dl = (20e-6, 40e-6) if order == "H-first" else (40e-6, 20e-6)
+    b.tasks += [Kernel("R", 0, r, "opaque", gpu.num_sms // (1 if resident == "all" else 2), heavy, block_time=300e-6),
+                Kernel("dh", 0, h, "opaque", 1, tiny, block_time=dh),
+                Kernel("dl", 0, lo, "opaque", 1, tiny, block_time=dl),
+                Kernel("H", 0, h, "opaque", gpu.num_sms, heavy, block_time=50e-6),
+                Kernel("L", 0, lo, "opaque", gpu.num_sms, light, block_time=50e-6)]
+    tl = simulate_graph(b.build(), gpu, switch(2, 1e12, 0.0), policy=policy).by_id()
+    return tl["L"].start - tl["dl"].end
+
+
+def dispatch_table(gpu="h200", path: Path = DATA.with_name("dispatch.csv")):
+    """Per (resident, order, priority): whether L waited over 10 us past its turn, measured (in
+    every repeat, none, or some) and in the engine with the profile's policy and with backfill."""
+    import pandas as pd
+
+    from ficco_sim.hardware import load_gpu
+    gpu = load_gpu(gpu)
+    rows = pd.read_csv(path, comment="#")
+    turn = rows["order"].map({"H-first": 40e-6, "L-first": 20e-6})     # L's delay kernel's end
+    rows["waits"] = rows["l_first_s"] - turn > 15e-6                      # 4-5 us of launch and event beside
+    out = []
+    for (resident, order, priority), grp in rows.groupby(["resident", "order", "priority"]):
+        model, backfill = (dispatch(gpu, resident, order, priority, p) for p in (None, "backfill"))
+        out.append({"resident": resident, "order": order, "priority": priority,
+                    "measured": "always" if grp["waits"].all() else "never" if not grp["waits"].any() else "mixed",
+                    "model": model > 10e-6, "backfill": backfill > 10e-6})
+    return pd.DataFrame(out)
+
+
 def tables(gpu="h200", path: Path = DATA):
     """(hold-first, gemm-first) DataFrames of measured and modelled values, a row per cell."""
     import numpy as np
@@ -111,6 +159,14 @@ def main() -> None:
     args = parser.parse_args()
     hold, first = tables(args.gpu)
     console = Console()
+    disp = dispatch_table(args.gpu)
+    t = Table(title=f"dispatch: does L wait for H's blocks? measured (7 repeats), the engine ({args.gpu}'s policy), "
+                    "backfill")
+    for c in disp.columns:
+        t.add_column(c, justify="right")
+    for r in disp.itertuples(index=False):
+        t.add_row(*map(str, r))
+    console.print(t)
     for name, df, cols in (("hold-first: GEMM end past its end alone, in GEMM times", hold, ["held", "hold"]),
                            ("gemm-first: the spin's first block, in GEMMs of the chain", first, ["priority", "held"])):
         t = Table(title=name)

@@ -390,8 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "presets: every preset that applies; the grammar and the presets: `ficco-sim list`)")
     s.add_argument("--engine", default="des", choices=["des", "analytical"], help="discrete-event (default) or "
                    "closed-form")
-    s.add_argument("--policy", default="backfill", choices=["backfill", "strict", "fifo"],
-                   help="block dispatcher policy (default backfill)")
+    s.add_argument("--policy", default=None, choices=["backfill", "strict", "fifo"],
+                   help="block dispatcher policy (default: the profile's `dispatch`; strict on H100/H200, measured)")
     s.add_argument("--format", default="table", choices=["table", "csv", "json"],
                    help="table (default), csv or json")
     s.add_argument("--out", "--output", "-o", dest="output", metavar="FILE",

@@ -35,6 +35,8 @@ PROFILE_DIR = Path(__file__).resolve().parent.parent / "hw_profiles"
 KINDS = ("datasheet", "measured", "fitted", "derived", "assumption")
 # gemm.kernel: how the library's GEMM kernels hold SMs (GemmModel.persistent)
 KERNELS = ("waves", "persistent")
+# dispatch: how the block scheduler orders kernels waiting for SMs (ficco_sim.engine.dispatcher)
+POLICIES = ("backfill", "strict", "fifo")
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8": 1}
 
 KIB = 1024
@@ -65,6 +67,7 @@ class GpuProfile:
     peak_sms: int = 0   # the SM count ``peak_flops`` is for (0: num_sms); an SM's rate never depends on num_sms
     host_bandwidth: float = 0.0   # host link (PCIe / CPU fabric) per direction, B/s (0: not known)
     host: HostSpec | None = None  # ranks are processes sharing one host's cores (the CPU replay)
+    dispatch: str = "backfill"    # the block scheduler's policy (:data:`POLICIES`; ``dispatch`` in the YAML)
 
     @property
     def hbm_effective(self) -> float:
@@ -341,6 +344,7 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
             command_overhead=r.number("dma.command_overhead_us", scale=1e-6, positive=False),
         ),
         launch_overhead=r.number("launch_overhead_us", scale=1e-6, positive=False),
+        dispatch=r.choice("dispatch", POLICIES) if r.has("dispatch") else "backfill",
         priority_levels=r.number("priority_levels", integer=True),
         link=LinkSpec(
             ports=r.number("link.ports", integer=True),

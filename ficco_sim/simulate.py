@@ -92,7 +92,7 @@ def _default_topology(topology, scenario: Scenario, gpu: GpuProfile) -> Topology
 
 
 def baseline(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | str | None = None, *,
-             engine: str = "des", policy: str = "backfill") -> dict[str, float]:
+             engine: str = "des", policy: str | None = None) -> dict[str, float]:
     """Isolated compute and communication times and the ``none`` makespan (s)."""
     gpu = load_gpu(gpu)
     topo = _default_topology(topology, scenario, gpu)
@@ -113,7 +113,7 @@ def _templated(engine: str, whole_graph: bool, gpu: GpuProfile) -> bool:
 
 
 def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProfile | str = "h100",
-             topology: Topology | str | None = None, *, engine: str = "des", policy: str = "backfill",
+             topology: Topology | str | None = None, *, engine: str = "des", policy: str | None = None,
              base: dict[str, float] | None = None, whole_graph: bool = False) -> Result:
     """Simulate ``scenario`` under ``schedule``. ``topology`` defaults to ``switch:<gpus>``;
     ``engine`` is ``des`` (discrete-event) or ``analytical`` (the closed-form engine);
@@ -149,7 +149,7 @@ def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProf
 
 def simulate_many(scenario: Scenario, schedules: Iterable[Schedule | str], gpu: GpuProfile | str = "h100",
                   topology: Topology | str | None = None, *, engine: str = "des",
-                  policy: str = "backfill", whole_graph: bool = False) -> list[Result]:
+                  policy: str | None = None, whole_graph: bool = False) -> list[Result]:
     """:func:`simulate` for several schedules, sharing the baseline."""
     gpu = load_gpu(gpu)
     topo = _default_topology(topology, scenario, gpu)
@@ -331,4 +331,4 @@ def collective_time(gpu: GpuProfile | str, topology: Topology | str, kind: str, 
         if folded is not None:
             return simulate_folded(folded, gpu, topo, record=False).makespan + issue
     graph = collective_graph(gpu, topo, kind, nbytes, engine=engine, algorithm=algorithm)
-    return _run(graph, gpu, topo, sim, "backfill").makespan + issue
+    return _run(graph, gpu, topo, sim, None).makespan + issue

@@ -117,11 +117,11 @@ def test_a_higher_priority_copy_takes_no_sm_from_persistent_gemms_as_the_h200_sh
 def test_with_the_kernels_the_traces_show_the_engine_gets_priority_right():
     """The same rows with the kernels the H200 traces show (persistent cuBLAS GEMMs, whose SMs
     pass from tile to tile: the engine's own on the H200 profile; torch's copy as thousands of
-    short blocks) and head-of-line dispatch:
+    short blocks) and head-of-line dispatch (the H200 profile's ``dispatch: strict``, measured):
     a GEMM stream of higher priority keeps its GEMMs whole, raising the copies' priority changes
     nothing over equal priority, and every GEMM slowdown lands within 0.06 of the measured one
-    (64 MiB copies first, 4 shapes x 3 priority settings; never fitted). With the default
-    dispatcher's backfill the high-priority GEMMs are not protected."""
+    (64 MiB copies first, 4 shapes x 3 priority settings; never fitted). With backfill the
+    high-priority GEMMs are not protected."""
     from ficco_sim.hardware import load_gpu
     mod = _module("contention_model")
     rows = mod.rows(SESSION.parent / "2026-11-27-2", mib=(64,), paths=("sm",))
@@ -135,7 +135,7 @@ def test_with_the_kernels_the_traces_show_the_engine_gets_priority_right():
         assert got[(m, n, "copies-high")][0] == pytest.approx(got[(m, n, "same")][0], rel=1e-9)
         assert got[(m, n, "gemm-high")][0] <= 1.03
     square = next(r for r in rows.itertuples() if r.m == 4096 and r.priority == "gemm-high")
-    assert mod.modelled_copies(gpu, square, shapes="traces")[0] > 1.1     # backfill: not protected
+    assert mod.modelled_copies(gpu, square, shapes="traces", policy="backfill")[0] > 1.1     # not protected
 
 
 def test_reference_on_another_device_gives_the_same_check():

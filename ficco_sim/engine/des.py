@@ -64,7 +64,7 @@ NAN = float("nan")
 class Simulation(Wiring):
     """One run of one task graph. Use :func:`simulate_graph`."""
 
-    def __init__(self, graph: TaskGraph, gpu: GpuProfile, topology: Topology, *, policy: str = "backfill",
+    def __init__(self, graph: TaskGraph, gpu: GpuProfile, topology: Topology, *, policy: str | None = None,
                  record: bool = True, folded: Folded | None = None):
         if topology.num_gpus < graph.num_gpus:
             raise InputError("topology", None, f"{topology.name} has {topology.num_gpus} GPUs, "
@@ -79,7 +79,7 @@ class Simulation(Wiring):
         self.started = {k.id: env.event() for k in graph.kernels}
         self.launch = launch_delays(graph.tasks, gpu)     # per kernel: its turn to its blocks dispatchable
         self.issued = host_issued(graph.tasks)
-        self.pools = [SmPool(gpu.num_sms, gpu.sm, policy) for _ in range(graph.num_gpus)]
+        self.pools = [SmPool(gpu.num_sms, gpu.sm, policy or gpu.dispatch) for _ in range(graph.num_gpus)]
         self.waiting: list[list[Waiting]] = [[] for _ in range(graph.num_gpus)]
         self.engines = [[simpy.Resource(env, 1) for _ in range(gpu.dma.engines)] for _ in range(graph.num_gpus)]
         self.fluid = FluidPool()
@@ -474,7 +474,7 @@ class Simulation(Wiring):
 
 
 def simulate_graph(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology | str, *,
-                   policy: str = "backfill", record: bool = True, fold_ranks: bool = True) -> Timeline:
+                   policy: str | None = None, record: bool = True, fold_ranks: bool = True) -> Timeline:
     """Run the discrete-event simulation of ``graph`` on ``gpu`` GPUs joined by ``topology``.
 
     A rotation-symmetric graph runs one rank and copies its times to the others
@@ -489,7 +489,7 @@ def simulate_graph(graph: TaskGraph, gpu: GpuProfile | str, topology: Topology |
         return simulate_folded(folded, gpu, topology, policy=policy, record=record)
 
 
-def simulate_folded(folded: Folded, gpu: GpuProfile | str, topology: Topology | str, *, policy: str = "backfill",
+def simulate_folded(folded: Folded, gpu: GpuProfile | str, topology: Topology | str, *, policy: str | None = None,
                     record: bool = True) -> Timeline:
     """:func:`simulate_graph` of a rotation-symmetric graph given as its GPU 0 share
     (:mod:`ficco_sim.engine.fold`): one rank runs, every rank's times are its."""

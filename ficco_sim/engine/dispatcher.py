@@ -25,12 +25,15 @@ tiles) takes the SM one of its blocks leaves for its next block before any other
 the policy and the priorities (only that SM: SMs others leave at the same instant go by the
 policy); others get its SMs only as it runs out of blocks to place.
 
-Policies:
+Policies (the default is the profile's ``dispatch``):
 
-* ``backfill`` (default): higher stream priority first, then launch order; a kernel whose
+* ``backfill``: higher stream priority first, then launch order; a kernel whose
   next block fits nowhere does not stop later kernels from filling the gaps.
 * ``strict``: the same order, but the first kernel that still has unplaced blocks stops
-  everything behind it (head-of-line blocking).
+  everything behind it (head-of-line blocking): what the H200 does (a light kernel waited for
+  the last block of a kernel of equal or higher priority ahead of it, in every repeat:
+  validation/gpu/h200/2026-11-28/dispatch.csv). A persistent kernel has blocks to place only
+  until all its blocks (as many as its SMs hold) are launched; its further tiles follow them.
 * ``fifo``: launch order only, head-of-line blocking (``CUDA_DEVICE_MAX_CONNECTIONS=1``).
 
 >>> from ficco_sim.hardware import SmLimits, BlockShape
@@ -48,10 +51,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..gemm_model import block_needs
-from ..hardware import BlockShape, SmLimits
-
-POLICIES = ("backfill", "strict", "fifo")
+from ..gemm_model import block_needs, blocks_beside
+from ..hardware import POLICIES, BlockShape, SmLimits  # noqa: F401
 
 
 @dataclass(eq=False)
@@ -69,9 +70,17 @@ class Waiting:
     queued: bool = False                  # its turn came as its stream predecessor ended (no event to wait for)
     persistent: bool = False              # its blocks loop over tiles: an SM one leaves takes its next one
     unplaced: int = field(init=False)
+    launched: int = 0                     # a persistent kernel's blocks on SMs so far (the rest of its tiles follow them)
+    grid: int = field(init=False)         # its blocks: as many as its SMs hold when empty (tiles: ``blocks``)
 
     def __post_init__(self) -> None:
-        self.unplaced = self.blocks
+        self.unplaced = self.grid = self.blocks
+
+    @property
+    def pending(self) -> int:
+        """Blocks still to reach an SM: a persistent kernel's tiles past its blocks' first ones
+        go to the SMs its own blocks leave, so only its blocks not yet launched are pending."""
+        return self.grid - self.launched if self.persistent else self.unplaced
 
 
 class SmPool:
@@ -102,9 +111,10 @@ class SmPool:
             per = np.where(need > 0, self.free // np.maximum(need, 1), np.iinfo(np.int64).max)
         return per.min(axis=1)
 
-    def place(self, w: Waiting, only: np.ndarray | None = None) -> np.ndarray | None:
+    def place(self, w: Waiting, only: np.ndarray | None = None, own: bool = False) -> np.ndarray | None:
         """Place as many of ``w``'s blocks as fit, spread evenly (``only``: on those SMs, a
-        mask); returns per-SM counts."""
+        mask); returns per-SM counts. A persistent kernel places its blocks not yet launched
+        (:attr:`Waiting.pending`), or its next tiles on the SMs its own blocks just left (``own``)."""
         if w.free:      # all at once, evenly, holding nothing
             lo, hi = w.sms or (0, self.num_sms)
             counts = np.zeros(self.num_sms, dtype=np.int64)
@@ -119,9 +129,9 @@ class SmPool:
         if only is not None:
             fit = np.where(only, fit, 0)
         total = int(fit.sum())
-        if total == 0 or w.unplaced == 0:
+        want = min(w.unplaced, w.pending) if w.persistent and not own else w.unplaced
+        if total == 0 or want <= 0:
             return None
-        want = w.unplaced
         if total <= want:
             counts = fit
         else:
@@ -142,6 +152,8 @@ class SmPool:
         self.free -= np.outer(counts, self.need(w.block))
         assert (self.free >= 0).all(), "SM capacity exceeded"
         w.unplaced -= int(counts.sum())
+        if w.persistent and not own:
+            w.launched += int(counts.sum())
         return counts
 
     def release(self, block: BlockShape, counts: np.ndarray) -> None:
@@ -153,7 +165,12 @@ class SmPool:
         self._retiring.append((block, counts, owner))
 
     def arrive(self, w: Waiting) -> None:
-        """A launched kernel reaches the GPU; :meth:`settle` adds it to the waiting list."""
+        """A launched kernel reaches the GPU; :meth:`settle` adds it to the waiting list. A
+        persistent kernel launches as many blocks as its SMs hold when empty."""
+        if w.persistent:
+            lo, hi = w.sms or (0, self.num_sms)
+            empty = int(blocks_beside(self.limits, self.need(w.block), self.need(w.block), 0))
+            w.grid = min(w.blocks, empty * (hi - lo))
         self._arriving.append(w)
 
     def settle(self, waiting: list[Waiting]) -> list[tuple[Waiting, np.ndarray]]:
@@ -209,7 +226,7 @@ class SmPool:
 
     def _retire(self, waiting: list[Waiting]) -> list[tuple[Waiting, np.ndarray]]:
         retired, self._retiring = self._retiring, []
-        if len(waiting) < 2 or not retired:
+        if not retired or len(waiting) < 2 and not any(w.persistent for w in waiting):
             for block, counts, _ in retired:
                 self.release(block, counts)
             return self.dispatch(waiting)
@@ -229,7 +246,7 @@ class SmPool:
                     if w is not None and w.unplaced > 0:
                         left.append((w, one > 0))
             for w, sms in left:        # a persistent kernel's next blocks take the SMs its blocks just left
-                counts = self.place(w, only=sms)
+                counts = self.place(w, only=sms, own=True)
                 if counts is not None:
                     placed.append((w, counts))
             placed += self.dispatch(waiting)
@@ -248,7 +265,7 @@ class SmPool:
             counts = self.place(w)
             if counts is not None:
                 placed.append((w, counts))
-            if blocking and w.unplaced > 0:
+            if blocking and w.pending > 0:
                 break
         return placed
 
