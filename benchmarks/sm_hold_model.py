@@ -15,6 +15,10 @@ first; validation/gpu/h200/2026-11-28), read the way the scripts read the measur
   first block starts over 10 us after L's turn came (it waited for H's blocks: head of line), by
   the profile's dispatch policy and by backfill.
 
+* ``carveout`` (``benchmarks/gpu_sm_carveout.py``): a GEMM planned for fewer SMs (cuBLASLt's SM
+  count target; the engine's ``gemm_sms``), alone and beside a spin kernel holding SMs for three
+  times the GEMM's time. Compared: time over the GEMM's on every SM.
+
 Never fitted on these rows: the engine's GEMMs are its own (``hw_profiles/h200.yaml``).
 
     python benchmarks/sm_hold_model.py                 # both tables and their summary
@@ -116,6 +120,52 @@ def dispatch_table(gpu="h200", path: Path = DATA.with_name("dispatch.csv")):
     return pd.DataFrame(out)
 
 
+def carveout_run(gpu, m: int, n: int, k: int, carveout: int, held: int = 0, hold_s: float = 0.0) -> float:
+    """The GEMM's time in the engine, planned for ``SMs - carveout`` SMs, from its issue (10 us
+    after ``held`` SMs start spinning for ``hold_s``) to its end."""
+    from ficco_sim.engine.des import simulate_graph
+    from ficco_sim.hardware import BlockShape
+    from ficco_sim.schedules.builder import COMPUTE, GraphBuilder
+    from ficco_sim.taskgraph import Kernel
+    from ficco_sim.topology import switch
+
+    b = GraphBuilder(gpu, 2)
+    b.gemm_sms = gpu.num_sms - carveout if carveout else 0
+    b.stream(0, COMPUTE)
+    if held:     # with a carveout, on the SMs the GEMM leaves (the GPU's block scheduler put it there, first)
+        b.tasks.append(Kernel("spin", 0, b.stream(0, "spin"), "opaque", held, _spin_block(), block_time=hold_s,
+                              sms=(gpu.num_sms - carveout, gpu.num_sms) if carveout else None))
+    b.tasks.append(Kernel("delay", 0, COMPUTE, "opaque", 1, BlockShape(32, 32, 0), block_time=DELAY_S))
+    b.gemm("g", 0, m, n, k, "bfloat16", deps=("delay",))
+    tl = simulate_graph(b.build(), gpu, switch(2, 1e12, 0.0)).by_id()
+    return tl["g"].end - tl["delay"].end
+
+
+def carveout_table(gpu="h200", path: Path = DATA.with_name("sm_carveout.csv")):
+    """Per (shape, held, carveout): the GEMM's time over its time alone on every SM, measured
+    (median) and in the engine; ``held`` 0 is the GEMM alone."""
+    import pandas as pd
+
+    from ficco_sim.hardware import load_gpu
+    gpu = load_gpu(gpu)
+    rows = pd.read_csv(path, comment="#")
+    rows["time_s"] = rows["alone_s"].where(rows["experiment"] == "alone", rows["gemm_end_s"])
+    cells = rows.groupby(["m", "n", "k", "held", "carveout"], as_index=False).agg(
+        time_s=("time_s", "median"), hold_s=("hold_s", "first"), grid=("grid", "first"))
+    out = []
+    for (m, n, k), grp in cells.groupby(["m", "n", "k"]):
+        base = float(grp.loc[(grp["held"] == 0) & (grp["carveout"] == 0), "time_s"].iloc[0])
+        model_base = carveout_run(gpu, m, n, k, 0)
+        for r in grp.itertuples():
+            hold = float(r.hold_s) if r.held else 0.0
+            out.append({"m": m, "n": n, "k": k, "held": r.held, "carveout": r.carveout, "grid": r.grid,
+                        "measured": r.time_s / base,
+                        "model": carveout_run(gpu, m, n, k, r.carveout, r.held, hold) / model_base})
+    out = pd.DataFrame(out)
+    out["error"] = out["model"] - out["measured"]
+    return out
+
+
 def tables(gpu="h200", path: Path = DATA):
     """(hold-first, gemm-first) DataFrames of measured and modelled values, a row per cell."""
     import numpy as np
@@ -159,6 +209,13 @@ def main() -> None:
     args = parser.parse_args()
     hold, first = tables(args.gpu)
     console = Console()
+    carve = carveout_table(args.gpu)
+    t = Table(title="carveout: GEMM time over its time alone on every SM (held 0: alone)")
+    for c in carve.columns:
+        t.add_column(c, justify="right")
+    for r in carve.itertuples(index=False):
+        t.add_row(*[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r])
+    console.print(t)
     disp = dispatch_table(args.gpu)
     t = Table(title=f"dispatch: does L wait for H's blocks? measured (7 repeats), the engine ({args.gpu}'s policy), "
                     "backfill")

@@ -156,7 +156,8 @@ def test_reference_on_another_device_gives_the_same_check():
 
 
 @pytest.mark.parametrize("script", ["gpu_gemm_table", "gpu_contention", "gpu_session_report", "gpu_dil", "gpu_launch",
-                                    "contention_model", "gpu_sm_hold", "sm_hold_model"])
+                                    "contention_model", "gpu_sm_hold", "sm_hold_model", "gpu_dispatch",
+                                    "gpu_sm_carveout"])
 def test_scripts_import_without_a_gpu(script):
     assert _module(script).__doc__
 
