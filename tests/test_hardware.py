@@ -249,6 +249,7 @@ BAD_PROFILES = {
     "unknown_fully_connected_algorithm": (lambda d: d["comm_kernel"]["fully_connected"].update(value="tree"),
                                           "comm_kernel.fully_connected", "must be one of"),
     "unknown_gemm_kernel": (lambda d: d["gemm"]["kernel"].update(value="stream-k"), "gemm.kernel", "must be one of"),
+    "unknown_dispatch": (lambda d: d["dispatch"].update(value="greedy"), "dispatch", "must be one of"),
 }
 
 
