@@ -157,7 +157,7 @@ def test_reference_on_another_device_gives_the_same_check():
 
 @pytest.mark.parametrize("script", ["gpu_gemm_table", "gpu_contention", "gpu_session_report", "gpu_dil", "gpu_launch",
                                     "contention_model", "gpu_sm_hold", "sm_hold_model", "gpu_dispatch",
-                                    "gpu_sm_carveout"])
+                                    "gpu_sm_carveout", "gpu_sm_clock"])
 def test_scripts_import_without_a_gpu(script):
     assert _module(script).__doc__
 

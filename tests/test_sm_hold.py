@@ -142,3 +142,18 @@ def test_an_sm_carveout_shrinks_the_persistent_grid_and_the_engine_follows_it_be
     assert len(fewer) == 12 and (fewer["error"].abs() <= 0.16).all(), fewer
     half = carve[(carve["held"] == 0) & (carve["carveout"] == 66)]
     assert (half["measured"] < 1.85).all() and (half["model"] > 1.9).all()
+
+
+def test_the_h200_clocks_its_sms_higher_when_fewer_run_gemms():
+    """``benchmarks/gpu_sm_clock.py``: 8192^3 GEMMs back to back on every SM settle near 1,560 MHz
+    (of 1,980), on half the SMs near 1,970; half the SMs take 1.56x the time, not 2x, and the
+    per-SM rate rises as the clock does (within 5%). The engine's GEMM rate per SM does not
+    depend on how many SMs work (what its 0.16-0.32 error on half the SMs is)."""
+    rows = pd.read_csv(LEASE / "sm_clock.csv", comment="#")
+    samples = rows[(rows["row"] == "sample") & (rows["t_s"] > 0.3)]
+    clock = samples.groupby("phase")["sm_mhz"].median()
+    assert clock["all-sms"] < 1600 and clock["half-sms"] > 1900
+    gemm = rows[rows["row"] == "summary"].set_index("phase")["gemm_s"]
+    ratio = gemm["half-sms"] / gemm["all-sms"]
+    assert 1.5 < ratio < 1.65
+    assert (2 / ratio) == pytest.approx(clock["half-sms"] / clock["all-sms"], rel=0.05)
