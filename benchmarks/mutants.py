@@ -81,7 +81,7 @@ MUTANTS = {
     "profile-dispatch": ("ficco_sim/engine/des.py", "policy or gpu.dispatch", 'policy or "backfill"',
                          "the profile's block-scheduler policy (head of line on H100/H200, measured)"),
     "persistent-pending": ("ficco_sim/engine/dispatcher.py",
-                           "return self.grid - self.launched if self.persistent else self.unplaced",
+                           "return min(self.unplaced, self.grid - self.launched) if self.persistent else self.unplaced",
                            "return self.unplaced",
                            "a persistent kernel holding back others only with blocks not yet launched (head of line)"),
     "late-channel-handshake": ("ficco_sim/engine/des.py",

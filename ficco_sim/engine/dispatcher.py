@@ -70,7 +70,7 @@ class Waiting:
     queued: bool = False                  # its turn came as its stream predecessor ended (no event to wait for)
     persistent: bool = False              # its blocks loop over tiles: an SM one leaves takes its next one
     unplaced: int = field(init=False)
-    launched: int = 0                     # a persistent kernel's blocks on SMs so far (the rest of its tiles follow them)
+    launched: int = 0                     # a persistent kernel's blocks on SMs so far (its other tiles follow)
     grid: int = field(init=False)         # its blocks: as many as its SMs hold when empty (tiles: ``blocks``)
 
     def __post_init__(self) -> None:
@@ -79,8 +79,9 @@ class Waiting:
     @property
     def pending(self) -> int:
         """Blocks still to reach an SM: a persistent kernel's tiles past its blocks' first ones
-        go to the SMs its own blocks leave, so only its blocks not yet launched are pending."""
-        return self.grid - self.launched if self.persistent else self.unplaced
+        go to the SMs its own blocks leave, so only its blocks not yet launched (while tiles are
+        left for them) are pending."""
+        return min(self.unplaced, self.grid - self.launched) if self.persistent else self.unplaced
 
 
 class SmPool:
@@ -129,7 +130,7 @@ class SmPool:
         if only is not None:
             fit = np.where(only, fit, 0)
         total = int(fit.sum())
-        want = min(w.unplaced, w.pending) if w.persistent and not own else w.unplaced
+        want = w.pending if w.persistent and not own else w.unplaced
         if total == 0 or want <= 0:
             return None
         if total <= want:
@@ -178,7 +179,8 @@ class SmPool:
         retiring blocks in the order they were reported), with a dispatch pass after each;
         then add the kernels that arrived: those queued behind their stream predecessor
         (:attr:`Waiting.queued`) first, each group in launch order (``seq``), a dispatch pass after
-        each one the host issued (:attr:`Waiting.issued`), after the queued ones and after the last. ``waiting``
+        each one the host issued (:attr:`Waiting.issued`), after the queued ones and after the last.
+        ``waiting``
         gains the arrivals; returns every placement made. With fewer than two kernels
         waiting the order of retirements cannot matter, and everything frees before one pass.
 
