@@ -35,9 +35,9 @@ the GEMM's blocks leave it, a communication kernel with none waits for the GEMM'
 or next wave; the GEMM is the one the pass before saw, its times those of this pass
 (:func:`run`). A GEMM issued while a memory kernel of its GPU runs, with no room beside
 its blocks, waits for it (:func:`.closed_form_overlap.gemm_waits`, from the pass before).
-Without overlap the answer is exact for isolated GEMMs and alpha-beta collectives. Not
-seen: a GEMM sharing HBM with a memory kernel beside it (the DES shares it max-min), and
-a communication kernel running on part of its blocks.
+Without overlap the answer is exact for isolated GEMMs and alpha-beta collectives. Not seen: a GEMM
+sharing HBM with a memory kernel beside it (the DES shares it max-min), a communication kernel on part
+of its blocks, head-of-line dispatch (H100/H200 ``dispatch: strict``; 9 of 2,262 H100 oracle points, ≤ 2.9%).
 
 A template compiled from a :class:`~ficco_sim.workload.Scenario` evaluates any scenario of
 the same :meth:`~ficco_sim.workload.Scenario.structure` exactly: GEMM dimensions scale
