@@ -9,19 +9,17 @@ first; validation/gpu/h200/2026-11-28), read the way the scripts read the measur
 * ``gemm-first``: a chain of three GEMMs; the spin kernel (20 us blocks) waits on the first
   GEMM's event, its stream at equal or higher priority. Compared: when its first block starts,
   in GEMMs of the chain (the measured chain's end / 3; the engine's GEMM time alone).
-
 * ``dispatch``: a resident kernel holds all or half the SMs for 300 us; a kernel whose blocks do
   not fit beside it (H) and one whose blocks do (L) arrive 20 us apart. Compared: whether L's
   first block starts over 10 us after L's turn came (it waited for H's blocks: head of line), by
   the profile's dispatch policy and by backfill.
-
 * ``carveout`` (``benchmarks/gpu_sm_carveout.py``): a GEMM planned for fewer SMs (cuBLASLt's SM
   count target; the engine's ``gemm_sms``), alone and beside a spin kernel holding SMs for three
   times the GEMM's time. Compared: time over the GEMM's on every SM.
 
 Never fitted on these rows: the engine's GEMMs are its own (``hw_profiles/h200.yaml``).
 
-    python benchmarks/sm_hold_model.py                 # both tables and their summary
+    python benchmarks/sm_hold_model.py                 # the four tables and their summaries
 """
 
 from __future__ import annotations
