@@ -53,12 +53,8 @@ def main() -> None:
 
     import torch
 
-    from gpu_sm_hold import spin_launcher
-    if not torch.cuda.is_available():
-        sys.exit("gpu_dispatch.py: needs a CUDA GPU")
-    dev = torch.device("cuda")
-    props = torch.cuda.get_device_properties(dev)
-    sms = props.multi_processor_count
+    from gpu_sm_hold import cuda_device, spin_launcher
+    dev, props, sms = cuda_device(torch, "gpu_dispatch.py")
     launch, how = spin_launcher(torch, dev, *HEAVY)
     # priority -100 is clamped to the device's highest (torch.cuda.Stream's documented behaviour)
     gate, rs = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)

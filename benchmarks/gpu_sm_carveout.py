@@ -48,12 +48,8 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from gpu_sm_hold import spin_launcher
-    if not torch.cuda.is_available():
-        sys.exit("gpu_sm_carveout.py: needs a CUDA GPU")
-    dev = torch.device("cuda")
-    props = torch.cuda.get_device_properties(dev)
-    sms = props.multi_processor_count
+    from gpu_sm_hold import cuda_device, spin_launcher
+    dev, props, sms = cuda_device(torch, "gpu_sm_carveout.py")
     torch.backends.cuda.preferred_blas_library("cublaslt")
     launch, how = spin_launcher(torch, dev, *HEAVY)
     gs, ss = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ficco_sim.files import write_text_atomic  # noqa: E402
 
@@ -36,10 +37,9 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    if not torch.cuda.is_available():
-        sys.exit("gpu_sm_clock.py: needs a CUDA GPU")
-    dev = torch.device("cuda")
-    props = torch.cuda.get_device_properties(dev)
+
+    from gpu_sm_hold import cuda_device
+    dev, props, _ = cuda_device(torch, "gpu_sm_clock.py")
     torch.backends.cuda.preferred_blas_library("cublaslt")
     carve = getattr(torch._C, "_set_sm_carveout_experimental", None)
     lines, summary = [], []

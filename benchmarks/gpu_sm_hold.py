@@ -70,6 +70,16 @@ extern "C" __global__ void spin(long long ns, long long* starts, long long* ends
 """
 
 
+def cuda_device(torch, script: str):
+    """(device, its properties, its SM count) of the first CUDA GPU, or exit saying ``script``
+    needs one."""
+    if not torch.cuda.is_available():
+        sys.exit(f"{script}: needs a CUDA GPU")
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(dev)
+    return dev, props, props.multi_processor_count
+
+
 def spin_launcher(torch, dev, threads: int, smem: int):
     """``launch(stream, blocks, seconds, heavy, shape) -> read()``: a spin kernel on a torch stream, its
     blocks ``threads`` wide with ``smem`` bytes of shared memory (``heavy``, as a collective's blocks
@@ -159,11 +169,7 @@ def main() -> None:
 
     import torch
 
-    if not torch.cuda.is_available():
-        sys.exit("gpu_sm_hold.py: needs a CUDA GPU")
-    dev = torch.device("cuda")
-    props = torch.cuda.get_device_properties(dev)
-    sms = props.multi_processor_count
+    dev, props, sms = cuda_device(torch, "gpu_sm_hold.py")
     launch, how = spin_launcher(torch, dev, args.threads, args.smem_kib * 1024)
     shapes = SHAPES[:1] + SHAPES[-1:] if args.quick else SHAPES
     held_counts = sorted({1, 2, 8, 16, sms // 4, sms // 2, 3 * sms // 4, sms - 8, sms - 1, sms})
