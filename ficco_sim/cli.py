@@ -286,16 +286,16 @@ def cmd_list(args) -> int:
     from .hardware import available_profiles, load_gpu
     from .schedules import basic_schedules
     from .topology import available_topologies
-    print("GPU profiles (hw_profiles/):")
+    print("GPU profiles (hw_profiles/; [GEMM kernels, block dispatch]):")
     for name in available_profiles():
         try:
-            print(f"  {name:10s} {load_gpu(name).description}")
+            g = load_gpu(name)
+            print(f"  {name:10s} {g.description} [{'persistent' if g.gemm.persistent else 'waves'}, {g.dispatch}]")
         except InputError as exc:
             print(f"  {name:10s} (invalid: {exc.line()})")
     print("topologies: " + ", ".join(available_topologies()))
     from .workload import KINDS, Scenario
-    dep = [k for k, v in KINDS.items() if not v.independent]
-    ind = [k for k, v in KINDS.items() if v.independent]
+    dep, ind = ([k for k, v in KINDS.items() if bool(v.independent) == want] for want in (False, True))
     print("scenarios:  " + ", ".join(dep) + " (the GEMM consumes or produces the collective's data)")
     print("            " + ", ".join(ind) + " (a GEMM beside an independent collective)")
     print("schedules (--schedule all): " + ", ".join(s.name for s in basic_schedules()))
