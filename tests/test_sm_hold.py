@@ -1,6 +1,8 @@
-"""A GEMM beside a kernel that holds SMs, as the H200 lease of 2026-11-28 measured it
-(validation/gpu/h200/2026-11-28, ``benchmarks/gpu_sm_hold.py``), and the engine on the same rows
-(``benchmarks/sm_hold_model.py``; never fitted on them)."""
+"""What the H200 lease of 2026-11-28 measured (validation/gpu/h200/2026-11-28, both runs): a GEMM
+beside a kernel that holds SMs (``benchmarks/gpu_sm_hold.py``), which waiting kernel the block
+scheduler serves (``gpu_dispatch.py``), a GEMM planned for fewer SMs (``gpu_sm_carveout.py``) and
+the SM clock (``gpu_sm_clock.py``); and the engine on the same rows (``benchmarks/sm_hold_model.py``;
+never fitted on them)."""
 
 from __future__ import annotations
 
