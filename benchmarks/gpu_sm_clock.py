@@ -1,7 +1,9 @@
 """Why an SM does more when fewer SMs run a GEMM (``benchmarks/gpu_sm_carveout.py``: on half the
 SMs an H200 GEMM takes 1.66-1.81x, not 2x): the SM clock and board power while GEMMs run back to
 back for ``--seconds`` each on every SM, on half of them (cuBLASLt SM carveout), and on every SM
-with all-zero inputs (less switching, less power), sampled by ``nvidia-smi`` every 50 ms.
+with all-zero inputs (less switching, less power), sampled by ``nvidia-smi`` every 50 ms; with
+``--phases spin``, the GEMM planned for the SMs a spin kernel holding 33 or 66 of them leaves (does
+an SM that holds a collective-like block count toward the clock limit?).
 
 Rows: one per sample (``phase``, ``t_s`` from the phase's start, ``sm_mhz``, ``power_w``) and one
 summary per phase (``phase``, ``gemm_s``: the median GEMM time, ``tflops``).
@@ -26,20 +28,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ficco_sim.files import write_text_atomic  # noqa: E402
 
 M = N = K = 8192
-PHASES = (("all-sms", 0, "randn"), ("half-sms", 66, "randn"), ("all-sms-zeros", 0, "zeros"),
-          ("all-sms-again", 0, "randn"))
+# (phase, SM carveout, inputs, SMs a spin kernel holds meanwhile)
+PHASES = {"default": (("all-sms", 0, "randn", 0), ("half-sms", 66, "randn", 0), ("all-sms-zeros", 0, "zeros", 0),
+                      ("all-sms-again", 0, "randn", 0)),
+          "spin": (("all-sms", 0, "randn", 0), ("quarter-held", 33, "randn", 33), ("half-held", 66, "randn", 66),
+                   ("half-sms", 66, "randn", 0))}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("sm_clock.csv"))
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--phases", choices=sorted(PHASES), default="default",
+                        help="spin: the GEMM on the SMs a spin kernel (512 threads, 120 KiB a block) leaves")
     args = parser.parse_args()
 
     import torch
 
-    from gpu_sm_hold import cuda_device
+    from gpu_sm_hold import cuda_device, spin_launcher
     dev, props, _ = cuda_device(torch, "gpu_sm_clock.py")
+    launch = spin_launcher(torch, dev, 512, 120 * 1024)[0] if args.phases == "spin" else None
+    side = torch.cuda.Stream(device=dev)
     torch.backends.cuda.preferred_blas_library("cublaslt")
     carve = getattr(torch._C, "_set_sm_carveout_experimental", None)
     lines, summary = [], []
@@ -47,7 +56,7 @@ def main() -> None:
         smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw",
                                 "--format=csv,noheader,nounits", "-lms", "50", "-f", log.name])
         try:
-            for phase, carveout, fill in PHASES:
+            for phase, carveout, fill, held in PHASES[args.phases]:
                 if carve is None and carveout:
                     continue
                 if carve is not None:
@@ -58,6 +67,8 @@ def main() -> None:
                 out = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
                 torch.mm(a, b, out=out)
                 torch.cuda.synchronize()
+                if held:
+                    launch(side, held, args.seconds + 0.5)
                 start, times = time.time(), []
                 while time.time() - start < args.seconds:
                     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -67,9 +78,11 @@ def main() -> None:
                     e1.record()
                     e1.synchronize()
                     times.append(e0.elapsed_time(e1) / 1e3 / 10)
+                end = time.time()
+                torch.cuda.synchronize()      # the spin, if any, ends half a second later
                 times.sort()
                 gemm_s = times[len(times) // 2]
-                summary.append((phase, start, time.time(), gemm_s))
+                summary.append((phase, start, end, gemm_s))
                 print(f"{phase}: {gemm_s * 1e6:.0f} us, {2 * M * N * K / gemm_s / 1e12:.0f} TFLOP/s", flush=True)
                 time.sleep(0.3)
         finally:
