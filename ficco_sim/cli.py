@@ -51,8 +51,7 @@ def parse_size(text: str, flag: str) -> int:
     """
     units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3}
     t = text.strip().lower()
-    num = t.rstrip("kmgib")
-    unit = t[len(num):]
+    num, unit = t.rstrip("kmgib"), t[len(t.rstrip("kmgib")):]
     try:
         value = float(num) * units[unit]
     except (ValueError, KeyError):
@@ -381,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Simulate one communication + GEMM pair (data-dependent, or a GEMM beside "
                        "an independent collective: the *-par-gemm kinds) under each schedule and print its time, "
                        "speedup over no overlap, the ideal speedup and the losses.")
-    s.add_argument("--gpu", default="h100", help="profile name (see `ficco-sim list`) or YAML path (default h100)")
+    s.add_argument("--gpu", default="h100", help="profile name (see `ficco-sim list`) or YAML path (default h100); "
+                   "h100:sustained / h200:sustained: GEMMs at the rate a steady stream of them keeps (clock lowered)")
     s.add_argument("--topology", help="ring:N | fc:N | switch:N | name | YAML path (default switch:8)")
     add_scenario_args(s)
     s.add_argument("--schedule", action="append", default=[], metavar="NAME|PRESET|all|presets",
@@ -403,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("predict", help="isolated time of one GEMM or one collective")
     psub = pr.add_subparsers(dest="what", metavar="WHAT", required=True, parser_class=_Parser)
     g = psub.add_parser("gemm", help="C[m,n] = A[m,k] @ B[k,n] alone on one GPU")
-    g.add_argument("--gpu", default="h100", help="profile name or YAML path (default h100)")
+    g.add_argument("--gpu", default="h100", help="profile name or YAML path (default h100; h200:sustained: steady)")
     g.add_argument("--m", type=positive_int("--m"), required=True, help="rows of A and C")
     g.add_argument("--n", type=positive_int("--n"), required=True, help="columns of B and C")
     g.add_argument("--k", type=positive_int("--k"), required=True, help="the reduced dimension")

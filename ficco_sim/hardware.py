@@ -126,9 +126,20 @@ _PROFILE_CACHE: dict[tuple[str, float], GpuProfile] = {}
 
 
 def load_gpu(name_or_path: str | Path | GpuProfile) -> GpuProfile:
-    """Load a profile by built-in name (``"h100"``) or YAML path; a profile passes through."""
+    """Load a profile by built-in name (``"h100"``) or YAML path; a profile passes through.
+    ``"<gpu>:sustained"``: its GEMMs at the tensor rate a steady stream of them keeps
+    (``gemm.sustained``), for a training step's steady state; the profile alone is for GEMMs
+    after an idle gap (the clock at its maximum), as benchmarks time them."""
     if isinstance(name_or_path, GpuProfile):
         return name_or_path
+    if isinstance(name_or_path, str) and name_or_path.endswith(":sustained"):
+        base = load_gpu(name_or_path[:-len(":sustained")])
+        if "gemm.sustained" not in base.sources:
+            raise InputError("--gpu", None, f"{name_or_path!r}: profile {base.name!r} has no gemm.sustained "
+                             "(its GEMMs were never timed in a steady stream)")
+        gemm = dataclasses.replace(base.gemm, efficiency={d: e * base.gemm.sustained
+                                                          for d, e in base.gemm.efficiency.items()})
+        return dataclasses.replace(base, name=f"{base.name}:sustained", gemm=gemm)
     path = resolve_profile_path(name_or_path)
     key = (str(path.resolve()), path.stat().st_mtime)
     if key not in _PROFILE_CACHE:
@@ -379,7 +390,8 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
                        peer_rate=r.number("gemm.peer_gbps_per_block", scale=GB)
                        if r.has("gemm.peer_gbps_per_block") else math.inf,
                        roofline_exponent=_roofline_exponent(r),
-                       persistent=r.has("gemm.kernel") and r.choice("gemm.kernel", KERNELS) == "persistent"),
+                       persistent=r.has("gemm.kernel") and r.choice("gemm.kernel", KERNELS) == "persistent",
+                       sustained=r.number("gemm.sustained", at_most=1.0) if r.has("gemm.sustained") else 1.0),
         contention=Contention(
             compute_per_hbm_util=r.number("contention.compute_per_hbm_util", positive=False),
             comm_per_hbm_util=r.number("contention.comm_per_hbm_util", positive=False),

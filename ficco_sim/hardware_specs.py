@@ -73,7 +73,10 @@ class GemmModel:
     Hopper: one block per SM looping over tiles), so an SM one of their blocks leaves goes to
     the kernel's next tile before any other kernel, whatever the streams' priorities: another
     kernel gets an SM only as the GEMM runs out of tiles (:class:`ficco_sim.engine.dispatcher.Waiting`).
-    It holds for the tensor-core dtypes (:meth:`persistent_for`).
+    It holds for the tensor-core dtypes (:meth:`persistent_for`). ``sustained``: the share of its
+    tensor rate a GPU keeps in a steady stream of GEMMs (its clock lowered under sustained load),
+    against the rate after an idle gap the profile is for; a ``<gpu>:sustained`` profile
+    (:func:`ficco_sim.hardware.load_gpu`) runs its GEMMs at it (1: not measured).
     """
 
     tiles: tuple[GemmTile, ...]
@@ -84,6 +87,7 @@ class GemmModel:
     peer_rate: float = math.inf
     roofline_exponent: float = math.inf
     persistent: bool = False
+    sustained: float = 1.0
 
     def persistent_for(self, dtype: str) -> bool:
         """Whether ``dtype``'s GEMMs are persistent kernels: plain fp32 (no TF32) runs on the CUDA
