@@ -84,6 +84,8 @@ MUTANTS = {
                            "return min(self.unplaced, self.grid - self.launched) if self.persistent else self.unplaced",
                            "return self.unplaced",
                            "a persistent kernel holding back others only with blocks not yet launched (head of line)"),
+    "gemm-sustained": ("ficco_sim/hardware.py", "efficiency={d: e * base.gemm.sustained", "efficiency={d: e * 1.0",
+                       "a <gpu>:sustained profile's GEMMs at the steady-stream rate (gemm.sustained)"),
     "late-channel-handshake": ("ficco_sim/engine/des.py",
                                "late = rec.start < self.env.now and self.gpu.handshake_of(k.kind) + k.setup",
                                "late = 0",
