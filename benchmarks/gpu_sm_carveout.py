@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import platform
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -46,9 +44,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from gpu_sm_hold import cuda_device, spin_launcher
+    from gpu_sm_hold import cuda_device, profiled_kernels, spin_launcher
     dev, props, sms = cuda_device(torch, "gpu_sm_carveout.py")
     torch.backends.cuda.preferred_blas_library("cublaslt")
     launch, how = spin_launcher(torch, dev, *HEAVY)
@@ -64,13 +60,7 @@ def main() -> None:
             torch._C._set_sm_carveout_experimental(c if c else None)
 
     def kernel_of(a, b, out) -> tuple[str, str]:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            torch.mm(a, b, out=out)
-            torch.cuda.synchronize()
-        with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-            prof.export_chrome_trace(tmp.name)
-            events = json.loads(Path(tmp.name).read_text()).get("traceEvents", [])
-        ks = [e for e in events if e.get("cat") == "kernel"]
+        ks = profiled_kernels(torch, a, b, out)
         if not ks:
             return "", ""
         k = max(ks, key=lambda e: e.get("dur", 0))

@@ -132,21 +132,24 @@ def spin_launcher(torch, dev, threads: int, smem: int):
     return launch, "triton"
 
 
-def kernel_table(torch, mats) -> list[str]:
-    """One profiled GEMM per shape: its kernels' name, grid, block, shared memory, registers."""
+def profiled_kernels(torch, a, b, out) -> list[dict]:
+    """The GPU kernels of one ``torch.mm(a, b, out=out)``, as the profiler's trace records them."""
     from torch.profiler import ProfilerActivity, profile
 
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.mm(a, b, out=out)
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+        prof.export_chrome_trace(tmp.name)
+        events = json.loads(Path(tmp.name).read_text()).get("traceEvents", [])
+    return [ev for ev in events if ev.get("cat") == "kernel"]
+
+
+def kernel_table(torch, mats) -> list[str]:
+    """One profiled GEMM per shape: its kernels' name, grid, block, shared memory, registers."""
     rows = ["dtype,m,n,k,kernel,grid,block,shared_memory,registers_per_thread,dur_us"]
     for key, (a, b, out) in mats.items():
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            torch.mm(a, b, out=out)
-            torch.cuda.synchronize()
-        with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-            prof.export_chrome_trace(tmp.name)
-            events = json.loads(Path(tmp.name).read_text()).get("traceEvents", [])
-        for ev in events:
-            if ev.get("cat") != "kernel":
-                continue
+        for ev in profiled_kernels(torch, a, b, out):
             args = ev.get("args", {})
             name = str(ev.get("name", "")).replace(",", ";")[:160]
             rows.append(",".join(str(x) for x in (*key, name, "x".join(map(str, args.get("grid", []))),
