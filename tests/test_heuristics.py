@@ -47,6 +47,20 @@ def test_margin_prefers_the_simpler_schedule():
     assert Heuristic(prefer_high=False).choose({"none": 2, "ficco-a2a-sm": 1, "ficco-a2a-sm-hi": 1}) == "ficco-a2a-sm"
 
 
+def test_beside_persistent_gemms_the_plain_schedule_is_recommended_over_its_high_priority_twin():
+    """On H100/H200 a higher-priority collective takes no SMs from the GEMMs (measured on the H200):
+    the closed form predicts a `-hi` schedule exactly as its twin there, and of the two the simpler,
+    normal-priority one is the pick; elsewhere the fitted tie-break stands."""
+    t = {"none": 2, "ficco-a2a-sm": 1, "ficco-a2a-sm-hi": 1}
+    assert Heuristic(prefer_high=True).choose(t, persistent=True) == "ficco-a2a-sm"
+    sc = Scenario("gemm-rs", 8, 8192, 8192, 1024, "bfloat16")
+    rows = {r["schedule"]: r["makespan"] for r in predictions([sc], "h100", "switch:8")[0]}
+    pair = {k: rows[k] for k in ("ficco-a2a-sm", "ficco-a2a-sm-hi")}
+    assert pair["ficco-a2a-sm"] == pair["ficco-a2a-sm-hi"]
+    assert Heuristic(prefer_high=True).choose(pair, persistent=True) == "ficco-a2a-sm"
+    assert Heuristic(prefer_high=True).choose(pair) == "ficco-a2a-sm-hi"
+
+
 def test_shipped_knobs_come_with_their_held_out_score():
     doc = json.loads(THRESHOLDS_FILE.read_text())
     assert "DES" in doc["oracle"] and "family" in doc["split"]

@@ -8,7 +8,9 @@ each candidate's predicted makespan with the contention rule scaled by fitted we
 share. Rule: among the candidates predicted within ``margin`` of the fastest, the
 simplest (``none``, then shard, then FiCCO from the coarsest compute grouping down);
 where the closed form cannot tell a high-priority communication stream from a normal
-one (it does not model starvation), ``prefer_high`` says which to take.
+one (it does not model starvation), ``prefer_high`` says which to take, except beside persistent
+GEMMs (H100/H200), where a higher priority buys nothing (measured on the H200) and the plain
+schedule is the simpler.
 
 The knobs are fitted (:func:`fit`) against the discrete-event optimum
 (``validation/heuristic/des_oracle.csv``, made by ``benchmarks/heuristic_oracle.py``) and
@@ -71,10 +73,11 @@ class Heuristic:
     def weights(self) -> Weights:
         return Weights(self.sm, self.hbm)
 
-    def choose(self, predicted: dict[str, float]) -> str:
-        """The pick among predicted makespans (see module docstring)."""
+    def choose(self, predicted: dict[str, float], persistent: bool = False) -> str:
+        """The pick among predicted makespans (see module docstring); ``persistent``: the GPU's
+        GEMMs are persistent kernels."""
         best = min(predicted.values())
-        order = sorted(predicted, key=lambda c: _simplicity(c, self.prefer_high))
+        order = sorted(predicted, key=lambda c: _simplicity(c, self.prefer_high and not persistent))
         return next(c for c in order if predicted[c] <= best * (1.0 + self.margin))
 
 
@@ -110,7 +113,7 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
     topo = load_topology(topology, gpu)
     rows = predictions([scenario], gpu, topo, h.weights)[0]
     t = {r["schedule"]: r["makespan"] for r in rows}
-    name = h.choose(t)
+    name = h.choose(t, gpu.gemm.persistent)
     by = {r["schedule"]: r for r in rows}
     base, pick = by["none"], by[name]
     why = [f"comm/compute ratio {base['t_comm_iso'] / base['t_comp_iso']:.2f} (compute "
@@ -245,7 +248,7 @@ def score(h: Heuristic, preds: dict[tuple, dict[str, float]], oracle: dict[tuple
     for key in keys:
         sp = oracle[key]
         best = max(sp.values())
-        got = sp[h.choose(preds[key])]
+        got = sp[h.choose(preds[key], load_gpu(key[1]).gemm.persistent)]
         top1 += got >= best - 1e-12
         ties += got >= (1.0 - TIE) * best
         within += got >= 0.95 * best
