@@ -189,7 +189,7 @@ def test_the_h200_profile_times_gemms_at_burst_clocks():
     assert (model / rows["sustained_s"]).median() < 0.85
 
 
-def test_a_sustained_profile_times_gemms_as_a_steady_stream_runs_them(capsys):
+def test_a_sustained_profile_times_gemms_as_a_steady_stream_runs_them(capsys, tmp_path):
     """``h200:sustained`` (``gemm.sustained``: the median burst / sustained time of the same 10 shapes,
     a measured ratio, not fitted to the model) lands on the sustained times as the plain profile lands
     on the burst ones (median 0.94 against 0.95; the five largest within 7%). A profile never timed in
@@ -208,3 +208,7 @@ def test_a_sustained_profile_times_gemms_as_a_steady_stream_runs_them(capsys):
     assert main(["predict", "gemm", "--gpu", "a100:sustained", "--m", "64", "--n", "64", "--k", "64"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "gemm.sustained" in err
+    out = tmp_path / "h200.yaml"     # calibrate writes plain profiles: the suffix is for reading one
+    assert main(["calibrate", "--from", str(LEASE.parent / "2026-11-27" / "h200-bench.csv"), "--gpu", "local",
+                 "--base", "h200:sustained", "--out", str(out)]) == 2
+    assert "--base" in capsys.readouterr().err and not out.exists()
