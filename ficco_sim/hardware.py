@@ -134,9 +134,9 @@ def load_gpu(name_or_path: str | Path | GpuProfile) -> GpuProfile:
         return name_or_path
     if isinstance(name_or_path, str) and name_or_path.endswith(":sustained"):
         base = load_gpu(name_or_path[:-len(":sustained")])
-        if "gemm.sustained" not in base.sources:
+        if base.name.endswith(":sustained") or "gemm.sustained" not in base.sources:
             raise InputError("--gpu", None, f"{name_or_path!r}: profile {base.name!r} has no gemm.sustained "
-                             "(its GEMMs were never timed in a steady stream)")
+                             "(its GEMMs were never timed in a steady stream), or has it applied already")
         gemm = dataclasses.replace(base.gemm, efficiency={d: e * base.gemm.sustained
                                                           for d, e in base.gemm.efficiency.items()})
         return dataclasses.replace(base, name=f"{base.name}:sustained", gemm=gemm)
