@@ -41,8 +41,10 @@ def _spin_block():
     return BlockShape(512, 32, 120 * 1024)      # the script's default spin block: one per SM
 
 
-def hold_first(gpu, dtype: str, m: int, n: int, k: int, held: int, hold_s: float) -> tuple[float, float]:
-    """(GEMM end, GEMM time alone) in the engine: ``held`` SMs spun for ``hold_s`` when it is issued."""
+def beside_spin(gpu, dtype: str, m: int, n: int, k: int, held: int, hold_s: float, carveout: int = 0) -> dict:
+    """The engine's records (by id: ``spin``, ``delay``, ``g``) of a GEMM issued 10 us after ``held``
+    SMs start spinning for ``hold_s``, planned for ``SMs - carveout`` SMs (with a carveout the spin
+    sits on the SMs the GEMM leaves, where the GPU's block scheduler put it, first)."""
     from ficco_sim.engine.des import simulate_graph
     from ficco_sim.hardware import BlockShape
     from ficco_sim.schedules.builder import COMPUTE, GraphBuilder
@@ -50,12 +52,19 @@ def hold_first(gpu, dtype: str, m: int, n: int, k: int, held: int, hold_s: float
     from ficco_sim.topology import switch
 
     b = GraphBuilder(gpu, 2)
+    b.gemm_sms = gpu.num_sms - carveout if carveout else 0
     b.stream(0, COMPUTE)
     if held:
-        b.tasks.append(Kernel("spin", 0, b.stream(0, "spin"), "opaque", held, _spin_block(), block_time=hold_s))
+        b.tasks.append(Kernel("spin", 0, b.stream(0, "spin"), "opaque", held, _spin_block(), block_time=hold_s,
+                              sms=(gpu.num_sms - carveout, gpu.num_sms) if carveout else None))
     b.tasks.append(Kernel("delay", 0, COMPUTE, "opaque", 1, BlockShape(32, 32, 0), block_time=DELAY_S))
     b.gemm("g", 0, m, n, k, DTYPES[dtype], deps=("delay",))
-    rec = simulate_graph(b.build(), gpu, switch(2, 1e12, 0.0)).by_id()["g"]
+    return simulate_graph(b.build(), gpu, switch(2, 1e12, 0.0)).by_id()
+
+
+def hold_first(gpu, dtype: str, m: int, n: int, k: int, held: int, hold_s: float) -> tuple[float, float]:
+    """(GEMM end, GEMM time alone) in the engine: ``held`` SMs spun for ``hold_s`` when it is issued."""
+    rec = beside_spin(gpu, dtype, m, n, k, held, hold_s)["g"]
     return rec.end, rec.end - rec.start
 
 
@@ -120,23 +129,8 @@ def dispatch_table(gpu="h200", path: Path = DATA.with_name("dispatch.csv")):
 
 
 def carveout_run(gpu, m: int, n: int, k: int, carveout: int, held: int = 0, hold_s: float = 0.0) -> float:
-    """The GEMM's time in the engine, planned for ``SMs - carveout`` SMs, from its issue (10 us
-    after ``held`` SMs start spinning for ``hold_s``) to its end."""
-    from ficco_sim.engine.des import simulate_graph
-    from ficco_sim.hardware import BlockShape
-    from ficco_sim.schedules.builder import COMPUTE, GraphBuilder
-    from ficco_sim.taskgraph import Kernel
-    from ficco_sim.topology import switch
-
-    b = GraphBuilder(gpu, 2)
-    b.gemm_sms = gpu.num_sms - carveout if carveout else 0
-    b.stream(0, COMPUTE)
-    if held:     # with a carveout, on the SMs the GEMM leaves (the GPU's block scheduler put it there, first)
-        b.tasks.append(Kernel("spin", 0, b.stream(0, "spin"), "opaque", held, _spin_block(), block_time=hold_s,
-                              sms=(gpu.num_sms - carveout, gpu.num_sms) if carveout else None))
-    b.tasks.append(Kernel("delay", 0, COMPUTE, "opaque", 1, BlockShape(32, 32, 0), block_time=DELAY_S))
-    b.gemm("g", 0, m, n, k, "bfloat16", deps=("delay",))
-    tl = simulate_graph(b.build(), gpu, switch(2, 1e12, 0.0)).by_id()
+    """The bf16 GEMM's time in the engine from its issue to its end (:func:`beside_spin`)."""
+    tl = beside_spin(gpu, "bf16", m, n, k, held, hold_s, carveout)
     return tl["g"].end - tl["delay"].end
 
 
