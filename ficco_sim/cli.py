@@ -250,8 +250,8 @@ def cmd_predict(args) -> int:
         from .gemm_model import describe
         from .hardware import load_gpu
         row = describe(load_gpu(args.gpu), args.m, args.n, args.k, args.dtype)
-        cols = [("gpu", "gpu", 1), ("time_s", "time ms", 1e3), ("tflops", "TFLOP/s", 1), ("tile", "tile", 1),
-                ("blocks", "blocks", 1), ("blocks_per_sm", "blocks/SM", 1), ("waves", "waves", 1),
+        cols = [("gpu", "gpu", 1), ("time_s", "time ms", 1e3), ("source", "time from", 1), ("tflops", "TFLOP/s", 1),
+                ("tile", "tile", 1), ("blocks", "blocks", 1), ("blocks_per_sm", "blocks/SM", 1), ("waves", "waves", 1),
                 ("kernel", "kernel", 1), ("math_s", "math ms", 1e3), ("hbm_s", "HBM ms", 1e3), ("bound", "bound", 1)]
     else:
         gpu, topo = resolve_topology(args)
@@ -315,18 +315,12 @@ def cmd_list(args) -> int:
     return 0
 
 
-PROFILE_HELP = """\
-A GPU profile is YAML (hw_profiles/*.yaml; pass a name or a path to --gpu). Every number is
-{value, kind, source}: kind is datasheet | measured | fitted | derived | assumption and
-source says where it comes from (a URL, a measurement file, or a fit with its error).
-Units are in the key names (_gbps, _us, _kib, _mhz). The sections, with {example} values:
-"""
-
-
 def cmd_formats(args) -> int:
     """Print the YAML formats users write (profile, topology, scenarios), each with an example."""
     from .explore.library import YAML_HELP as SCENARIO_HELP
     from .hardware import PROFILE_DIR, read_yaml
+    from .hardware import MEASURED_HELP
+    from .hardware import YAML_HELP as PROFILE_HELP
     from .topology import YAML_HELP as TOPOLOGY_HELP
     parts = [args.what] if args.what else ["profile", "topology", "scenario"]
     for part in parts:
@@ -335,7 +329,7 @@ def cmd_formats(args) -> int:
             path = PROFILE_DIR / "h100.yaml"
             for line in _profile_outline(read_yaml(path)):
                 print("  " + line)
-            print(f"\nThe whole file, every source included: {path}\n")
+            print(f"\nThe whole file, every source included: {path}\n\n{MEASURED_HELP}")
             print("A CPU replay's profile (ficco-sim calibrate --device cpu writes one for this host; "
                   "hw_profiles/cpu.yaml)\nadds a host section: the cores every rank shares, the core time a "
                   "transfer costs per byte,\nwhat posting a message costs the issuing thread, and the ranks' start spread:\n")

@@ -164,14 +164,17 @@ def latency_hiding(gpu: GpuProfile, occupancy):
 
 
 def tile_costs(gpu: GpuProfile, tile: GemmTile, m, n, k, dtype: str, *, extra_smem: int = 0,
-               accumulate: bool = False, sms: int | None = None) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+               accumulate: bool = False, sms: int | None = None,
+               measured: bool = True) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
     """(grid, occupancy, block time s, block HBM bytes) of GEMMs of shapes ``m, n, k`` (arrays)
     cut into ``tile`` with ``extra_smem`` of shaping; occupancy 0 when the block does not fit.
     A split-K tile (``tile.split_k = s > 1``) has ``s`` blocks per output tile, each running
     ``ceil(k / s)`` of the K loop (and paying ``k_overhead`` again), and moves ``s`` float32
     partial tiles through HBM and back for the reduction. Shaped below the library's own
     occupancy, the SM's throughput drops by :func:`latency_hiding` (the efficiency is the
-    library kernel's, at its own occupancy)."""
+    library kernel's, at its own occupancy). A shape the profile has measured
+    (``gemm.measured``) has its block time times :func:`measured_factor` (``measured=False``:
+    the model alone, as the factor is solved on)."""
     block = replace(tile.block, smem=tile.block.smem + extra_smem)
     occ = blocks_per_sm(gpu.sm, block) if block.smem <= gpu.sm.max_smem_per_block else 0
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
@@ -188,7 +191,68 @@ def tile_costs(gpu: GpuProfile, tile: GemmTile, m, n, k, dtype: str, *, extra_sm
         # the waves the reduction moves every partial once (grid * bytes), whatever the SM count
         beside = grid / np.ceil(grid / ((sms or gpu.num_sms) * max(occ, 1)))
         block_time = block_time + beside * 2.0 * tile.m * tile.n * SPLIT_K_BYTES / gpu.hbm_effective
+    if measured and gpu.gemm.measured:
+        block_time = block_time * measured_factors(gpu, m, n, k, dtype)
     return grid, occ, block_time, hbm_traffic(m, n, k, dtype, accumulate) / grid
+
+
+def measured_factors(gpu: GpuProfile, m, n, k, dtype: str) -> np.ndarray:
+    """Per shape (arrays), :func:`measured_factor` where the profile measured it, else 1."""
+    m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k)))
+    table = gpu.gemm.measured
+    out = [measured_factor(gpu, *key) if (key := (int(a), int(b), int(c), dtype)) in table else 1.0
+           for a, b, c in zip(m.ravel(), n.ravel(), k.ravel())]
+    return np.asarray(out, dtype=float).reshape(m.shape)
+
+
+def measured_factor(gpu: GpuProfile, m: int, n: int, k: int, dtype: str) -> float:
+    """What the model's block time of a GEMM the profile measured (``gemm.measured``) is
+    multiplied by, so that its isolated time on every SM, launch included, is the measured
+    one: the library's kernel for that shape, as timed, where the model's tiles and efficiency
+    would say otherwise. The tile stays the model's pick, and the factor holds beside other
+    kernels, on fewer SMs and shaped alike. A time below what the shape's HBM traffic alone
+    takes cannot be reached by the math: the factor stops there (the traffic's time is kept).
+
+    >>> import dataclasses
+    >>> from ficco_sim.hardware import load_gpu
+    >>> g = load_gpu("h100")
+    >>> t = gemm_time(g, 4096, 4096, 4096)
+    >>> g2 = dataclasses.replace(g, gemm=dataclasses.replace(g.gemm, measured={(4096, 4096, 4096, "float16"): 1.2 * t}))
+    >>> round(gemm_time(g2, 4096, 4096, 4096) / t, 6), 1.2 <= measured_factor(g2, 4096, 4096, 4096, "float16") < 1.25
+    (1.2, True)
+    >>> gemm_time(g2, 4096, 4096, 2048) == gemm_time(g, 4096, 4096, 2048)
+    True
+    """
+    key = (id(gpu), m, n, k, dtype)
+    if key not in _FACTORS:
+        _FACTOR_GPUS[id(gpu)] = gpu     # kept alive with its factors, so its id() names no other
+        _FACTORS[key] = _solve_factor(gpu, m, n, k, dtype, gpu.gemm.measured[(m, n, k, dtype)] - gpu.launch_overhead)
+    return _FACTORS[key]
+
+
+_FACTORS: dict[tuple, float] = {}
+_FACTOR_GPUS: dict[int, GpuProfile] = {}
+_LEAST_FACTOR = 1e-9
+
+
+def _solve_factor(gpu: GpuProfile, m: int, n: int, k: int, dtype: str, target: float) -> float:
+    """The factor on the picked tile's block time (the model alone) that makes the GEMM's
+    isolated time (launch excluded) ``target`` s: bisection, the time rising with the factor."""
+    _, best = _costed(gpu, m, n, k, dtype, measured=False)
+    grid, occ, block_time, per_block = tile_costs(gpu, gpu.gemm.configs[int(best)], m, n, k, dtype, measured=False)
+
+    def time(f: float) -> float:
+        return float(waves_time(gpu, grid, occ, block_time * f, per_block, gemm=True))
+
+    lo, hi = _LEAST_FACTOR, 1.0
+    if time(lo) >= target:
+        return lo
+    while time(hi) < target:
+        lo, hi = hi, hi * 2.0
+    for _ in range(100):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if time(mid) < target else (lo, mid)
+    return math.sqrt(lo * hi)
 
 
 def tile_prefix_blocks(tile: GemmTile, m, n, share):
@@ -254,11 +318,9 @@ def gemm_times(gpu: GpuProfile, m, n, k, dtype: str = "float16", *, extra_smem: 
     """
     m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k)))
     sms = sms or None   # launched on the first ``sms`` SMs (the library picks for that many)
-    iso = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, accumulate=accumulate, sms=sms), sms=sms,
-                               gemm=True) for t in gpu.gemm.configs])                   # (kernels, ...)
-    # first minimum, as min() picks; compared launch included (ties between HBM-bound tiles
-    # resolve as they always have)
-    best = np.argmin(iso + gpu.launch_overhead, axis=0)
+    iso, best = _costed(gpu, m, n, k, dtype, accumulate=accumulate, sms=sms, measured=False)
+    if gpu.gemm.measured:     # a measured shape costs what it measured; the pick stays the model's
+        iso, _ = _costed(gpu, m, n, k, dtype, accumulate=accumulate, sms=sms)
     out = np.take_along_axis(iso, best[None], 0)[0]
     if extra_smem:
         shaped = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, extra_smem=extra_smem,
@@ -266,6 +328,17 @@ def gemm_times(gpu: GpuProfile, m, n, k, dtype: str = "float16", *, extra_smem: 
                            for t in gpu.gemm.configs])
         out = np.take_along_axis(shaped, best[None], 0)[0]
     return (out, best) if tiles else out
+
+
+def _costed(gpu: GpuProfile, m, n, k, dtype: str, *, accumulate: bool = False, sms: int | None = None,
+            measured: bool = True):
+    """(isolated time of every kernel config, the index a library picks) for shapes ``m, n, k``:
+    the first minimum, as min() picks, launch included in the comparison (ties between
+    HBM-bound tiles resolve as they always have)."""
+    iso = np.stack([waves_time(gpu, *tile_costs(gpu, t, m, n, k, dtype, accumulate=accumulate, sms=sms,
+                                                measured=measured), sms=sms, gemm=True)
+                    for t in gpu.gemm.configs])                   # (kernels, ...)
+    return iso, np.argmin(iso + gpu.launch_overhead, axis=0)
 
 
 def plan_gemm(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16", *,
@@ -330,7 +403,8 @@ def describe(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") ->
     library picks (tile, blocks, blocks per SM, waves; ``kernel``: ``persistent`` where its
     blocks loop over tiles and keep their SMs, else ``waves``), and its waves' math and HBM time
     each alone, which :func:`roofline` combines (``bound``: which is larger, or ``ridge`` within
-    25%: where the roofline exponent costs most)."""
+    25%: where the roofline exponent costs most); ``source``: ``measured`` where the profile
+    timed this shape (``gemm.measured``: the time is that), else ``model``."""
     plan = plan_gemm(gpu, m, n, k, dtype)
     t = isolated_time(gpu, plan)
     waves = math.ceil(plan.grid / (gpu.num_sms * plan.occupancy))
@@ -341,4 +415,4 @@ def describe(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") ->
             "tile": f"{plan.tile.m}x{plan.tile.n}" + (f" split-k {split}" if split > 1 else ""),
             "blocks": plan.grid, "blocks_per_sm": plan.occupancy, "waves": waves,
             "kernel": "persistent" if gpu.gemm.persistent_for(dtype) else "waves", "math_s": t_math, "hbm_s": t_hbm,
-            "bound": bound}
+            "bound": bound, "source": "measured" if (m, n, k, dtype) in gpu.gemm.measured else "model"}

@@ -122,6 +122,23 @@ def resolve_profile_path(name_or_path: str | Path) -> Path:
     return builtin
 
 
+YAML_HELP = """\
+A GPU profile is YAML (hw_profiles/*.yaml; pass a name or a path to --gpu). Every number is
+{value, kind, source}: kind is datasheet | measured | fitted | derived | assumption and
+source says where it comes from (a URL, a measurement file, or a fit with its error).
+Units are in the key names (_gbps, _us, _kib, _mhz). The sections, with {example} values:
+"""
+MEASURED_HELP = """\
+Optional, gemm.measured: GEMMs you timed yourself, each costing exactly its time in every
+engine (its blocks the model's times one factor, so it holds beside other kernels, shaped and
+on fewer SMs alike); every other shape stays the model's. `ficco-sim predict gemm` says which:
+  gemm:
+    measured:
+      - {m: 4096, n: 8192, k: 8192, dtype: bfloat16, time_us: {value: 412.0, kind: measured,
+         source: "torch.mm + CUDA events, median of 50 after 10 warm-ups, my-node 2026-11-28"}}
+time_us: isolated, launch included, on every SM, the GPU idle before (as benchmarks time it).
+"""
+
 _PROFILE_CACHE: dict[tuple[str, float], GpuProfile] = {}
 
 
@@ -138,7 +155,8 @@ def load_gpu(name_or_path: str | Path | GpuProfile) -> GpuProfile:
             raise InputError("--gpu", None, f"{name_or_path!r}: profile {base.name!r} has no gemm.sustained "
                              "(its GEMMs were never timed in a steady stream), or has it applied already")
         gemm = dataclasses.replace(base.gemm, efficiency={d: e * base.gemm.sustained
-                                                          for d, e in base.gemm.efficiency.items()})
+                                                          for d, e in base.gemm.efficiency.items()},
+                                   measured={key: t / base.gemm.sustained for key, t in base.gemm.measured.items()})
         return dataclasses.replace(base, name=f"{base.name}:sustained", gemm=gemm)
     path = resolve_profile_path(name_or_path)
     key = (str(path.resolve()), path.stat().st_mtime)
@@ -260,6 +278,37 @@ def _roofline_exponent(r: _Reader) -> float:
         raise InputError(r.where, "gemm.roofline_exponent", f"must be at least 1 (1: math and HBM traffic add up), "
                          f"got {p!r}")
     return p
+
+
+def _measured_gemms(r: _Reader, peaks: Mapping[str, float]) -> dict[tuple[int, int, int, str], float]:
+    """``gemm.measured``: GEMMs the profile's owner timed, each ``{m, n, k, dtype, time_us}``
+    (``time_us`` a sourced leaf: isolated, launch included, on every SM); absent: none."""
+    from .workload import MAX_DIM     # workload imports this module
+    if not r.has("gemm.measured"):
+        return {}
+    node = r.node("gemm.measured")
+    if not isinstance(node, list):
+        raise InputError(r.where, "gemm.measured", "must be a list of {m, n, k, dtype, time_us}")
+    out: dict[tuple[int, int, int, str], float] = {}
+    for i, entry in enumerate(node):
+        p = f"gemm.measured.{i}"
+        if not isinstance(entry, dict):
+            raise InputError(r.where, p, "must be a mapping with m, n, k, dtype and time_us")
+        dims = []
+        for d in ("m", "n", "k"):
+            v = entry.get(d)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_DIM:
+                raise InputError(r.where, f"{p}.{d}", f"must be a positive integer of at most {MAX_DIM}, got {v!r}")
+            dims.append(v)
+        dtype = entry.get("dtype")
+        if dtype not in peaks:
+            raise InputError(r.where, f"{p}.dtype", f"must be one of peak_tflops' dtypes ({', '.join(peaks)}), "
+                             f"got {dtype!r}")
+        key = (*dims, str(dtype))
+        if key in out:
+            raise InputError(r.where, p, f"{key[0]}x{key[1]}x{key[2]} {dtype} is measured twice")
+        out[key] = r.number(f"{p}.time_us", scale=1e-6)
+    return out
 
 
 def _protocols(r: _Reader) -> tuple[Protocol, ...]:
@@ -391,7 +440,8 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
                        if r.has("gemm.peer_gbps_per_block") else math.inf,
                        roofline_exponent=_roofline_exponent(r),
                        persistent=r.has("gemm.kernel") and r.choice("gemm.kernel", KERNELS) == "persistent",
-                       sustained=r.number("gemm.sustained", at_most=1.0) if r.has("gemm.sustained") else 1.0),
+                       sustained=r.number("gemm.sustained", at_most=1.0) if r.has("gemm.sustained") else 1.0,
+                       measured=_measured_gemms(r, peak_flops)),
         contention=Contention(
             compute_per_hbm_util=r.number("contention.compute_per_hbm_util", positive=False),
             comm_per_hbm_util=r.number("contention.comm_per_hbm_util", positive=False),

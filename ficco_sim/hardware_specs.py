@@ -77,6 +77,9 @@ class GemmModel:
     tensor rate a GPU keeps in a steady stream of GEMMs (its clock lowered under sustained load),
     against the rate after an idle gap the profile is for; a ``<gpu>:sustained`` profile
     (:func:`ficco_sim.hardware.load_gpu`) runs its GEMMs at it (1: not measured).
+    ``measured``: isolated times (s, launch included, all SMs) of GEMMs the profile's owner timed,
+    by ``(m, n, k, dtype)``: such a GEMM costs exactly that, its blocks the model's times a
+    factor (:func:`ficco_sim.gemm_model.measured_factor`); every other shape, the model alone.
     """
 
     tiles: tuple[GemmTile, ...]
@@ -88,6 +91,7 @@ class GemmModel:
     roofline_exponent: float = math.inf
     persistent: bool = False
     sustained: float = 1.0
+    measured: Mapping[tuple[int, int, int, str], float] = dataclasses.field(default_factory=dict)
 
     def persistent_for(self, dtype: str) -> bool:
         """Whether ``dtype``'s GEMMs are persistent kernels: plain fp32 (no TF32) runs on the CUDA
