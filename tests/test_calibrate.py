@@ -214,3 +214,50 @@ def test_host_fit_recovers_the_replays_numbers_from_exact_rows():
     slow = [dict(r, time_s=0.1 + r["bytes"] / bw) if r["kind"] == "p2p" else r for r in rows]
     got = fit_host(slow, cores)["core_s_per_byte"]
     assert got == pytest.approx((lat + ranks * sizes[-1] * c / cores) / sizes[-1] * cores / ranks, rel=1e-9)
+
+
+@needs_vidur
+def test_keep_times_pins_the_timed_shapes(tmp_path, monkeypatch):
+    """``calibrate --keep-times``: every timed GEMM shape is written into the profile as
+    ``gemm.measured`` (its median) and costs exactly that; the fit still serves other shapes;
+    too many shapes are refused in one line, before anything is written."""
+    import dataclasses
+
+    import ficco_sim.calibrate.workflow as wf
+    from ficco_sim.calibrate.cli import run_calibrate
+    d = pd.read_csv(VIDUR / "gemm_times.csv")
+    mine = d[(d["gpu"] == "h100") & (d["model"] == d[d["gpu"] == "h100"]["model"].iloc[0]) & d["m"].isin([1024, 4096])]
+    src = tmp_path / "mine.csv"
+    mine.to_csv(src, index=False)
+    p = argparse.ArgumentParser().add_subparsers()
+    add_calibrate_parser(p)
+    out = tmp_path / "mine.yaml"
+    args = p.choices["calibrate"].parse_args(["--from", str(src), "--gpu", "h100", "--no-launch", "--keep-times",
+                                             "--holdout", "--out", str(out)])
+    assert run_calibrate(args) == 0
+    gpu = load_gpu(out)
+    shapes = mine.groupby(["m", "n", "k", "dtype"])["time_ms_median"].median()
+    assert len(gpu.gemm.measured) == len(shapes) > 3
+    for (m, n, k, dtype), ms in shapes.items():
+        assert gemm_time(gpu, int(m), int(n), int(k), dtype) == pytest.approx(ms * 1e-3, rel=5e-4)   # 4 digits kept
+    assert gpu.provenance("gemm.measured.0.time_us").kind == "measured"
+    plain = dataclasses.replace(gpu, gemm=dataclasses.replace(gpu.gemm, measured={}))
+    assert gemm_time(gpu, 2048, 4096, 4096) == gemm_time(plain, 2048, 4096, 4096)
+    # calibrating again from the kept profile refits the model on the timings, not on its pins
+    again = calibrate_from_files([src], "h100", out, fit_launch=False, holdout=None)
+    assert again.updates["gemm.k_overhead"][0] == pytest.approx(load_gpu(out).gemm.k_overhead, rel=1e-3)
+    monkeypatch.setattr(wf, "MAX_KEPT", 3)
+    with pytest.raises(InputError, match="at most 3"):
+        calibrate_from_files([src], "h100", fit_launch=False, holdout=None, keep_times=True, out=tmp_path / "x.yaml")
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_keep_times_needs_gemm_timings(tmp_path):
+    """A CPU replay profile is fitted, not kept; a collective file alone has no GEMM to keep."""
+    from ficco_sim.calibrate.cli import run_calibrate
+    p = argparse.ArgumentParser().add_subparsers()
+    add_calibrate_parser(p)
+    args = p.choices["calibrate"].parse_args(["--device", "cpu", "--keep-times", "--out", str(tmp_path / "c.yaml")])
+    with pytest.raises(InputError, match="fitted, not kept") as info:
+        run_calibrate(args)
+    assert info.value.where == "--keep-times" and not (tmp_path / "c.yaml").exists()

@@ -51,6 +51,8 @@ kernel pair) and gemm.kernel (persistent where the GEMM blocks compute more outp
 tile: they loop over tiles and keep their SMs; waves where a grid exceeds what the GPU holds
 at once); what the traces cannot tell is listed as not fitted. Every fitted number is written
 with kind: fitted and a source naming its data and held-out error.
+With --keep-times, every GEMM shape of the timings is also written as gemm.measured (its
+median time): those shapes cost exactly that in both engines (see `ficco-sim formats profile`).
 What is fitted and only reported (--report DIR: tables and plots, not written into the
 profile): link latency + bandwidth (alpha-beta) from a collective table's send/recv and 2-GPU
 all-reduce, with a 2 -> 4 GPU all-reduce prediction check.
@@ -81,6 +83,10 @@ def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--fit-roofline", action="store_true",
                    help="GEMM tables: fit gemm.roofline_exponent too, how a wave's math and HBM time combine "
                         "(needs memory- and math-bound shapes, as the Vidur tables have; default: keep the profile's)")
+    p.add_argument("--keep-times", action="store_true",
+                   help="GEMM timings: also write every timed shape into the profile (gemm.measured, its median): "
+                        "those shapes then cost exactly that in every engine, the fit serves the rest (a few "
+                        "thousand shapes at most: a whole sweep is the fit's job)")
     p.add_argument("--quick", action="store_true", help="benchmarks at tiny sizes (seconds; a smoke test)")
     p.add_argument("--topology", default="switch", choices=["switch", "fc", "ring"],
                    help="--from nccl-tests output: the kind of topology it ran on; the GPU count comes from the "
@@ -106,15 +112,19 @@ def run_calibrate(args: argparse.Namespace) -> int:
         holdout = "auto" if args.holdout is None else args.holdout
         cal = calibrate_from_files(args.files, args.gpu, args.base, holdout=holdout, fit_launch=not args.no_launch,
                                    fit_roofline=args.fit_roofline, out=args.out, force=args.force,
-                                   report_dir=args.report, topology=args.topology)
+                                   report_dir=args.report, topology=args.topology, keep_times=args.keep_times)
     else:
         if args.fit_roofline:
             raise InputError("--fit-roofline", None, "fits a GEMM table given with --from (a device run's "
                              "benchmark CSV too); a --device run keeps the profile's exponent")
+        if args.keep_times and args.device == "cpu":
+            raise InputError("--keep-times", None, "keeps GEMM timings given with --from (or a --device cuda run's); "
+                             "a CPU replay profile is fitted, not kept")
         if args.gpu and args.device == "cpu":
             raise InputError("--gpu", None, "--gpu selects rows of measurement files; drop it with --device cpu")
         cal = calibrate_device(args.device, out=args.out, base_profile=args.base, force=args.force,
-                               report_dir=args.report, quick=args.quick, world_size=args.world_size)
+                               report_dir=args.report, quick=args.quick, world_size=args.world_size,
+                               keep_times=args.keep_times)
     table = Table(title=f"calibrate {cal.gpu}")
     for col in ("quantity", "value", "note"):
         table.add_column(col)

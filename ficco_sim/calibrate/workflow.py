@@ -39,6 +39,7 @@ class Calibration:
     updates: dict[str, tuple[Any, str, str]] = field(default_factory=dict)
     unfitted: dict[str, str] = field(default_factory=dict)   # profile path -> why the inputs could not tell it
     written: list[Path] = field(default_factory=list)
+    measured: list[tuple[int, int, int, str, float, str]] | None = None    # kept timings (keep_times)
 
     def summary_rows(self) -> list[tuple[str, str, str]]:
         """(quantity, value, note) lines for the CLI table."""
@@ -83,7 +84,7 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
                          holdout: str | Sequence[str] | None = "auto", fit_launch: bool = True,
                          fit_roofline: bool = False, out: str | Path | None = None, force: bool = False,
                          report_dir: str | Path | None = None, use_engine: bool = True,
-                         topology: str = "switch") -> Calibration:
+                         topology: str = "switch", keep_times: bool = False) -> Calibration:
     """Fit a profile's GEMM model (and, with a collective file, link alpha-beta) to measured files.
 
     ``paths``: vidur ``gemm_times.csv`` / ``collective_times.csv``, ficco-sim benchmark CSVs, or
@@ -97,11 +98,16 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     ``fit_roofline``: fit ``gemm.roofline_exponent`` too (a GEMM table with memory- and
     math-bound shapes, such as the Vidur tables, tells it apart from the efficiency).
     ``topology``: the kind of topology nccl-tests runs ran on (``switch``, ``fc`` or ``ring``; the
-    GPU count comes from each run).
+    GPU count comes from each run). ``keep_times``: also write every timed GEMM shape into the
+    profile (``gemm.measured``, its median time): those shapes then cost exactly that in every
+    engine, the fit every other shape (:func:`kept_times`).
     """
     if not paths:
         raise InputError("--from", None, "give at least one measurement file")
     base = load_gpu(base_profile if base_profile is not None else gpu)
+    if base.gemm.measured:      # fit the model on the timings, not on a base's pinned shapes
+        import dataclasses
+        base = dataclasses.replace(base, gemm=dataclasses.replace(base.gemm, measured={}))
     cal = Calibration(gpu=gpu)
     traces = [str(p) for p in paths if is_trace(p)]
     if traces:
@@ -136,8 +142,12 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
         else:
             raise InputError(where, None, "unrecognised measurement file: expected vidur gemm_times.csv, "
                              "collective_times.csv or a ficco-sim benchmark CSV")
+    if keep_times:
+        if cal.gemm is None:
+            raise InputError("--keep-times", None, "keeps the GEMM timings of a GEMM or benchmark file; none was given")
+        cal.measured = kept_times(cal.gemm.rows, ", ".join(str(p) for p in paths))
     if out is not None and cal.updates:
-        cal.written.append(update_profile(base.path or gpu, out, cal.updates, force=force))
+        cal.written.append(update_profile(base.path or gpu, out, cal.updates, force=force, measured=cal.measured))
     elif out is not None and not report_dir:
         raise InputError("--out", None, "nothing was fitted that a profile holds (give a GEMM or benchmark file)")
     return cal
@@ -231,6 +241,21 @@ def write_text(path: Path, df: pd.DataFrame) -> Path:
     return write_text_atomic(path, df.to_csv(index=False, float_format="%.6g"), force=True)
 
 
+MAX_KEPT = 2000    # GEMM shapes --keep-times writes into a profile: a whole sweep is the fit's job
+
+
+def kept_times(rows: pd.DataFrame, where: str) -> list[tuple[int, int, int, str, float, str]]:
+    """(m, n, k, dtype, median seconds, source) of every GEMM shape of ``rows`` (``m, n, k, dtype,
+    time_s``), for ``gemm.measured``; more than :data:`MAX_KEPT` shapes are refused."""
+    med = rows.groupby(["m", "n", "k", "dtype"])["time_s"].agg(["median", "size"]).reset_index()
+    if len(med) > MAX_KEPT:
+        raise InputError("--keep-times", None, f"{len(med)} GEMM shapes: at most {MAX_KEPT} are kept in a profile "
+                         "(the fitted model serves a sweep; keep the shapes you run)")
+    return [(int(r.m), int(r.n), int(r.k), str(r.dtype), float(r.median),
+             f"median of {int(r.size)} timing(s) in {where}, kept by ficco-sim calibrate --keep-times {_today()}")
+            for r in med.itertuples()]
+
+
 def _gemm(cal: Calibration, base: GpuProfile, rows: pd.DataFrame, where: str, holdout: Any, fit_launch: bool,
           report_dir: Any, fit_roofline: bool = False) -> None:
     fit = fit_gemm(base, rows, holdout=holdout, fit_launch=fit_launch, fit_roofline=fit_roofline)
@@ -295,7 +320,7 @@ def _bench(cal: Calibration, base: GpuProfile, df: pd.DataFrame, where: str, hol
 def calibrate_device(device: str = "cpu", *, out: str | Path, base_profile: str | Path | None = None,
                      force: bool = False, report_dir: str | Path | None = None, quick: bool = False,
                      raw_csv: str | Path | None = None, sizes: str | None = None,
-                     progress: bool = True, world_size: int = 2) -> Calibration:
+                     progress: bool = True, world_size: int = 2, keep_times: bool = False) -> Calibration:
     """Benchmark the local device, fit, write a profile.
 
     On ``cpu`` the profile describes one rank of the CPU replay on this host, measured with
@@ -317,7 +342,8 @@ def calibrate_device(device: str = "cpu", *, out: str | Path, base_profile: str 
         return _calibrate_cpu(raw, outp, force, report_dir, sizes or ("tiny" if quick else "small"), world_size)
     sizes = sizes or ("tiny" if quick else "full")
     run_benchmarks(device, sizes, raw, force=True, progress=progress)
-    return calibrate_from_files([raw], "local", base_profile, out=out, force=force, report_dir=report_dir)
+    return calibrate_from_files([raw], "local", base_profile, out=out, force=force, report_dir=report_dir,
+                                keep_times=keep_times)
 
 
 def _calibrate_cpu(raw: Path, out: Path, force: bool, report_dir: Any, sizes: str, world_size: int) -> Calibration:

@@ -89,6 +89,40 @@ def set_leaves(text: str, updates: dict[str, tuple[Any, str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def set_measured(text: str, entries: list[tuple[int, int, int, str, float, str]]) -> str:
+    """``gemm.measured`` of the profile text replaced by ``entries`` (m, n, k, dtype, seconds,
+    source): the old list dropped, the new one last in the ``gemm`` section, one flow line each.
+
+    >>> text = "gemm:\\n  k_overhead: {value: 1, kind: fitted, source: s}\\nlink:\\n  x: 1\\n"
+    >>> print(set_measured(text, [(8, 16, 32, "float16", 2.5e-6, "timed")]), end="")
+    gemm:
+      k_overhead: {value: 1, kind: fitted, source: s}
+      measured:
+        - {m: 8, n: 16, k: 32, dtype: float16, time_us: {value: 2.5, kind: measured, source: "timed"}}
+    link:
+      x: 1
+    """
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(r"^gemm:\s*(#.*)?$", line)), None)
+    if start is None:
+        raise InputError("profile", "gemm", "the profile has no gemm section to keep measured GEMMs in")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].strip() and not lines[i].startswith((" ", "#"))),
+               len(lines))
+    old = next((i for i in range(start + 1, end) if re.match(r"^  measured:", lines[i])), None)
+    if old is not None:
+        stop = old + 1
+        while stop < end and lines[stop].startswith(("   ", "  -")):
+            stop += 1
+        del lines[old:stop]
+        end -= stop - old
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    block = ["  measured:"] + [f"    - {{m: {m}, n: {n}, k: {k}, dtype: {d}, time_us: "
+                                f"{leaf_text(round(t * 1e6, 3), 'measured', src)}}}" for m, n, k, d, t, src in entries]
+    lines[end:end] = block if entries else []
+    return "\n".join(lines) + "\n"
+
+
 def check_profile_text(text: str, where: str) -> None:
     """Raise :class:`InputError` unless ``text`` is a loadable profile."""
     try:
@@ -105,8 +139,9 @@ def write_profile(path: str | Path, text: str, *, force: bool = False) -> Path:
 
 
 def update_profile(base: str | Path, out: str | Path, updates: dict[str, tuple[Any, str, str]], *,
-                   force: bool = False) -> Path:
-    """Read profile ``base``, set ``updates``, write ``out`` (may be ``base`` itself, with force)."""
+                   force: bool = False, measured: list | None = None) -> Path:
+    """Read profile ``base``, set ``updates`` (and ``gemm.measured``, :func:`set_measured`, when
+    ``measured`` is given), write ``out`` (may be ``base`` itself, with force)."""
     from ..hardware import resolve_profile_path
-    src = resolve_profile_path(base)
-    return write_profile(out, set_leaves(src.read_text(), updates), force=force)
+    text = set_leaves(resolve_profile_path(base).read_text(), updates)
+    return write_profile(out, set_measured(text, measured) if measured is not None else text, force=force)
