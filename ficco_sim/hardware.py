@@ -134,7 +134,7 @@ engine (its blocks the model's times one factor, so it holds beside other kernel
 on fewer SMs alike); every other shape stays the model's. `ficco-sim predict gemm` says which:
   gemm:
     measured:
-      - {m: 4096, n: 8192, k: 8192, dtype: bfloat16, time_us: {value: 412.0, kind: measured,
+      - {m: 4096, n: 8192, k: 8192, dtype: bfloat16, time_us: {value: 781.0, kind: measured,
          source: "torch.mm + CUDA events, median of 50 after 10 warm-ups, my-node 2026-11-28"}}
 time_us: isolated, launch included, on every SM, the GPU idle before (as benchmarks time it).
 """
@@ -280,6 +280,9 @@ def _roofline_exponent(r: _Reader) -> float:
     return p
 
 
+FASTEST_MEASURED = 1.25    # a measured GEMM above this share of its dtype's peak is a typo, not a kernel
+
+
 def _measured_gemms(r: _Reader, peaks: Mapping[str, float]) -> dict[tuple[int, int, int, str], float]:
     """``gemm.measured``: GEMMs the profile's owner timed, each ``{m, n, k, dtype, time_us}``
     (``time_us`` a sourced leaf: isolated, launch included, on every SM); absent: none."""
@@ -307,7 +310,11 @@ def _measured_gemms(r: _Reader, peaks: Mapping[str, float]) -> dict[tuple[int, i
         key = (*dims, str(dtype))
         if key in out:
             raise InputError(r.where, p, f"{key[0]}x{key[1]}x{key[2]} {dtype} is measured twice")
-        out[key] = r.number(f"{p}.time_us", scale=1e-6)
+        out[key] = t = r.number(f"{p}.time_us", scale=1e-6)
+        if 2.0 * dims[0] * dims[1] * dims[2] / t > FASTEST_MEASURED * peaks[dtype]:
+            raise InputError(r.where, f"{p}.time_us", f"{t * 1e6:g} us is beyond the {dtype} peak: "
+                             f"{dims[0]}x{dims[1]}x{dims[2]} needs {2e6 * dims[0] * dims[1] * dims[2] / peaks[dtype]:.4g} us "
+                             f"at peak_tflops.{dtype} (another dtype's time, or ms for us?)")
     return out
 
 

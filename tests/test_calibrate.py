@@ -261,3 +261,20 @@ def test_keep_times_needs_gemm_timings(tmp_path):
     with pytest.raises(InputError, match="fitted, not kept") as info:
         run_calibrate(args)
     assert info.value.where == "--keep-times" and not (tmp_path / "c.yaml").exists()
+
+
+def test_a_file_of_gemm_timings_alone_calibrates(tmp_path):
+    """A user's own timings, ``kind, m, n, k, dtype, time_s`` and nothing else, are a benchmark
+    file: fitted (and kept with --keep-times); rows of another kind missing their columns are
+    refused in one line naming the column."""
+    f = tmp_path / "mine.csv"
+    f.write_text("kind,group,m,n,k,dtype,time_s\n" + "".join(
+        f"gemm,g{i % 2},{m},{n},4096,float16,{2 * m * n * 4096 / 600e12:.6g}\n"
+        for i, (m, n) in enumerate([(1024, 4096), (2048, 4096), (4096, 4096), (4096, 8192), (8192, 8192)])))
+    cal = calibrate_from_files([f], "h100", fit_launch=False, holdout=None, keep_times=True, out=tmp_path / "m.yaml")
+    assert len(cal.measured) == 5 and len(load_gpu(tmp_path / "m.yaml").gemm.measured) == 5
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f.read_text() + "copy,,,,,,0.001\n")
+    with pytest.raises(InputError) as info:
+        calibrate_from_files([bad], "h100", out=tmp_path / "b.yaml")
+    assert info.value.field == "bytes" and not (tmp_path / "b.yaml").exists()

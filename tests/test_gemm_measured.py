@@ -128,6 +128,8 @@ def test_profile_yaml_reads_measured_gemms(tmp_path: Path):
     ([{"m": 8, "n": 8, "k": 8, "dtype": "float16", "time_us": 3.0}], "gemm.measured.0.time_us"),
     ([{"m": 8, "n": 8, "k": 8, "dtype": "float16", "time_us": _leaf(3.0)},
       {"m": 8, "n": 8, "k": 8, "dtype": "float16", "time_us": _leaf(4.0)}], "gemm.measured.1"),
+    # 8192^3 in 0.5 ms is 2.2 PFLOP/s: beyond the H100's fp16 peak (a unit or dtype slip)
+    ([{"m": 8192, "n": 8192, "k": 8192, "dtype": "float16", "time_us": _leaf(500.0)}], "gemm.measured.0.time_us"),
 ])
 def test_bad_measured_gemms_are_refused_in_one_line(tmp_path: Path, entries, field):
     path = tmp_path / "bad.yaml"

@@ -279,9 +279,18 @@ def _gemm(cal: Calibration, base: GpuProfile, rows: pd.DataFrame, where: str, ho
                                                       f"{cal.gpu} GEMM model: predicted vs measured"))
 
 
+# the columns each kind of benchmark row is read with (beyond kind and time_s)
+BENCH_COLUMNS = {"gemm": ("m", "n", "k", "dtype"), "copy": ("bytes", "path"), "contention": ("alone_s", "copy_gbps")}
+
+
 def _bench(cal: Calibration, base: GpuProfile, df: pd.DataFrame, where: str, holdout: Any, fit_launch: bool,
            report_dir: Any, fit_roofline: bool = False) -> None:
-    """Benchmark CSV: GEMM (hold out the decomposed pieces), copies, launch, contention."""
+    """Benchmark CSV: GEMM (hold out the decomposed pieces), copies, launch, contention. A file
+    of GEMM rows alone (``kind, m, n, k, dtype, time_s``: a user's own timings) is one too."""
+    for kind, cols in BENCH_COLUMNS.items():
+        missing = [c for c in cols if c not in df] if (df["kind"] == kind).any() else []
+        if missing:
+            raise InputError(where, missing[0], f"its {kind} rows need the column {missing[0]!r}")
     rows = ms.gemm_rows(df, where)
     if holdout == "auto":
         split = sorted(g for g in rows["group"].unique() if g.startswith("split_"))
@@ -289,7 +298,7 @@ def _bench(cal: Calibration, base: GpuProfile, df: pd.DataFrame, where: str, hol
     _gemm(cal, base, rows, where, holdout, fit_launch, report_dir, fit_roofline)
     date = str(df["date"].dropna().iloc[0]) if "date" in df and df["date"].notna().any() else _today()
     copies = df[df["kind"] == "copy"]
-    if len(copies[copies["path"] == "dma"]) >= 2:
+    if len(copies) and len(copies[copies["path"] == "dma"]) >= 2:
         # The benchmark copies within one GPU: a copy engine reads and writes the same HBM, so
         # its rate measures HBM (hbm.efficiency = 2 x rate / peak), not dma.bandwidth, which is
         # an engine's rate to a peer GPU (DmaSpec.cap); the per-command cost is the engine's own.
