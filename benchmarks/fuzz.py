@@ -143,6 +143,10 @@ def _yaml_file(r: random.Random, tmp: Path, data, name: str) -> Path:
 def g_profile(r: random.Random, tmp: Path) -> list[str]:
     import yaml
     data = yaml.safe_load((ROOT / "hw_profiles" / r.choice(["h100.yaml", "mi300x.yaml", "a100.yaml"])).read_text())
+    if r.random() < 0.3:      # GEMMs the owner timed (gemm.measured), for the mutation to hit
+        data["gemm"]["measured"] = [{"m": 4096, "n": 4096, "k": 4096, "dtype": "float16",
+                                     "time_us": {"value": r.choice([150.0, 400.0, 2000.0]), "kind": "measured",
+                                                 "source": "fuzz"}}]
     p = _yaml_file(r, tmp, _mutate_tree(r, data), "gpu.yaml")
     if r.random() < 0.5:
         return ["predict", "gemm", "--gpu", str(p), "--m", "4096", "--n", "4096", "--k", "4096"]
@@ -183,7 +187,10 @@ def g_calibration(r: random.Random, tmp: Path) -> list[str]:
     if r.random() < 0.1:
         text = text[:r.randrange(len(text))]
     p.write_text(text)
-    return ["calibrate", "--from", str(p), "--gpu", "a100", "--out", str(tmp / "fit.yaml"), "--force"]
+    if r.random() < 0.3:      # a user's own timings: GEMM rows of a benchmark file
+        p.write_text(text.replace(header, "kind,model,op,tp,m,n,k,dtype,time_s").replace("a100,x,", "gemm,x,"))
+    return ["calibrate", "--from", str(p), "--gpu", "a100", "--out", str(tmp / "fit.yaml"), "--force"] + \
+        (["--keep-times"] if r.random() < 0.4 else [])
 
 
 def g_trace(r: random.Random, tmp: Path) -> list[str]:

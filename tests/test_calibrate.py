@@ -273,6 +273,15 @@ def test_a_file_of_gemm_timings_alone_calibrates(tmp_path):
         for i, (m, n) in enumerate([(1024, 4096), (2048, 4096), (4096, 4096), (4096, 8192), (8192, 8192)])))
     cal = calibrate_from_files([f], "h100", fit_launch=False, holdout=None, keep_times=True, out=tmp_path / "m.yaml")
     assert len(cal.measured) == 5 and len(load_gpu(tmp_path / "m.yaml").gemm.measured) == 5
+    plain = tmp_path / "plain.csv"      # no group column: one family of shapes
+    plain.write_text("kind,m,n,k,dtype,time_s\n" + "\n".join(f.read_text().splitlines()[1:]).replace(",g0,", ",")
+                     .replace(",g1,", ",") + "\n")
+    assert len(calibrate_from_files([plain], "h100", fit_launch=False, keep_times=True).measured) == 5
+    fast = tmp_path / "fast.csv"        # 8192^3 in 0.2 ms: beyond the H100's peak, refused before it is kept
+    fast.write_text(plain.read_text() + "gemm,8192,8192,8192,float16,0.0002\n")
+    with pytest.raises(InputError) as info:
+        calibrate_from_files([fast], "h100", fit_launch=False, keep_times=True, out=tmp_path / "f.yaml")
+    assert (info.value.where, info.value.field) == (str(fast), "time_s") and not (tmp_path / "f.yaml").exists()
     bad = tmp_path / "bad.csv"
     bad.write_text(f.read_text() + "copy,,,,,,0.001\n")
     with pytest.raises(InputError) as info:

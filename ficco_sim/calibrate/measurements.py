@@ -124,6 +124,11 @@ def gemm_rows(df: pd.DataFrame, where: str, gpu: str | None = None) -> pd.DataFr
         g = df[df["kind"] == "gemm"].copy()
         if g.empty:
             raise InputError(where, "kind", "no gemm rows in this benchmark file")
+        missing = [c for c in ("m", "n", "k", "dtype") if c not in g]
+        if missing:
+            raise InputError(where, missing[0], f"its gemm rows need the column {missing[0]!r}")
+        if "group" not in g:        # a user's own timings: one family of shapes
+            g["group"] = "timings"
         _positive(g, ["m", "n", "k", "time_s"], where)
         _text(g, ["group", "dtype"], where)
         _dtypes(g, where)

@@ -145,7 +145,7 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     if keep_times:
         if cal.gemm is None:
             raise InputError("--keep-times", None, "keeps the GEMM timings of a GEMM or benchmark file; none was given")
-        cal.measured = kept_times(cal.gemm.rows, ", ".join(str(p) for p in paths))
+        cal.measured = kept_times(cal.gemm.rows, ", ".join(str(p) for p in paths), base)
     if out is not None and cal.updates:
         cal.written.append(update_profile(base.path or gpu, out, cal.updates, force=force, measured=cal.measured))
     elif out is not None and not report_dir:
@@ -244,13 +244,20 @@ def write_text(path: Path, df: pd.DataFrame) -> Path:
 MAX_KEPT = 2000    # GEMM shapes --keep-times writes into a profile: a whole sweep is the fit's job
 
 
-def kept_times(rows: pd.DataFrame, where: str) -> list[tuple[int, int, int, str, float, str]]:
+def kept_times(rows: pd.DataFrame, where: str, gpu: GpuProfile) -> list[tuple[int, int, int, str, float, str]]:
     """(m, n, k, dtype, median seconds, source) of every GEMM shape of ``rows`` (``m, n, k, dtype,
-    time_s``), for ``gemm.measured``; more than :data:`MAX_KEPT` shapes are refused."""
+    time_s``), for ``gemm.measured``; more than :data:`MAX_KEPT` shapes, or one faster than
+    ``gpu``'s peak allows (:data:`~ficco_sim.hardware.FASTEST_MEASURED`), are refused."""
+    from ..hardware import FASTEST_MEASURED
     med = rows.groupby(["m", "n", "k", "dtype"])["time_s"].agg(["median", "size"]).reset_index()
     if len(med) > MAX_KEPT:
         raise InputError("--keep-times", None, f"{len(med)} GEMM shapes: at most {MAX_KEPT} are kept in a profile "
                          "(the fitted model serves a sweep; keep the shapes you run)")
+    for r in med.itertuples():
+        if 2.0 * r.m * r.n * r.k / r.median > FASTEST_MEASURED * gpu.peak_flops.get(r.dtype, float("inf")):
+            raise InputError(where, "time_s", f"{r.m}x{r.n}x{r.k} {r.dtype} in {r.median * 1e6:.4g} us is beyond "
+                             f"{gpu.name}'s {r.dtype} peak ({gpu.peak_flops[r.dtype] / 1e12:g} TFLOP/s): "
+                             "another GPU's or dtype's time, or ms for s?")
     return [(int(r.m), int(r.n), int(r.k), str(r.dtype), float(r.median),
              f"median of {int(r.size)} timing(s) in {where}, kept by ficco-sim calibrate --keep-times {_today()}")
             for r in med.itertuples()]
