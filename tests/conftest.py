@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
+import sys
+from pathlib import Path
 
 import pytest
 
 from ficco_sim.engine import des
 from ficco_sim.hardware import SIMPLE, load_gpu
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def benchmark(name: str):
+    """The script ``benchmarks/<name>.py`` as a module (its sibling scripts importable too)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def ideal(gpu="h100", **changes):

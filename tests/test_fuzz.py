@@ -6,17 +6,15 @@ counts); hypothesis drives their seeds here."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-_spec = importlib.util.spec_from_file_location("fuzz", Path(__file__).resolve().parents[1] / "benchmarks" / "fuzz.py")
-fuzz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz)
+from conftest import benchmark
+
+fuzz = benchmark("fuzz")
 
 
 @pytest.mark.parametrize("surface", list(fuzz.SURFACES))

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,22 +10,16 @@ import pandas as pd
 import pytest
 import torch
 
+from conftest import benchmark
+
 from ficco_sim.explore.library import layer_gemms
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSION = ROOT / "validation" / "gpu" / "h200" / "2026-11-27"
 
 
-def _module(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_gemm_table_covers_every_decomposition_the_dil_bar_reads():
-    mod = _module("gpu_gemm_table")
+    mod = benchmark("gpu_gemm_table")
     shapes = layer_gemms(mod.TPS)
     table = pd.read_csv(SESSION / "h200-gemm_times.csv", comment="#")
     assert len(table) == len(shapes) * 7
@@ -43,7 +35,7 @@ def test_copy_bytes_inside_a_window_are_prorated():
 
 
 def test_session_tables_read_the_committed_files():
-    mod = _module("gpu_session_report")
+    mod = benchmark("gpu_session_report")
     dil = mod.dil(SESSION)
     assert dil.row_count == 12
     contention = mod.contention(SESSION)
@@ -57,7 +49,7 @@ def test_session_tables_read_the_committed_files():
 def test_second_lease_tables_read_the_committed_files():
     """The second H200 lease's files (direct DIL, copies by path / priority / size, kernel gaps,
     8-rank replays) load into the report, and what validation/README.md reads off them holds."""
-    mod = _module("gpu_session_report")
+    mod = benchmark("gpu_session_report")
     second = SESSION.parent / "2026-11-27-2"
     assert mod.dil_direct(second).row_count == 24
     assert mod.contention_grid(second, model=False).row_count == 38
@@ -83,7 +75,7 @@ def test_the_engine_slows_gemms_beside_sm_copies_as_the_h200_did():
     out for time); without HBM sharing the 256 MiB rows would read no slowdown at all. Never
     fitted on these rows."""
     from ficco_sim.hardware import load_gpu
-    mod = _module("contention_model")
+    mod = benchmark("contention_model")
     rows = pd.read_csv(SESSION.parent / "2026-11-27-2" / "h200-contention.csv", comment="#")
     rows = rows[(rows["path"] == "sm") & (rows["priority"] == "same") & (rows["copy_bytes"] >= 64 << 20)]
     gpu = load_gpu("h200")
@@ -100,7 +92,7 @@ def test_a_higher_priority_copy_takes_no_sm_from_persistent_gemms_as_the_h200_sh
     and large shapes (never fitted). Without it (``par`` priority taking SMs at every tile
     boundary) a high-priority copy slowed the 8192^3 chain 1.33-2.4x, the H200 0.96-0.99."""
     from ficco_sim.hardware import load_gpu
-    mod = _module("contention_model")
+    mod = benchmark("contention_model")
     rows = pd.read_csv(SESSION.parent / "2026-11-27-2" / "h200-contention.csv", comment="#")
     measured = rows[(rows["path"] == "sm") & (rows["copy_bytes"] >= 64 << 20) & (rows["priority"] != "gemm-high")]
     by = measured.set_index(["m", "n", "k", "copy_bytes", "order", "priority"])["slowdown"].unstack("priority")
@@ -123,7 +115,7 @@ def test_with_the_kernels_the_traces_show_the_engine_gets_priority_right():
     (64 MiB copies first, 4 shapes x 3 priority settings; never fitted). With backfill the
     high-priority GEMMs are not protected."""
     from ficco_sim.hardware import load_gpu
-    mod = _module("contention_model")
+    mod = benchmark("contention_model")
     rows = mod.rows(SESSION.parent / "2026-11-27-2", mib=(64,), paths=("sm",))
     rows = rows[rows["m"].isin([4096, 8192])]     # both 8192-row shapes and the square 4096: the fast ones
     gpu = load_gpu("h200")
@@ -159,7 +151,7 @@ def test_reference_on_another_device_gives_the_same_check():
                                     "contention_model", "gpu_sm_hold", "sm_hold_model", "gpu_dispatch",
                                     "gpu_sm_carveout", "gpu_sm_clock"])
 def test_scripts_import_without_a_gpu(script):
-    assert _module(script).__doc__
+    assert benchmark(script).__doc__
 
 
 

@@ -3,23 +3,17 @@ the medians, every row with a source URL and the command that predicts it."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 
+from conftest import benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("public_table", ROOT / "benchmarks" / "public_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_every_published_fact_is_one_row_with_its_source_and_command():
-    pt = _module()
+    pt = benchmark("public_table")
     rows = pt.nccl_rows() + pt.dil_rows() + pt.overlap_rows() + pt.flux_rows() + pt.kraken_rows()
     table = pd.DataFrame(rows, columns=pt.COLUMNS)
     nccl = pd.read_csv(ROOT / "validation" / "public" / "nccl_tests.csv", comment="#")

@@ -6,29 +6,21 @@ never fitted on them)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from conftest import benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 LEASE = ROOT / "validation" / "gpu" / "h200" / "2026-11-28"
 RUNS = [LEASE, LEASE / "rerun"]      # the lease's calls, and the same scripts run again at its end
 
 
-def _module(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module", params=RUNS, ids=["first", "rerun"])
 def tables(request):
-    return _module("sm_hold_model").tables("h200", request.param / "sm_hold.csv")
+    return benchmark("sm_hold_model").tables("h200", request.param / "sm_hold.csv")
 
 
 def _first_starts(path: Path) -> pd.DataFrame:
@@ -121,7 +113,7 @@ def test_the_engine_holds_back_kernels_behind_a_waiting_one_as_the_h200_did(run)
     exactly where it waited in most repeats in 10 of 12 cells; the other two are the shared-memory
     carveout (the resident kernel's last block held back where a light block ran first; not
     modelled). With backfill L never waits: 4 cells wrong."""
-    disp = _module("sm_hold_model").dispatch_table("h200", run / "dispatch.csv")
+    disp = benchmark("sm_hold_model").dispatch_table("h200", run / "dispatch.csv")
     measured = disp["measured"] > 0.5
     assert len(disp) == 12
     assert (disp["model"] == measured).sum() == 10
@@ -143,7 +135,7 @@ def test_an_sm_carveout_shrinks_the_persistent_grid_and_the_engine_follows_it_be
     alone = rows[rows["experiment"] == "alone"]
     blocks = alone["grid"].str.split("x").map(lambda g: int(g[0]) * int(g[1]))
     assert (blocks[alone["carveout"] == 8] == 124).all() and (blocks[alone["carveout"] == 32] == 100).all()
-    carve = _module("sm_hold_model").carveout_table("h200", run / "sm_carveout.csv")
+    carve = benchmark("sm_hold_model").carveout_table("h200", run / "sm_carveout.csv")
     eight = carve[carve["held"] == 8].set_index(["m", "n", "k", "carveout"])["measured"].unstack("carveout")
     assert (eight[8] <= eight[0]).all() and eight[8].between(0.85, 1.12).all()
     beside = carve[(carve["held"] > 0) & (carve["carveout"] == 0)]
