@@ -58,7 +58,13 @@ HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
     **{f"h100x4fc_odissei_{c}.txt": (
         f"https://github.com/odissei-benchmarks/nccl-tests/blob/6df4cb51b780659db72884d2174ae69244d45da0/runs/"
         f"1node/{c + ('' if c == 'all_reduce' else '_perf')}.log", "H100-NVLink-mesh", "fc", None)
-       for c in ("all_gather", "reduce_scatter", "all_reduce")}}
+       for c in ("all_gather", "reduce_scatter", "all_reduce")},
+    # 8 A100-SXM4-40GB on one host (a cloud job's worker), one thread for the eight (nGpus 8), all-reduce 1 MiB -
+    # 1 GiB, NCCL version not printed: a test fixture of a training system's profiler, as nccl-tests printed it
+    # (Apache-2.0)
+    "a100x8_galvatron_all_reduce.txt": (
+        "https://github.com/AFDWang/Hetu-Galvatron/blob/6f77a6cb29a6fc165db86b434010e306f76285ad/tests/profiler/"
+        "test_hardware_profile.py", "A100-SXM4-40GB", "switch", None)}
 # raw runs of an NCCL older than the one the model describes, scored on their own (--older), never pooled with
 # the above: before NCCL 2.9 one process driving several GPUs launched all their kernels together (launch mode
 # GROUP, src/init.cc of 2.7-2.8: one cooperative multi-device launch where the GPUs allow it, src/enqueue.cc),
