@@ -89,6 +89,8 @@ MUTANTS = {
     "gemm-measured": ("ficco_sim/gemm_model.py", "    if measured and gpu.gemm.measured:\n        block_time = block_time *",
                       "    if False:\n        block_time = block_time *",
                       "a GEMM the profile timed (gemm.measured) costing its measured time"),
+    "trace-gemm-alone": ("ficco_sim/traces/gemm_times.py", "if end <= start or union_length(other) >= ALONE * (end - start):",
+                         "if end <= start:", "a trace's GEMM timed only where it ran alone (calibrate --keep-times)"),
     "late-channel-handshake": ("ficco_sim/engine/des.py",
                                "late = rec.start < self.env.now and self.gpu.handshake_of(k.kind) + k.setup",
                                "late = 0",

@@ -287,3 +287,42 @@ def test_a_file_of_gemm_timings_alone_calibrates(tmp_path):
     with pytest.raises(InputError) as info:
         calibrate_from_files([bad], "h100", out=tmp_path / "b.yaml")
     assert info.value.field == "bytes" and not (tmp_path / "b.yaml").exists()
+
+
+REAL = Path(__file__).resolve().parents[1] / "traces" / "real"
+
+
+def test_keep_times_from_a_real_trace(tmp_path):
+    """PARAM's DLRM run on 8 x V100 (real Kineto traces): every GEMM operator that recorded its
+    shapes and ran alone is kept at its median span plus the profile's launch; the model itself,
+    never fitted on them, reads these small float32 GEMMs far slow (reported). A100 traces of
+    TF32 kernels: the shapes faster than the profile's float32 peak are not kept, and said."""
+    from ficco_sim.traces.gemm_times import gemm_timings
+    from ficco_sim.traces.kineto import load_kineto
+    traces = sorted(REAL.glob("param_dlrm_v100_8ranks_worker*.json.gz"))
+    with pytest.raises(InputError, match="--keep-times"):
+        calibrate_from_files(traces, "v100", out=tmp_path / "none.yaml")
+    cal = calibrate_from_files(traces, "v100", keep_times=True, out=tmp_path / "v.yaml")
+    gpu = load_gpu(tmp_path / "v.yaml")
+    ops = pd.concat([gemm_timings(load_kineto([t]).ops) for t in traces])
+    med = ops.groupby(["m", "n", "k", "dtype"])["time_s"].median()
+    assert len(gpu.gemm.measured) == len(med) >= 10
+    for (m, n, k, dtype), t in med.items():
+        assert gemm_time(gpu, m, n, k, dtype) == pytest.approx(t + gpu.launch_overhead, rel=5e-3, abs=2e-7)
+    assert cal.trace_gemms["err"].median() > 0.5          # the tile model on tiny fp32 GEMMs: far slow
+    a100 = calibrate_from_files([REAL / "hta_128ranks_sampled_rank0.json.gz"], "a100", keep_times=True,
+                                out=tmp_path / "a.yaml")
+    assert "TF32" in a100.unfitted["gemm.measured"] and 0 < len(load_gpu(tmp_path / "a.yaml").gemm.measured)
+
+
+def test_a_traced_gemm_beside_a_collective_is_not_a_timing():
+    """Only a GEMM operator no other stream's kernel covers is timed (as a benchmark would)."""
+    from ficco_sim.traces.gemm_times import gemm_timings
+    from ficco_sim.traces.ops import TraceOp
+    gemm = TraceOp("g", 0, "7", "sm80_gemm", "compute", "gemm", 0.0, 90e-6, shapes=[[4096, 512], [512, 1024]],
+                   dtype="c10::BFloat16", call=(1, 0.0))
+    assert len(gemm_timings([gemm])) == 1
+    beside = TraceOp("c", 0, "9", "ncclKernel_AllReduce", "comm", "comm", 80e-6, 50e-6)
+    assert len(gemm_timings([gemm, beside])) == 0
+    after = TraceOp("c", 0, "9", "ncclKernel_AllReduce", "comm", "comm", 95e-6, 50e-6)
+    assert gemm_timings([gemm, after])["dtype"].tolist() == ["bfloat16"]

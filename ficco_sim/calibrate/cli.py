@@ -52,7 +52,9 @@ tile: they loop over tiles and keep their SMs; waves where a grid exceeds what t
 at once); what the traces cannot tell is listed as not fitted. Every fitted number is written
 with kind: fitted and a source naming its data and held-out error.
 With --keep-times, every GEMM shape of the timings is also written as gemm.measured (its
-median time): those shapes cost exactly that in both engines (see `ficco-sim formats profile`).
+median time): those shapes cost exactly that in both engines (see `ficco-sim formats profile`);
+from traces, every matrix-product operator that recorded its shapes and ran alone (its kernels'
+span, plus the profile's launch); the model's error on them is reported either way.
 What is fitted and only reported (--report DIR: tables and plots, not written into the
 profile): link latency + bandwidth (alpha-beta) from a collective table's send/recv and 2-GPU
 all-reduce, with a 2 -> 4 GPU all-reduce prediction check.

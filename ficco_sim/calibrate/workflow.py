@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from ..hardware import GpuProfile, load_gpu, parse_profile
+from ..hardware import FASTEST_MEASURED, GpuProfile, load_gpu, parse_profile
 from . import measurements as ms
 from . import nccl_tests
 from .fit_gemm import GemmFit, fit_gemm
@@ -40,6 +40,7 @@ class Calibration:
     unfitted: dict[str, str] = field(default_factory=dict)   # profile path -> why the inputs could not tell it
     written: list[Path] = field(default_factory=list)
     measured: list[tuple[int, int, int, str, float, str]] | None = None    # kept timings (keep_times)
+    trace_gemms: pd.DataFrame | None = None    # a trace's GEMM operators that ran alone (traces.gemm_times)
 
     def summary_rows(self) -> list[tuple[str, str, str]]:
         """(quantity, value, note) lines for the CLI table."""
@@ -63,6 +64,10 @@ class Calibration:
             for _, r in self.links.scaling.dropna(subset=["median_abs_err"]).iterrows():
                 rows.append((f"{r['setup']} 2->4 GPU all-reduce", f"median {100 * r['median_abs_err']:.1f}%",
                              r["assumption"]))
+        if self.trace_gemms is not None and len(self.trace_gemms):
+            t = self.trace_gemms
+            rows.append(("GEMM |err| trace ops alone", f"median {100 * t['abs_err'].median():.1f}%  signed "
+                         f"{100 * t['err'].median():+.1f}%", f"{len(t)} shapes, the base's model (not fitted)"))
         return rows
 
 
@@ -143,13 +148,29 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
             raise InputError(where, None, "unrecognised measurement file: expected vidur gemm_times.csv, "
                              "collective_times.csv or a ficco-sim benchmark CSV")
     if keep_times:
-        if cal.gemm is None:
-            raise InputError("--keep-times", None, "keeps the GEMM timings of a GEMM or benchmark file; none was given")
-        cal.measured = kept_times(cal.gemm.rows, ", ".join(str(p) for p in paths), base)
-    if out is not None and cal.updates:
+        timed = [cal.gemm.rows] if cal.gemm is not None else []
+        if cal.trace_gemms is not None and len(cal.trace_gemms):    # an operator's span, plus its launch
+            traced = cal.trace_gemms.assign(time_s=cal.trace_gemms["time_s"] + base.launch_overhead)
+            fast = traced[2.0 * traced["m"] * traced["n"] * traced["k"] / traced["time_s"]
+                          > FASTEST_MEASURED * traced["dtype"].map(base.peak_flops)]
+            if len(fast):      # e.g. float32 run as TF32 on tensor cores: not the profile's float32
+                r = fast.iloc[0]
+                cal.unfitted["gemm.measured"] = (
+                    f"{len(fast)} of {len(traced)} traced shapes not kept: faster than {base.name}'s peak for their "
+                    f"dtype (e.g. {r['m']}x{r['n']}x{r['k']} {r['dtype']} in {r['time_s'] * 1e6:.3g} us; float32 "
+                    "run as TF32?)")
+            timed.append(traced.drop(fast.index))
+        if not timed:
+            raise InputError("--keep-times", None, "keeps the GEMM timings of a GEMM or benchmark file, or of a "
+                             "trace's GEMM operators that recorded their shapes and ran alone; none was given")
+        cal.measured = kept_times(pd.concat([t[[c for c in ("m", "n", "k", "dtype", "time_s", "ops") if c in t]]
+                                             for t in timed], ignore_index=True),
+                                  ", ".join(str(p) for p in paths), base)
+    if out is not None and (cal.updates or cal.measured):
         cal.written.append(update_profile(base.path or gpu, out, cal.updates, force=force, measured=cal.measured))
     elif out is not None and not report_dir:
-        raise InputError("--out", None, "nothing was fitted that a profile holds (give a GEMM or benchmark file)")
+        raise InputError("--out", None, "nothing was fitted that a profile holds (give a GEMM or benchmark file; "
+                         "a trace's GEMM timings are kept with --keep-times)")
     return cal
 
 
@@ -167,7 +188,8 @@ def _traces(cal: Calibration, base: GpuProfile, paths: Sequence[str], report_dir
     from ..traces.gemm_kind import gemm_kind
     from ..traces.interference import fit_compute, kernel_pairs
     from ..traces.kineto import load_kineto
-    loaded = [load_kineto([p]) for p in paths]          # each file imported once, for both reads
+    loaded = [load_kineto([p]) for p in paths]          # each file imported once, for every read
+    cal.trace_gemms = _trace_gemms([t.ops for t in loaded], base)
     kind = gemm_kind([o for t in loaded for o in t.ops], base)
     if kind is not None:
         name, pers, waves, told = kind
@@ -179,7 +201,7 @@ def _traces(cal: Calibration, base: GpuProfile, paths: Sequence[str], report_dir
     try:
         pairs = kernel_pairs(paths, loaded)
     except InputError as e:
-        if kind is None:
+        if kind is None and cal.trace_gemms.empty:
             raise
         cal.unfitted["contention.compute_beside_comm_kernel"] = e.message
         return
@@ -190,6 +212,24 @@ def _traces(cal: Calibration, base: GpuProfile, paths: Sequence[str], report_dir
         cal.written.append(write_text(Path(report_dir) / f"{cal.gpu}_trace_pairs.csv",
                                       pairs.merge(fit.points[["sm_term", "hbm_term", "residual"]], how="left",
                                                   left_index=True, right_index=True)))
+
+
+def _trace_gemms(traces: list, gpu: GpuProfile) -> pd.DataFrame:
+    """The traces' GEMM operators that ran alone (:func:`ficco_sim.traces.gemm_times.gemm_timings`,
+    each trace's ops on their own clock), the median per shape beside ``gpu``'s model (launch
+    excluded on both sides): ``err``, ``abs_err``; shapes of a dtype the profile has no peak
+    for are left out."""
+    from ..gemm_model import gemm_times
+    from ..traces.gemm_times import gemm_timings
+    t = pd.concat([gemm_timings(ops) for ops in traces], ignore_index=True)
+    t = t[t["dtype"].isin(list(gpu.peak_flops))]
+    if t.empty:
+        return t.assign(predicted_s=[], err=[], abs_err=[])
+    med = t.groupby(["m", "n", "k", "dtype"])["time_s"].agg(["median", "size"]).reset_index()
+    med = med.rename(columns={"median": "time_s", "size": "ops"})
+    med["predicted_s"] = [float(gemm_times(gpu, r.m, r.n, r.k, r.dtype)) for r in med.itertuples()]
+    med["err"] = med["predicted_s"] / med["time_s"] - 1.0
+    return med.assign(abs_err=med["err"].abs())
 
 
 def _nccl_tests(cal: Calibration, base: GpuProfile, paths: Sequence[str], topology: str, report_dir: Any) -> None:
@@ -248,8 +288,8 @@ def kept_times(rows: pd.DataFrame, where: str, gpu: GpuProfile) -> list[tuple[in
     """(m, n, k, dtype, median seconds, source) of every GEMM shape of ``rows`` (``m, n, k, dtype,
     time_s``), for ``gemm.measured``; more than :data:`MAX_KEPT` shapes, or one faster than
     ``gpu``'s peak allows (:data:`~ficco_sim.hardware.FASTEST_MEASURED`), are refused."""
-    from ..hardware import FASTEST_MEASURED
-    med = rows.groupby(["m", "n", "k", "dtype"])["time_s"].agg(["median", "size"]).reset_index()
+    rows = rows.assign(ops=rows["ops"] if "ops" in rows else 1)    # a row may stand for several timings
+    med = rows.groupby(["m", "n", "k", "dtype"]).agg(median=("time_s", "median"), size=("ops", "sum")).reset_index()
     if len(med) > MAX_KEPT:
         raise InputError("--keep-times", None, f"{len(med)} GEMM shapes: at most {MAX_KEPT} are kept in a profile "
                          "(the fitted model serves a sweep; keep the shapes you run)")
@@ -257,7 +297,7 @@ def kept_times(rows: pd.DataFrame, where: str, gpu: GpuProfile) -> list[tuple[in
         if 2.0 * r.m * r.n * r.k / r.median > FASTEST_MEASURED * gpu.peak_flops.get(r.dtype, float("inf")):
             raise InputError(where, "time_s", f"{r.m}x{r.n}x{r.k} {r.dtype} in {r.median * 1e6:.4g} us is beyond "
                              f"{gpu.name}'s {r.dtype} peak ({gpu.peak_flops[r.dtype] / 1e12:g} TFLOP/s): "
-                             "another GPU's or dtype's time, or ms for s?")
+                             "another GPU's or dtype's time (float32 run as TF32?), or ms for s?")
     return [(int(r.m), int(r.n), int(r.k), str(r.dtype), float(r.median),
              f"median of {int(r.size)} timing(s) in {where}, kept by ficco-sim calibrate --keep-times {_today()}")
             for r in med.itertuples()]

@@ -99,6 +99,7 @@ class Host:
                                                                             for d in dims):
                 op.shapes = dims
                 op.dtype = op.dtype or _dtype(args)
+                op.call = (launch_tid, ts)    # its operator: a split-K GEMM's reduction kernel shares it
                 return
 
     # -- dependencies -----------------------------------------------------------------

@@ -155,6 +155,7 @@ class TraceOp:
     launch: float | None = None   # host launch time (s), when known
     wait: float | None = None     # comm: the part of ``dur`` spent waiting for peers (:func:`split_waits`)
     order: int = 0                # launch order on its rank (correlation), for tie-breaks
+    call: tuple = ()              # GEMM: (thread, start) of the matrix-product operator that launched it
 
     @property
     def end(self) -> float:
