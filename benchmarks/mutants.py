@@ -91,6 +91,12 @@ MUTANTS = {
                       "a GEMM the profile timed (gemm.measured) costing its measured time"),
     "trace-gemm-alone": ("ficco_sim/traces/gemm_times.py", "if end <= start or union_length(other) >= ALONE * (end - start):",
                          "if end <= start:", "a trace's GEMM timed only where it ran alone (calibrate --keep-times)"),
+    "gemm-under-occupied": ("ficco_sim/gemm_model.py", "    return (b / o) * latency_hiding(gpu, o) / latency_hiding(gpu, b)",
+                            "    return 1.0 + 0.0 * b", "a GEMM of a grid under one wave running its blocks fewer per SM "
+                            "than its occupancy, faster, in both engines"),
+    "des-under-occupied": ("ficco_sim/engine/des_wiring.py", "        return float(under_occupied(self.gpu,",
+                           "        return 1.0 + 0 * float(under_occupied(self.gpu,",
+                           "the DES's GEMM cohorts with fewer of their kernel's blocks per SM running faster"),
     "late-channel-handshake": ("ficco_sim/engine/des.py",
                                "late = rec.start < self.env.now and self.gpu.handshake_of(k.kind) + k.setup",
                                "late = 0",

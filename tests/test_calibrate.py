@@ -295,7 +295,8 @@ REAL = Path(__file__).resolve().parents[1] / "traces" / "real"
 def test_keep_times_from_a_real_trace(tmp_path):
     """PARAM's DLRM run on 8 x V100 (real Kineto traces): every GEMM operator that recorded its
     shapes and ran alone is kept at its median span plus the profile's launch; the model itself,
-    never fitted on them, reads these small float32 GEMMs far slow (reported). A100 traces of
+    never fitted on them, reads these small float32 GEMMs within a quarter at the median (a grid smaller
+    than the SMs hold runs one block per SM, faster than blocks sharing one). A100 traces of
     TF32 kernels: the shapes faster than the profile's float32 peak are not kept, and said."""
     from ficco_sim.traces.gemm_times import gemm_timings
     from ficco_sim.traces.kineto import load_kineto
@@ -309,7 +310,7 @@ def test_keep_times_from_a_real_trace(tmp_path):
     assert len(gpu.gemm.measured) == len(med) >= 10
     for (m, n, k, dtype), t in med.items():
         assert gemm_time(gpu, m, n, k, dtype) == pytest.approx(t + gpu.launch_overhead, rel=5e-3, abs=2e-7)
-    assert cal.trace_gemms["err"].median() > 0.5          # the tile model on tiny fp32 GEMMs: far slow
+    assert cal.trace_gemms["abs_err"].median() < 0.3      # 24%; 2.9x slow without gemm_model.under_occupied
     a100 = calibrate_from_files([REAL / "hta_128ranks_sampled_rank0.json.gz"], "a100", keep_times=True,
                                 out=tmp_path / "a.yaml")
     assert "TF32" in a100.unfitted["gemm.measured"] and 0 < len(load_gpu(tmp_path / "a.yaml").gemm.measured)

@@ -70,7 +70,7 @@ from .closed_form_contention import slowdowns
 from .closed_form_overlap import (CommKernels, MemKernels, apply_comm_hold, apply_memory_hold, comm_release,
                                   gemm_waits, link_coefs, memory_hold)
 from .dag_levels import csr, levels_of, longest_path_levels, padded_levels
-from .launch import launch_delays
+from .launch import launch_delays, persistent
 from .closed_form_tiles import residency, signal_share, sources, store_coef, store_seconds, with_signals
 from .closed_form_tables import (NO_TUNE, Groups, graph_comm_kernels, groups, link_tables, memory_kernels,
                                  transfer_cost, tuned_terms)
@@ -82,7 +82,7 @@ def kernel_isolated_time(gpu: GpuProfile, k: Kernel, *, launch: bool = True) -> 
     """Closed-form time (s) of one compute/memory kernel alone on its GPU (waves of its blocks)."""
     sms = k.sms[1] - k.sms[0] if k.sms else None
     t = waves_time(gpu, k.grid, blocks_per_sm(gpu.sm, k.block), k.block_time, k.block_hbm_bytes, sms=sms,
-                   gemm=k.kind == "gemm")
+                   gemm=k.kind == "gemm", tail=k.gemm is not None and not persistent(k, gpu))   # trace: measured
     return float(t) + (gpu.launch_overhead if launch else 0.0)
 
 

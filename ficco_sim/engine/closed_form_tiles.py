@@ -37,8 +37,9 @@ def _picked_tiles(gpu: GpuProfile, sh: GemmShape, size: tuple, best: np.ndarray)
             fewer bytes), so a share of waves is not a share of time."""
             slots = S * occ
             upto = np.minimum(grid, np.ceil(blocks / slots) * slots)
-            whole = waves_time(gpu, grid, occ, bt, per_block, sms=S, gemm=True)
-            return waves_time(gpu, upto, occ, bt, per_block, sms=S, gemm=True) / whole
+            tail = not gpu.gemm.persistent_for(sh.dtype)
+            whole = waves_time(gpu, grid, occ, bt, per_block, sms=S, gemm=True, tail=tail)
+            return waves_time(gpu, upto, occ, bt, per_block, sms=S, gemm=True, tail=tail) / whole
 
         yield rows, tile, grid, occ, S, done
 

@@ -281,16 +281,16 @@ class Simulation(Wiring):
         if k.block_time <= 0:
             self._computed(k, counts, first)
             return
-        hbm_rate = n * k.block_hbm_bytes / k.block_time   # bytes/s at full speed
+        block_time = k.block_time * self._occupied(k, counts)      # fewer of its blocks per SM: faster
+        hbm_rate = n * k.block_hbm_bytes / block_time   # bytes/s at full speed
         usage = {f"hbm{gpu}": hbm_rate} if hbm_rate > 0 else {}
         weight = 1.0 / hbm_rate if hbm_rate > 0 else 1.0
         if self.gpu.host is not None:
-            # a core per resident block (the rank's compute thread), from the rank's share of
-            # the host's cores; weighted so that a compute thread and a message's thread get
-            # equal cores when they want more than the share (a transfer's weight is 1 per byte)
+            # a core per resident block (the rank's compute thread), from the rank's share of the host's cores;
+            # weighted so that a compute thread and a message's thread get equal cores past it (a byte weighs 1)
             usage[f"host{gpu}"] = float(n)
             weight = self.gpu.host.core_s_per_byte / 2 or 1.0
-        act = Activity(f"{k.id}@{self.seq}", k.block_time, usage, cap=1.0, weight=weight, gpu=gpu, kind="compute",
+        act = Activity(f"{k.id}@{self.seq}", block_time, usage, cap=1.0, weight=weight, gpu=gpu, kind="compute",
                        roofline=hbm_rate if k.kind == "gemm" else 0.0,
                        on_done=lambda k=k, c=counts, f=first: self._computed(k, c, f))
         self.seq += 1
@@ -344,7 +344,7 @@ class Simulation(Wiring):
                     self.env.timeout(latency).callbacks.append(lambda _e, ev=ev: ev.succeed())
                 else:
                     ev.succeed()
-        self.pools[k.gpu].retire(k.block, counts, k.id)
+        self._vacate(k, counts)
         self.resident[k.id] -= n
         self.blocks_done[k.id] += n
         self._count(f"gpu{k.gpu}.blocks.{k.role}", -n)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..taskgraph import Transfer
+from ..gemm_model import blocks_per_sm, under_occupied
+from ..taskgraph import Kernel, Transfer
+from .launch import persistent
 
 
 class Wiring:
@@ -21,6 +23,7 @@ class Wiring:
         self.counters: dict[str, list[tuple[float, float]]] = {}
         self._paths: dict[tuple[int, int], tuple[dict[str, float], float]] = {}
         self.link_counters: dict[str, None] = {}     # link resources ever crossed, in first-use order
+        self.kernel_sms: dict[str, np.ndarray] = {}  # a GEMM's blocks resident per SM (_occupied)
         self._link_names: list[str] = []             # (their names, as last listed)
         self._link_at = np.zeros(0, dtype=np.int64)   # their fluid resource indices
         self._link_last = np.zeros(0)                # and the loads last recorded
@@ -94,3 +97,23 @@ class Wiring:
                 series[-1] = (now, value)
             else:
                 series.append((now, value))
+
+    def _occupied(self, k: Kernel, counts: np.ndarray) -> float:
+        """Factor on the block time of a GEMM cohort just placed (per-SM ``counts``) of a grid the
+        GPU holds in less than one wave: its kernel's blocks resident on the busiest of its SMs once
+        it is, against the occupancy its block time assumes (:func:`~ficco_sim.gemm_model.under_occupied`:
+        fewer per SM, faster); 1 for other kernels (a persistent one's blocks take tiles as SMs free;
+        a trace's: as measured)."""
+        occ = blocks_per_sm(self.gpu.sm, k.block)
+        sms = k.sms[1] - k.sms[0] if k.sms else len(counts)
+        if k.kind != "gemm" or k.gemm is None or persistent(k, self.gpu) or k.grid >= sms * occ:
+            return 1.0
+        res = self.kernel_sms.setdefault(k.id, np.zeros(len(counts), dtype=np.int64))
+        res += counts
+        return float(under_occupied(self.gpu, int(res[counts > 0].max()), occ))
+
+    def _vacate(self, k: Kernel, counts: np.ndarray) -> None:
+        """A cohort's blocks (per-SM ``counts``) retire from their SMs (and from :meth:`_occupied`'s count)."""
+        self.pools[k.gpu].retire(k.block, counts, k.id)
+        if k.id in self.kernel_sms:
+            self.kernel_sms[k.id] -= counts
