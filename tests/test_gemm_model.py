@@ -135,21 +135,28 @@ def test_split_k_closed_form_for_a_small_grid_with_a_long_k_loop():
     assert plan_gemm(g, 8192, 8192, 8192).tile.split_k == 1
 
 
-def test_split_k_gemm_des_equals_closed_form():
+def _alone_in_both_engines(g, m: int, n: int, k: int):
+    """One GEMM alone on GPU 0 of two: the DES's time, checked against the closed form and
+    :func:`isolated_time`; returns its plan."""
     from ficco_sim.engine.closed_form import closed_form_timeline
     from ficco_sim.engine.des import simulate_graph
     from ficco_sim.schedules.builder import GraphBuilder
     from ficco_sim.topology import load_topology
-    g = _split("h100", 4)
     topo = load_topology("switch:2", g)
+    plan = plan_gemm(g, m, n, k)
+    b = GraphBuilder(g, 2)
+    b.gemm("g", 0, m, n, k, "float16")
+    graph = b.build()
+    des = simulate_graph(graph, g, topo).makespan
+    assert des == pytest.approx(isolated_time(g, plan), rel=1e-6), (m, n, k)
+    assert closed_form_timeline(graph, g, topo).makespan == pytest.approx(des, rel=1e-6)
+    return plan
+
+
+def test_split_k_gemm_des_equals_closed_form():
+    g = _split("h100", 4)
     for m, n, k in ((256, 1536, 16384), (512, 2048, 8192), (64, 8192, 8192)):
-        plan = plan_gemm(g, m, n, k)
-        b = GraphBuilder(g, 2)
-        b.gemm("g", 0, m, n, k, "float16")
-        graph = b.build()
-        des = simulate_graph(graph, g, topo).makespan
-        assert des == pytest.approx(isolated_time(g, plan), rel=1e-6), (m, n, k)
-        assert closed_form_timeline(graph, g, topo).makespan == pytest.approx(des, rel=1e-6)
+        _alone_in_both_engines(g, m, n, k)
 
 
 def test_profile_split_k_limit_is_read_and_bounded(tmp_path):
@@ -310,23 +317,12 @@ def test_a_grid_under_one_wave_runs_its_blocks_fewer_per_sm_in_both_engines(gpu_
     shares its SM with fewer of its own than its block time assumes and runs faster
     (gemm_model.under_occupied: PARAM's DLRM GEMMs on V100 read 2.9x slow without it); a
     GEMM of more than one wave keeps its waves (its last one is ragged)."""
-    from ficco_sim.engine.closed_form import closed_form_timeline
-    from ficco_sim.engine.des import simulate_graph
     from ficco_sim.gemm_model import under_occupied, waves_time
-    from ficco_sim.schedules.builder import GraphBuilder
-    from ficco_sim.topology import load_topology
     g = load_gpu(gpu_name)
-    topo = load_topology("switch:2", g)
     seen = set()
     for m, n, k in ((64, 512, 4096), (128, 1024, 2048), (256, 1024, 1024), (8192, 8192, 1024)):
-        plan = plan_gemm(g, m, n, k)
+        plan = _alone_in_both_engines(g, m, n, k)
         slots = g.num_sms * plan.occupancy
-        b = GraphBuilder(g, 2)
-        b.gemm("g", 0, m, n, k, "float16")
-        graph = b.build()
-        des = simulate_graph(graph, g, topo).makespan
-        assert des == pytest.approx(isolated_time(g, plan), rel=1e-6), (m, n, k)
-        assert closed_form_timeline(graph, g, topo).makespan == pytest.approx(des, rel=1e-6)
         lockstep = float(waves_time(g, plan.grid, plan.occupancy, plan.block_time, plan.block_hbm_bytes, gemm=True,
                                     tail=False))
         alone = isolated_time(g, plan, launch=False)
