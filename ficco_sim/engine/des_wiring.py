@@ -104,9 +104,10 @@ class Wiring:
         it is, against the occupancy its block time assumes (:func:`~ficco_sim.gemm_model.under_occupied`:
         fewer per SM, faster); 1 for other kernels (a persistent one's blocks take tiles as SMs free;
         a trace's: as measured)."""
+        if k.kind != "gemm" or k.gemm is None or persistent(k, self.gpu):
+            return 1.0
         occ = blocks_per_sm(self.gpu.sm, k.block)
-        sms = k.sms[1] - k.sms[0] if k.sms else len(counts)
-        if k.kind != "gemm" or k.gemm is None or persistent(k, self.gpu) or k.grid >= sms * occ:
+        if k.grid >= (k.sms[1] - k.sms[0] if k.sms else len(counts)) * occ:
             return 1.0
         res = self.kernel_sms.setdefault(k.id, np.zeros(len(counts), dtype=np.int64))
         res += counts
