@@ -135,7 +135,7 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
                    "(tokens per GPU for a2a-gemm) (default 16384)")
     p.add_argument("--n", type=positive_int("--n"), default=8192, help="columns of B and C per GPU (default 8192)")
     p.add_argument("--k", type=positive_int("--k"), default=8192, help="reduction dimension (default 8192)")
-    p.add_argument("--dtype", default="float16", help="float16 | bfloat16 | float32 (default float16)")
+    p.add_argument("--dtype", default="float16", help="float16 | bfloat16 | float32 | tfloat32 (default float16)")
     p.add_argument("--gpus", type=positive_int("--gpus"), help="GPUs (default: the topology's)")
     p.add_argument("--skew", type=float, default=0.0, help="a2a-gemm: extra share of tokens sent to one hot "
                    "peer (0 = uniform routing; 2 = the hot peer gets 3x a normal share)")
@@ -401,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--m", type=positive_int("--m"), required=True, help="rows of A and C")
     g.add_argument("--n", type=positive_int("--n"), required=True, help="columns of B and C")
     g.add_argument("--k", type=positive_int("--k"), required=True, help="the reduced dimension")
-    g.add_argument("--dtype", default="float16", help="float16 | bfloat16 | float32 | float8 (default float16)")
+    g.add_argument("--dtype", default="float16", help="float16 (default) | bfloat16 | float32 | tfloat32 | float8")
     c = psub.add_parser("collective", help="one collective alone over every GPU of a topology")
     c.add_argument("--gpu", default="h100", help="profile name or YAML path (default h100)")
     c.add_argument("--topology", help="ring:N | fc:N | switch:N | name | YAML path (default switch:8)")

@@ -37,7 +37,8 @@ KINDS = ("datasheet", "measured", "fitted", "derived", "assumption")
 KERNELS = ("waves", "persistent")
 # dispatch: how the block scheduler orders kernels waiting for SMs (ficco_sim.engine.dispatcher)
 POLICIES = ("backfill", "strict", "fifo")
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8": 1}
+# tfloat32: float32 operands multiplied on tensor cores at TF32 precision (PyTorch's allow_tf32)
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "tfloat32": 4, "float8": 1}
 
 KIB = 1024
 GB = 1e9

@@ -148,3 +148,24 @@ def test_the_formats_example_loads(tmp_path: Path):
     path.write_text(yaml.safe_dump(_with("h100", entries), sort_keys=False))
     (m, n, k, dtype), t = next(iter(load_gpu(path).gemm.measured.items()))
     assert gemm_time(load_gpu(path), m, n, k, dtype) == pytest.approx(t, rel=1e-9)
+
+
+def test_tfloat32_is_float32_on_tensor_cores():
+    """``tfloat32``: float32 operands multiplied on tensor cores (PyTorch's allow_tf32): the
+    profiles that have it time a GEMM at the TF32 peak (A100: near the ~130 TFLOP/s of NVIDIA's
+    cuBLAS curve at 4096^3), a GPU without TF32 refuses it in one line, and a replay runs it as
+    float32 with TF32 matmuls allowed (and sets that back off for any other dtype)."""
+    import torch
+
+    from ficco_sim.validate.reference import exec_dtype
+    a100 = load_gpu("a100")
+    t = gemm_time(a100, 4096, 4096, 4096, "tfloat32")
+    assert 110e12 < 2 * 4096 ** 3 / t < 140e12
+    assert gemm_time(a100, 4096, 4096, 4096, "float32") > 5 * t
+    with pytest.raises(InputError):
+        gemm_time(load_gpu("v100"), 4096, 4096, 4096, "tfloat32")
+    from ficco_sim.schedules import lower
+    graphs = {d: lower(Scenario("ag-gemm", 2, 1024, 512, 512, dtype=d), "none", a100, "switch:2")
+              for d in ("tfloat32", "float16")}
+    assert exec_dtype(graphs["tfloat32"], "cuda") == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    assert exec_dtype(graphs["float16"], "cuda") == torch.float16 and not torch.backends.cuda.matmul.allow_tf32

@@ -46,7 +46,8 @@ from ..errors import InputError
 from ..taskgraph import Slice, TaskGraph
 from ..workload import KINDS
 
-TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+TORCH_DTYPES = {"float32": torch.float32, "tfloat32": torch.float32, "float16": torch.float16,
+                "bfloat16": torch.bfloat16}
 # (rtol, atol) per dtype: float32 with small integers is exact.
 TOLERANCE = {torch.float32: (0.0, 0.0), torch.float16: (1e-2, 1e-2), torch.bfloat16: (3e-2, 1e-1)}
 
@@ -82,11 +83,14 @@ def input_buffers(graph: TaskGraph) -> list[str]:
 
 
 def exec_dtype(graph: TaskGraph, device: str) -> torch.dtype:
-    """float32 on CPU (exact); the graph's dtype on a GPU (float8 runs as float16)."""
+    """float32 on CPU (exact); the graph's dtype on a GPU (float8 runs as float16; tfloat32 as
+    float32 with TF32 matmuls allowed, ``torch.backends.cuda.matmul.allow_tf32``, which every
+    other graph's replay sets back off, PyTorch's default)."""
     if device == "cpu":
         return torch.float32
     dtypes = {b.dtype for b in graph.buffers.values()}
     name = dtypes.pop() if len(dtypes) == 1 else "float16"
+    torch.backends.cuda.matmul.allow_tf32 = name == "tfloat32"
     return TORCH_DTYPES.get(name, torch.float16)
 
 
