@@ -28,31 +28,11 @@ import pandas as pd
 
 from ..timeline import union_length
 from .ops import TraceOp
-from .replay import DTYPES, gemm_mnk
+from .replay import gemm_dtype, gemm_mnk
 
 ALONE = 0.01       # another stream's kernels covering less than this share of its span: alone
 
 COLUMNS = ["rank", "m", "n", "k", "dtype", "time_s", "kernels", "name"]
-
-
-# a float32 GEMM on tensor cores runs TF32 (CUTLASS / cuBLAS names: tensorop_s1688, xmma_gemm_tf32, ...)
-TF32_KERNEL = ("tensorop", "tf32", "1688", "16816")
-
-
-def gemm_dtype(op: TraceOp) -> str | None:
-    """The model's dtype of a traced GEMM kernel: its operator's input type, ``tfloat32`` where
-    float32 operands ran on a tensor-core kernel (:data:`TF32_KERNEL`), None where unknown.
-
-    >>> from ficco_sim.traces.ops import TraceOp
-    >>> k = lambda name: TraceOp("g", 0, "7", name, "compute", "gemm", 0.0, 1e-5, dtype="float")
-    >>> gemm_dtype(k("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4>")), gemm_dtype(
-    ...     k("ampere_sgemm_128x64_nn"))
-    ('tfloat32', 'float32')
-    """
-    dtype = DTYPES.get(op.dtype)
-    if dtype == "float32" and any(t in op.name.lower() for t in TF32_KERNEL):
-        return "tfloat32"
-    return dtype
 
 
 def gemm_timings(ops: Sequence[TraceOp]) -> pd.DataFrame:

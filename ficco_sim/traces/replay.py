@@ -163,6 +163,26 @@ def compute_scale(src: GpuProfile, dst: GpuProfile, dtype: str = "float16") -> d
     return out
 
 
+# a float32 GEMM on tensor cores runs TF32 (CUTLASS / cuBLAS names: tensorop_s1688, xmma_gemm_tf32, ...)
+TF32_KERNEL = ("tensorop", "tf32", "1688")
+
+
+def gemm_dtype(op) -> str | None:
+    """The model's dtype of a traced GEMM kernel: its operator's input type, ``tfloat32`` where
+    float32 operands ran on a tensor-core kernel (:data:`TF32_KERNEL`), None where unknown.
+
+    >>> from ficco_sim.traces.ops import TraceOp
+    >>> k = lambda name: TraceOp("g", 0, "7", name, "compute", "gemm", 0.0, 1e-5, dtype="float")
+    >>> gemm_dtype(k("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4>")), gemm_dtype(
+    ...     k("ampere_sgemm_128x64_nn"))
+    ('tfloat32', 'float32')
+    """
+    dtype = DTYPES.get(op.dtype)
+    if dtype == "float32" and any(t in op.name.lower() for t in TF32_KERNEL):
+        return "tfloat32"
+    return dtype
+
+
 def replanned_gemms(trace: Trace, src: GpuProfile, dst: GpuProfile) -> dict:
     """``{op id: (grid, block, duration)}`` for GEMMs whose shapes the trace gives: the
     target's tiling from the GEMM model, and the measured duration times the model's
@@ -171,7 +191,7 @@ def replanned_gemms(trace: Trace, src: GpuProfile, dst: GpuProfile) -> dict:
     out = {}
     for o in trace.ops:
         mnk = gemm_mnk(o.shapes) if o.kind == "gemm" and o.category == "compute" else None
-        dtype = DTYPES.get(o.dtype, "")
+        dtype = gemm_dtype(o) or ""
         if mnk is None or dtype not in src.peak_flops or dtype not in dst.peak_flops:
             continue
         try:
@@ -324,7 +344,7 @@ def _scenario(p: Pair) -> None:
         p.why_not = "the collective's group is unknown"
         return
     m, n, k = mnk
-    dtype = DTYPES.get(p.gemm.dtype or p.comm.dtype, "float16")
+    dtype = (gemm_dtype(p.gemm) if p.gemm.dtype else DTYPES.get(p.comm.dtype)) or "float16"
     try:
         p.scenario = Scenario(p.kind, n_gpus, m, n, k, dtype, name=f"rank{p.rank}:{p.comm.name[:30]}->"
                               f"{p.gemm.name[:30]}")
