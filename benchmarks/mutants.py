@@ -97,6 +97,8 @@ MUTANTS = {
     "des-under-occupied": ("ficco_sim/engine/des_wiring.py", "        return float(under_occupied(self.gpu,",
                            "        return 1.0 + 0 * float(under_occupied(self.gpu,",
                            "the DES's GEMM cohorts with fewer of their kernel's blocks per SM running faster"),
+    "trace-tf32": ("ficco_sim/traces/replay.py", '    if dtype == "float32" and any(t in op.name.lower() for t in TF32_KERNEL):',
+                   "    if False:", "a traced float32 GEMM on a tensor-core kernel read as tfloat32"),
     "late-channel-handshake": ("ficco_sim/engine/des.py",
                                "late = rec.start < self.env.now and self.gpu.handshake_of(k.kind) + k.setup",
                                "late = 0",

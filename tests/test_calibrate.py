@@ -296,8 +296,9 @@ def test_keep_times_from_a_real_trace(tmp_path):
     """PARAM's DLRM run on 8 x V100 (real Kineto traces): every GEMM operator that recorded its
     shapes and ran alone is kept at its median span plus the profile's launch; the model itself,
     never fitted on them, reads these small float32 GEMMs within a quarter at the median (a grid smaller
-    than the SMs hold runs one block per SM, faster than blocks sharing one). A100 traces of
-    TF32 kernels: the shapes faster than the profile's float32 peak are not kept, and said."""
+    than the SMs hold runs one block per SM, faster than blocks sharing one). HTA's A100 traces:
+    float32 operators on tensor-core kernels are tfloat32 and kept; a shape faster than its
+    dtype's peak is not, and the report says so."""
     from ficco_sim.traces.gemm_times import gemm_timings
     from ficco_sim.traces.kineto import load_kineto
     traces = sorted(REAL.glob("param_dlrm_v100_8ranks_worker*.json.gz"))
@@ -314,6 +315,8 @@ def test_keep_times_from_a_real_trace(tmp_path):
     a100 = calibrate_from_files([REAL / "hta_128ranks_sampled_rank0.json.gz"], "a100", keep_times=True,
                                 out=tmp_path / "a.yaml")
     assert "TF32" in a100.unfitted["gemm.measured"] and 0 < len(load_gpu(tmp_path / "a.yaml").gemm.measured)
+    # its CUTLASS tensorop_s1688 kernels multiply float32 operands at TF32: read so, and kept
+    assert (a100.trace_gemms["dtype"] == "tfloat32").sum() >= 100
 
 
 def test_a_traced_gemm_beside_a_collective_is_not_a_timing():
