@@ -284,6 +284,12 @@ def _roofline_exponent(r: _Reader) -> float:
 FASTEST_MEASURED = 1.25    # a measured GEMM above this share of its dtype's peak is a typo, not a kernel
 
 
+def beyond_peak(m: Any, n: Any, k: Any, seconds: Any, peak: Any) -> Any:
+    """Whether an ``m x n x k`` GEMM timed at ``seconds`` beats :data:`FASTEST_MEASURED` times
+    ``peak`` FLOP/s: a typo or another dtype's time, not a kernel (elementwise on arrays)."""
+    return 2.0 * m * n * k / seconds > FASTEST_MEASURED * peak
+
+
 def _measured_gemms(r: _Reader, peaks: Mapping[str, float]) -> dict[tuple[int, int, int, str], float]:
     """``gemm.measured``: GEMMs the profile's owner timed, each ``{m, n, k, dtype, time_us}``
     (``time_us`` a sourced leaf: isolated, launch included, on every SM); absent: none."""
@@ -312,7 +318,7 @@ def _measured_gemms(r: _Reader, peaks: Mapping[str, float]) -> dict[tuple[int, i
         if key in out:
             raise InputError(r.where, p, f"{key[0]}x{key[1]}x{key[2]} {dtype} is measured twice")
         out[key] = t = r.number(f"{p}.time_us", scale=1e-6)
-        if 2.0 * dims[0] * dims[1] * dims[2] / t > FASTEST_MEASURED * peaks[dtype]:
+        if beyond_peak(*dims, t, peaks[dtype]):
             raise InputError(r.where, f"{p}.time_us", f"{t * 1e6:g} us is beyond the {dtype} peak: "
                              f"{dims[0]}x{dims[1]}x{dims[2]} needs {2e6 * dims[0] * dims[1] * dims[2] / peaks[dtype]:.4g} us "
                              f"at peak_tflops.{dtype} (another dtype's time, or ms for us?)")

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from ..hardware import FASTEST_MEASURED, GpuProfile, load_gpu, parse_profile
+from ..hardware import GpuProfile, beyond_peak, load_gpu, parse_profile
 from . import measurements as ms
 from . import nccl_tests
 from .fit_gemm import GemmFit, fit_gemm
@@ -151,8 +151,8 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
         timed = [cal.gemm.rows] if cal.gemm is not None else []
         if cal.trace_gemms is not None and len(cal.trace_gemms):    # an operator's span, plus its launch
             traced = cal.trace_gemms.assign(time_s=cal.trace_gemms["time_s"] + base.launch_overhead)
-            fast = traced[2.0 * traced["m"] * traced["n"] * traced["k"] / traced["time_s"]
-                          > FASTEST_MEASURED * traced["dtype"].map(base.peak_flops)]
+            fast = traced[beyond_peak(traced["m"], traced["n"], traced["k"], traced["time_s"],
+                                      traced["dtype"].map(base.peak_flops))]
             if len(fast):      # e.g. float32 run as TF32 on tensor cores: not the profile's float32
                 r = fast.iloc[0]
                 cal.unfitted["gemm.measured"] = (
@@ -287,14 +287,14 @@ MAX_KEPT = 2000    # GEMM shapes --keep-times writes into a profile: a whole swe
 def kept_times(rows: pd.DataFrame, where: str, gpu: GpuProfile) -> list[tuple[int, int, int, str, float, str]]:
     """(m, n, k, dtype, median seconds, source) of every GEMM shape of ``rows`` (``m, n, k, dtype,
     time_s``), for ``gemm.measured``; more than :data:`MAX_KEPT` shapes, or one faster than
-    ``gpu``'s peak allows (:data:`~ficco_sim.hardware.FASTEST_MEASURED`), are refused."""
+    ``gpu``'s peak allows (:func:`~ficco_sim.hardware.beyond_peak`), are refused."""
     rows = rows.assign(ops=rows["ops"] if "ops" in rows else 1)    # a row may stand for several timings
     med = rows.groupby(["m", "n", "k", "dtype"]).agg(median=("time_s", "median"), size=("ops", "sum")).reset_index()
     if len(med) > MAX_KEPT:
         raise InputError("--keep-times", None, f"{len(med)} GEMM shapes: at most {MAX_KEPT} are kept in a profile "
                          "(the fitted model serves a sweep; keep the shapes you run)")
     for r in med.itertuples():
-        if 2.0 * r.m * r.n * r.k / r.median > FASTEST_MEASURED * gpu.peak_flops.get(r.dtype, float("inf")):
+        if beyond_peak(r.m, r.n, r.k, r.median, gpu.peak_flops.get(r.dtype, float("inf"))):
             raise InputError(where, "time_s", f"{r.m}x{r.n}x{r.k} {r.dtype} in {r.median * 1e6:.4g} us is beyond "
                              f"{gpu.name}'s {r.dtype} peak ({gpu.peak_flops[r.dtype] / 1e12:g} TFLOP/s): "
                              "another GPU's or dtype's time (float32 run as TF32?), or ms for s?")
