@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -93,6 +94,31 @@ def test_differences_the_measurement_cannot_resolve_are_not_a_ranking():
     per, overall = summarize(df.drop(columns="measured_notch_s"))
     assert per["kendall_tau_resolved"].isna().all() and overall["mean_kendall_tau_resolved"] != \
         overall["mean_kendall_tau_resolved"]
+
+
+def test_a_run_that_does_not_reproduce_its_own_ranking_says_so(tmp_path):
+    """The halves of one run (even and odd repeats) rank the schedules as the run does when
+    the schedules stand apart, and disagree when they differ by less than the noise: the
+    report prints that ceiling beside the prediction's tau."""
+    from ficco_sim.validate.compare import halves
+    from ficco_sim.validate.report import markdown
+    rng = np.random.default_rng(7)
+    apart = [halves(list(rng.normal(mu, 0.01, 30))) for mu in (1.0, 1.5, 2.0)]       # 50% apart, 1% noise
+    close = [halves(list(rng.normal(mu, 0.10, 30))) for mu in (1.0, 1.005, 1.01)]   # 0.5% apart, 10% noise
+    df = pd.DataFrame({"scenario": ["apart"] * 3 + ["close"] * 3, "schedule": ["a", "b", "c"] * 2,
+                       "predicted_s": [1.0, 1.5, 2.0] * 2, "measured_s": [1.0, 1.5, 2.0, 1.0, 1.005, 1.01],
+                       "measured_even_s": [h[0] for h in apart + close],
+                       "measured_odd_s": [h[1] for h in apart + close]})
+    per, overall = summarize(df)
+    assert per.set_index("scenario").loc["apart", "kendall_tau_self"] == 1.0
+    assert per.set_index("scenario").loc["apart", "top1_self"]
+    assert per.set_index("scenario").loc["close", "kendall_tau_self"] < 1.0
+    assert overall["mean_kendall_tau_self"] < 1.0
+    text = markdown(df.assign(err=0.0, correct=True, not_honoured=""), {}, None)
+    assert "the measurement against itself" in text and "tau, run vs itself" in text
+    # without the halves (an imported CSV of medians) there is no such line
+    assert "against itself" not in markdown(df.drop(columns=["measured_even_s", "measured_odd_s"]).assign(
+        err=0.0, correct=True, not_honoured=""), {}, None)
 
 
 def test_importing_a_gpu_sessions_report_predicts_what_it_replayed(tmp_path):

@@ -195,6 +195,14 @@ def test_a_profile_from_another_host_is_never_used(tmp_path, monkeypatch):
     path.write_text("{{not yaml")
     vw.host_profile(tmp_path, 2)
     assert len(calls) == 3
+    # the same name, CPU and cores (fresh virtual machines of one image), another boot: recalibrated
+    from ficco_sim.calibrate.cpu_profile import machine_id
+    host, cpu, cores = vw.this_machine().split(" | ")[:3]
+    other = machine_id(host, cpu, int(cores.split()[0]), boot="00000000")
+    assert other != vw.this_machine() or not Path("/proc/sys/kernel/random/boot_id").exists()
+    path.write_text(f"host:\n  machine: {json.dumps(other)}\n")
+    vw.host_profile(tmp_path, 2)
+    assert len(calls) == 4 or other == vw.this_machine()
 
 
 def test_the_schedules_of_one_scenario_take_turns_run_by_run():

@@ -37,7 +37,8 @@ NCCL, copy-engine transfers across processes are refused unless --allow-fallback
 (then they run as send/recv and the report says so).
 
 On a CPU the predictions use this host's own profile, <out>/<machine>/cpu.yaml: when it is
-missing (or names another host) `ficco-sim calibrate --device cpu` runs first (about 10 s,
+missing, or names another host or this one before it last started (host name, CPU, cores and
+boot id), `ficco-sim calibrate --device cpu` runs first (about 10 s,
 --world-size gloo ranks): per-thread GEMM rate, gloo latency and stream rate, host cores per
 byte moved, per-op issue cost, what posting a message costs the issuing thread, the ranks'
 start spread. Compute and gloo's threads share the cores evenly and a rank's compute ops and
@@ -139,6 +140,9 @@ def cmd_validate(args) -> int:
     if overall["mean_kendall_tau_resolved"] == overall["mean_kendall_tau_resolved"]:
         print(f"counting only differences the measurement resolves (median notches): Kendall tau "
               f"{overall['mean_kendall_tau_resolved']:.3f}  top-1 {overall['top1_resolved_rate'] * 100:.0f}%")
+    if overall["mean_kendall_tau_self"] == overall["mean_kendall_tau_self"]:
+        print(f"the measurement against itself (even vs odd repeats): Kendall tau "
+              f"{overall['mean_kendall_tau_self']:.3f}  same fastest {overall['top1_self_rate'] * 100:.0f}%")
     for kind, path in paths.items():
         print(f"wrote {path}")
     return 0

@@ -112,11 +112,28 @@ def top1_match(predicted: Sequence[float], measured: Sequence[float], tol: Seque
     return best_m in firsts or any(_apart(measured, tol, i, best_m) == 0 for i in firsts)
 
 
+def halves(times: Sequence[float]) -> tuple[float, float]:
+    """Medians of the even and of the odd repeats (in the order they ran): two measurements
+    of one run, each spanning all of it (NaN with fewer than 2 repeats).
+
+    >>> halves([1.0, 5.0, 2.0, 6.0, 3.0])
+    (2.0, 5.5)
+    """
+    t = list(times)
+    if len(t) < 2:
+        return float("nan"), float("nan")
+    return float(np.median(t[0::2])), float(np.median(t[1::2]))
+
+
 def summarize(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """Per-scenario accuracy (scenario, schedules, MAPE, tau, top1, predicted/measured
     best) and overall figures (rows, MAPE, mean tau, top-1 rate). With a
     ``measured_notch_s`` column (:func:`median_notch`), also tau and top-1 counting only the
-    differences the measurement resolves (``kendall_tau_resolved``, ``top1_resolved``)."""
+    differences the measurement resolves (``kendall_tau_resolved``, ``top1_resolved``). With
+    ``measured_even_s`` and ``measured_odd_s`` (:func:`halves`), also how far the measurement
+    agrees with itself: tau between the two halves' medians and whether their fastest is the
+    same (``kendall_tau_self``, ``top1_self``): a ranking the run does not reproduce is one no
+    prediction can be held to."""
     rows = []
     for scen, g in df.groupby("scenario", sort=False):
         g = g.dropna(subset=["predicted_s", "measured_s"])
@@ -130,11 +147,13 @@ def summarize(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
             "top1": top1_match(p, m) if len(g) > 1 else float("nan"),
             "kendall_tau_resolved": kendall_tau(p, m, tol) if len(g) > 1 and tol else float("nan"),
             "top1_resolved": top1_match(p, m, tol) if len(g) > 1 and tol else float("nan"),
+            **_self_agreement(g),
             "predicted_best": " = ".join(g["schedule"].iloc[i] for i in range(len(p)) if p[i] <= min(p) * (1 + TIE)),
             "measured_best": g["schedule"].iloc[min(range(len(m)), key=m.__getitem__)],
         })
     per = pd.DataFrame(rows, columns=["scenario", "schedules", "mape", "kendall_tau", "top1", "predicted_best",
-                                      "measured_best", "kendall_tau_resolved", "top1_resolved"])
+                                      "measured_best", "kendall_tau_resolved", "top1_resolved", "kendall_tau_self",
+                                      "top1_self"])
     ranked = per[per["schedules"] > 1]
     taus = ranked.dropna(subset=["kendall_tau"])
     overall = {
@@ -147,5 +166,21 @@ def summarize(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         "top1_resolved_rate": float(ranked["top1_resolved"].dropna().astype(float).mean())
         if ranked["top1_resolved"].notna().any() else float("nan"),
         "scenarios_ranked": int(ranked.shape[0]),
+        "mean_kendall_tau_self": float(ranked["kendall_tau_self"].dropna().mean())
+        if ranked["kendall_tau_self"].notna().any() else float("nan"),
+        "top1_self_rate": float(ranked["top1_self"].dropna().astype(float).mean())
+        if ranked["top1_self"].notna().any() else float("nan"),
     }
     return per, overall
+
+
+def _self_agreement(g: pd.DataFrame) -> dict:
+    """One scenario's ``kendall_tau_self`` and ``top1_self`` (see :func:`summarize`)."""
+    if len(g) < 2 or "measured_even_s" not in g or "measured_odd_s" not in g:
+        return {"kendall_tau_self": float("nan"), "top1_self": float("nan")}
+    h = g.dropna(subset=["measured_even_s", "measured_odd_s"])
+    if len(h) < 2:
+        return {"kendall_tau_self": float("nan"), "top1_self": float("nan")}
+    a, b = list(h["measured_even_s"]), list(h["measured_odd_s"])
+    return {"kendall_tau_self": kendall_tau(a, b), "top1_self": min(range(len(a)), key=a.__getitem__)
+            == min(range(len(b)), key=b.__getitem__)}

@@ -6,10 +6,12 @@ but letters, digits and dashes replaced. CSV columns (times in seconds):
 
 ``scenario, schedule, predicted_s, measured_s, err, correct, not_honoured, torch,
 device, date`` then ``kind, gpus, m, n, k, dtype, mode, world_size, gpu_profile,
-topology, repeats, measured_min_s, measured_max_s, measured_notch_s`` (``err`` = (predicted -
-measured) / measured; ``not_honoured`` = the knobs the device could not apply, ``;``-separated;
-``measured_notch_s`` = the half-width of the median's 95% notch,
-:func:`~ficco_sim.validate.compare.median_notch`).
+topology, repeats, measured_min_s, measured_max_s, measured_notch_s, measured_even_s,
+measured_odd_s`` (``err`` = (predicted - measured) / measured; ``not_honoured`` = the knobs the
+device could not apply, ``;``-separated; ``measured_notch_s`` = the half-width of the median's
+95% notch, :func:`~ficco_sim.validate.compare.median_notch`; ``measured_even_s`` /
+``measured_odd_s``: the medians of the even and of the odd repeats,
+:func:`~ficco_sim.validate.compare.halves`).
 
 >>> sanitize("NVIDIA H100 80GB HBM3")
 'nvidia-h100-80gb-hbm3'
@@ -114,6 +116,18 @@ def _resolved(overall: dict) -> list[str]:
             f"notches of the measured best) **{_fmt_pct(overall['top1_resolved_rate'])}**"]
 
 
+def _self(overall: dict) -> list[str]:
+    """How far the measurement agrees with itself (the ceiling of any prediction's ranking)."""
+    if overall.get("mean_kendall_tau_self") != overall.get("mean_kendall_tau_self"):
+        return []
+    return [f"- the measurement against itself (the medians of the even and of the odd repeats, each half "
+            f"spanning the run): Kendall tau **{overall['mean_kendall_tau_self']:.3f}**, the same fastest "
+            f"schedule **{_fmt_pct(overall['top1_self_rate'])}**: how far this run reproduces its own ranking. "
+            f"Where it sits below the bars, the case set's schedules differ by less than this host's noise and "
+            f"the prediction's tau and top-1 move from run to run whatever the model (a noise-free prediction "
+            f"meets one noisy ranking, the halves two noisy ones: it can score above them)"]
+
+
 def markdown(df: pd.DataFrame, context: dict, png_name: str | None) -> str:
     """The accuracy report (see module docstring for the columns it draws on)."""
     per, overall = summarize(df)
@@ -130,18 +144,18 @@ def markdown(df: pd.DataFrame, context: dict, png_name: str | None) -> str:
               if overall["mean_kendall_tau"] == overall["mean_kendall_tau"] else
               "- Kendall tau: - (undefined: no scenario with two or more schedules, or predictions all tied)",
               f"- top-1 (predicted best schedule is the measured best): **{_fmt_pct(overall['top1_rate'])}**",
-              *_resolved(overall),
+              *_resolved(overall), *_self(overall),
               "", "Accuracy is reported, never asserted: a measured number is only ever written by running "
               "the executor.", "", "### Per scenario", "",
               "| scenario | schedules | MAPE | Kendall tau | top-1 | predicted best | measured best | "
-              "tau, resolved | top-1, resolved |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "tau, resolved | top-1, resolved | tau, run vs itself | top-1, run vs itself |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     yes_no = lambda v: "-" if v != v else ("yes" if v else "no")  # noqa: E731
     num = lambda v: "-" if v != v else f"{v:.3f}"  # noqa: E731
     for r in per.itertuples():
         lines.append(f"| {r.scenario} | {r.schedules} | {_fmt_pct(r.mape)} | {num(r.kendall_tau)} | {yes_no(r.top1)} | "
                      f"{r.predicted_best} | {r.measured_best} | {num(r.kendall_tau_resolved)} | "
-                     f"{yes_no(r.top1_resolved)} |")
+                     f"{yes_no(r.top1_resolved)} | {num(r.kendall_tau_self)} | {yes_no(r.top1_self)} |")
     lines += ["", "### Per schedule (ms)", "",
               "| scenario | schedule | predicted | measured | error | correct | not honoured | gap (measured - "
               "predicted, ms) |",

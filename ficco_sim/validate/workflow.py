@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..hardware import load_gpu
 from ..workload import KINDS, SCENARIO_KINDS, Scenario
 from . import report
-from .compare import median_notch
+from .compare import halves, median_notch
 from .predict import GAP_PARTS, simulate_pairs
 from .executor import Job, ReplayOptions, replay
 
@@ -76,7 +76,8 @@ def this_machine() -> str:
 
 def host_profile(out_dir: str | Path, world_size: int, *, recalibrate: bool = False) -> Path:
     """This host's CPU profile, ``<out_dir>/<machine>/cpu.yaml``: the one calibrated here, or,
-    when there is none (or it names another host), a fresh ``calibrate --device cpu`` with
+    when there is none (or it names another host, or this one before it last started:
+    :func:`~ficco_sim.calibrate.cpu_profile.machine_id`), a fresh ``calibrate --device cpu`` with
     ``world_size`` ranks (about 10 s). A profile measured on another host is never used."""
     import yaml
 
@@ -177,6 +178,7 @@ def validate(device: str = "cpu", world_size: int = 2, gpu_profile: str | None =
                      "mode": mode, "world_size": world_size, "gpu_profile": gpu_profile,
                      "topology": topo_name, "repeats": repeats, "measured_min_s": min(r.times),
                      "measured_max_s": max(r.times), "measured_notch_s": median_notch(r.times),
+                     **dict(zip(("measured_even_s", "measured_odd_s"), halves(r.times))),
                      "gap_mechanism": dominant, **gaps})
     df = pd.DataFrame(rows)
     context = {"title": f"{device_label} ({device}, {mode}, {world_size} ranks) vs profile {gpu_profile}",
