@@ -106,26 +106,27 @@ def scatter(df: pd.DataFrame, path: Path, title: str) -> None:
     save_figure(fig, path)
 
 
-def _resolved(overall: dict) -> list[str]:
-    """The ranking figures counting only differences the measurement resolves."""
-    if overall.get("mean_kendall_tau_resolved") != overall.get("mean_kendall_tau_resolved"):
-        return []
-    return [f"- the same, counting only the differences the measurement resolves (two medians whose 95% "
-            f"notches, 1.58 IQR / sqrt(repeats), overlap are a measured tie): Kendall tau "
-            f"**{overall['mean_kendall_tau_resolved']:.3f}**, top-1 (the predicted best measures within the "
-            f"notches of the measured best) **{_fmt_pct(overall['top1_resolved_rate'])}**"]
+# the ranking figures beyond the strict ones: (key suffix, how the line opens, what its top-1 means)
+RANKINGS = (
+    ("resolved", "- the same, counting only the differences the measurement resolves (two medians whose 95% notches, "
+     "1.58 IQR / sqrt(repeats), overlap are a measured tie)", "top-1 (the predicted best measures within the notches "
+     "of the measured best)", ""),
+    ("self", "- the measurement against itself (the medians of the even and of the odd repeats, each half spanning "
+     "the run)", "the same fastest schedule", ": how far this run reproduces its own ranking. Where it sits below "
+     "the bars, the case set's schedules differ by less than this host's noise and the prediction's tau and top-1 "
+     "move from run to run whatever the model (a noise-free prediction meets one noisy ranking, the halves two "
+     "noisy ones: it can score above them)"))
 
 
-def _self(overall: dict) -> list[str]:
-    """How far the measurement agrees with itself (the ceiling of any prediction's ranking)."""
-    if overall.get("mean_kendall_tau_self") != overall.get("mean_kendall_tau_self"):
-        return []
-    return [f"- the measurement against itself (the medians of the even and of the odd repeats, each half "
-            f"spanning the run): Kendall tau **{overall['mean_kendall_tau_self']:.3f}**, the same fastest "
-            f"schedule **{_fmt_pct(overall['top1_self_rate'])}**: how far this run reproduces its own ranking. "
-            f"Where it sits below the bars, the case set's schedules differ by less than this host's noise and "
-            f"the prediction's tau and top-1 move from run to run whatever the model (a noise-free prediction "
-            f"meets one noisy ranking, the halves two noisy ones: it can score above them)"]
+def _rankings(overall: dict) -> list[str]:
+    """A line per figure of :data:`RANKINGS` the table has (NaN: it has none)."""
+    out = []
+    for key, opening, top, tail in RANKINGS:
+        tau = overall.get(f"mean_kendall_tau_{key}", float("nan"))
+        if tau == tau:
+            out.append(f"{opening}: Kendall tau **{tau:.3f}**, {top} **{_fmt_pct(overall[f'top1_{key}_rate'])}**"
+                       f"{tail}")
+    return out
 
 
 def markdown(df: pd.DataFrame, context: dict, png_name: str | None) -> str:
@@ -144,7 +145,7 @@ def markdown(df: pd.DataFrame, context: dict, png_name: str | None) -> str:
               if overall["mean_kendall_tau"] == overall["mean_kendall_tau"] else
               "- Kendall tau: - (undefined: no scenario with two or more schedules, or predictions all tied)",
               f"- top-1 (predicted best schedule is the measured best): **{_fmt_pct(overall['top1_rate'])}**",
-              *_resolved(overall), *_self(overall),
+              *_rankings(overall),
               "", "Accuracy is reported, never asserted: a measured number is only ever written by running "
               "the executor.", "", "### Per scenario", "",
               "| scenario | schedules | MAPE | Kendall tau | top-1 | predicted best | measured best | "
