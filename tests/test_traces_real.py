@@ -1,5 +1,5 @@
 """Real public traces (``traces/real/``, see its README): PyTorch-profiler runs nobody here
-made, on V100, A100 and MI250. What they must give: every op imported, every NCCL/RCCL
+made, on V100, A100 and MI250, one of them as PyTorch 1.8's Kineto wrote it (2021). What they must give: every op imported, every NCCL/RCCL
 kernel a collective kind, dependencies as PyTorch ordered the work (and none the run
 itself contradicts), an exact replay within 1% (2% per rank), collectives that end
 together on all their ranks after a what-if, and no op moved before what it waited for."""
@@ -25,9 +25,11 @@ SAMPLED = [REAL / "hta_128ranks_sampled_rank0.json.gz"]
 MI250 = [REAL / "hta_mi250_rocm62.json.gz"]
 SYNC = [REAL / "hta_a100_event_sync.json.gz"]
 SYNC_MS = [REAL / "hta_a100_event_sync_multi_stream.json.gz"]
+TORCH18 = [REAL / "kineto_v100_resnet50_torch18.json.gz"]
 # file set, the GPU it ran on when the trace does not say a built-in one
 SETS = {"dlrm": (DLRM, None), "nccl217": (NCCL217, None), "a100x16": (A100X16, None),
-        "sampled": (SAMPLED, "a100"), "mi250": (MI250, "mi250x"), "sync": (SYNC, None), "sync_ms": (SYNC_MS, None)}
+        "sampled": (SAMPLED, "a100"), "mi250": (MI250, "mi250x"), "sync": (SYNC, None), "sync_ms": (SYNC_MS, None),
+        "torch18": (TORCH18, None)}
 SLACK = 1.5e-6
 
 
@@ -40,7 +42,8 @@ def _raw_gpu_ops(files) -> int:
     n = 0
     for f in files:
         events = json.loads(gzip.decompress(f.read_bytes()))["traceEvents"]
-        n += sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+        n += sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset",
+                                                                               "Kernel", "Memcpy", "Memset"))
     return n
 
 
@@ -50,6 +53,22 @@ def test_every_gpu_op_imported_and_every_collective_named(traces, name):
     assert len(t.ops) == _raw_gpu_ops(SETS[name][0])
     comm = [o for o in t.ops if o.category == "comm"]
     assert all(o.collective for o in comm)
+
+
+def test_a_trace_of_pytorch_1_8_reads_as_todays(traces):
+    """pytorch/kineto's own sample (ResNet-50 training on a V100, PyTorch 1.8, 2021) names its
+    categories Operator / Kernel / Runtime / Memcpy / Memset and its GPU events' operator
+    ``external id``: every kernel is imported (the parametrized tests), launched by its runtime
+    call, and the fc layer's GEMMs carry their shapes and their operator's call, so their
+    times are kept as a benchmark's would be (calibrate --keep-times)."""
+    from ficco_sim.traces.gemm_times import gemm_timings
+    t = traces["torch18"]
+    assert sum(o.kind == "gemm" for o in t.ops) >= 200 and all(o.launch is not None for o in t.ops)
+    shaped = [o for o in t.ops if o.kind == "gemm" and o.shapes]
+    assert len(shaped) >= 30 and all(o.call for o in shaped)
+    g = gemm_timings(t.ops)
+    assert {(r.m, r.n, r.k, r.dtype) for r in g.itertuples()} == \
+        {(32, 1000, 2048, "float32"), (32, 2048, 1000, "float32"), (1000, 2048, 32, "float32")}
 
 
 def test_collective_kinds_from_the_enqueuing_operators(traces):

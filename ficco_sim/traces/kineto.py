@@ -325,7 +325,7 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) ->
             unsized += 1
         if o.category == "comm" and c is not None and (o.id in unnamed or not o.nbytes):
             host.describe_comm(o, c.tid, c.ts, rename=o.id in unnamed)
-        elif o.kind == "gemm" and not o.shapes and c is not None:
+        elif o.kind == "gemm" and not o.call and c is not None:    # (shapes from its own op too: the call's)
             host.gemm_shapes(o, c.tid, c.ts)
     links = host.link(ops)
     for key in ("waits", "syncs", "entries", "corrected", "unresolved"):

@@ -18,6 +18,10 @@ from .ops import CPU_GEMM_OPS
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 CPU_CATS = {"cpu_op", "user_annotation"}
+# Kineto as PyTorch 1.8 wrote it (2021: e.g. pytorch/kineto's own tb_plugin samples) named its event
+# categories so, and its GPU events' launching-op key "external id"; read as today's
+LEGACY_CATS = {"Operator": "cpu_op", "Kernel": "kernel", "Runtime": "cuda_runtime", "Memcpy": "gpu_memcpy",
+               "Memset": "gpu_memset"}
 US = 1e-6
 
 
@@ -63,7 +67,11 @@ def _kineto_hook(o: dict) -> Any:
     if cat is None:             # an args mapping (or the top level)
         for k in _UNUSED_ARGS.intersection(o):
             del o[k]
+        if "external id" in o and "External id" not in o:
+            o["External id"] = o.pop("external id")
         return o
+    if cat in LEGACY_CATS:
+        o["cat"] = cat = LEGACY_CATS[cat]
     if cat == "ac2g" or cat == "python_function" or \
             (cat == "cuda_runtime" and isinstance(o.get("name"), str) and o["name"] in _UNUSED_CALLS):
         return None
@@ -73,7 +81,7 @@ def _kineto_hook(o: dict) -> Any:
 def _kineto_gpu_hook(o: dict) -> Any:
     """:func:`_kineto_hook` for GPU traces, which read only the CPU operators that launch
     collectives or GEMMs and the profiler steps (a CPU-only trace reads all of them)."""
-    if o.get("cat") == "cpu_op":
+    if o.get("cat") in ("cpu_op", "Operator"):
         name = o.get("name")
         if not isinstance(name, str) or not (name.startswith(COMM_OPS) or name in CPU_GEMM_OPS
                                              or name.startswith("ProfilerStep#")):
@@ -83,7 +91,8 @@ def _kineto_gpu_hook(o: dict) -> Any:
 
 def kineto_hook_for(text: str):
     """The parse hook for a Kineto file's text: GPU traces read fewer CPU operators."""
-    return _kineto_gpu_hook if '"cat": "kernel"' in text or '"cat":"kernel"' in text else _kineto_hook
+    gpu = any(f'"cat":{sep}"{c}"' in text for c in ("kernel", "Kernel") for sep in ("", " "))
+    return _kineto_gpu_hook if gpu else _kineto_hook
 
 
 KEEP_PH = {"X", "M", "s", "f", "i"}

@@ -1,10 +1,10 @@
 """Copy the small real traces shipped in ``traces/real/`` out of their public repositories.
 
-Run from the repository root with the three repositories checked out (any clone; the
+Run from the repository root with the four repositories checked out (any clone; the
 commits below are the ones the shipped files came from):
 
     python traces/real/make_real.py --hta PATH/TO/HolisticTraceAnalysis --param PATH/TO/param \
-        --tracelens PATH/TO/TraceLens
+        --tracelens PATH/TO/TraceLens --kineto PATH/TO/kineto
 
 Each file is read from git at the pinned commit, its events are kept as recorded except
 ``python_function`` events (Python call stacks, unused by ficco-sim and most of the bytes),
@@ -26,9 +26,11 @@ HERE = Path(__file__).resolve().parent
 HTA_COMMIT = "f4d0062c382f42bd8a74838bcdad1916c7d5d2da"
 PARAM_COMMIT = "37f542b3424716e67aedae3627364ba1ffe71372^"   # the last commit with the DLRM traces at this path
 TRACELENS_COMMIT = "72fdba4e826d44a00e96ce3febe0e34b898a437a"
+KINETO_COMMIT = "be239c044d2f4b62982e1ff64144097acd69f59a"    # tb_plugin's samples (removed from it in 2026)
 HTA = "https://github.com/facebookresearch/HolisticTraceAnalysis"
 TRACELENS = "https://github.com/AMD-AGI/TraceLens"
 PARAM = "https://github.com/facebookresearch/param"
+KINETO = "https://github.com/pytorch/kineto"
 
 # shipped name -> (repository, path in it)
 HTA_FILES = {
@@ -42,6 +44,9 @@ HTA_FILES = {
 }
 PARAM_TAR = "et_replay/tests/inputs/dlrm_kineto.tar.gz"
 TRACELENS_FILES = {"tracelens_mi300x_resnet_ddp_rank0.json.gz": "tests/traces/mi300/resnet_act_checkpoint.json.gz"}
+# PyTorch 1.8's Kineto (2021): categories Operator / Kernel / Runtime / Memcpy, the GPU events' "external id"
+KINETO_FILES = {"kineto_v100_resnet50_torch18.json.gz":
+                "tb_plugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"}
 
 
 def git_show(repo: Path, commit: str, path: str) -> bytes:
@@ -62,7 +67,11 @@ def main() -> None:
     ap.add_argument("--hta", type=Path, required=True, help="a git clone of facebookresearch/HolisticTraceAnalysis")
     ap.add_argument("--param", type=Path, required=True, help="a git clone of facebookresearch/param")
     ap.add_argument("--tracelens", type=Path, required=True, help="a git clone of AMD-AGI/TraceLens")
+    ap.add_argument("--kineto", type=Path, required=True, help="a git clone of pytorch/kineto")
     args = ap.parse_args()
+    for name, path in KINETO_FILES.items():
+        raw = git_show(args.kineto, KINETO_COMMIT, path)
+        write(json.loads(gzip.decompress(raw)), name, f"{KINETO}/blob/{KINETO_COMMIT}/{path} (BSD License)")
     for name, path in TRACELENS_FILES.items():
         raw = git_show(args.tracelens, TRACELENS_COMMIT, path)
         write(json.loads(gzip.decompress(raw)), name, f"{TRACELENS}/blob/{TRACELENS_COMMIT}/{path} (MIT License)")

@@ -38,6 +38,7 @@ SHIPPED = {
     "hta_a100_event_sync": ("-", [REAL / "hta_a100_event_sync.json.gz"]),
     "hta_a100_event_sync_multi_stream": ("-", [REAL / "hta_a100_event_sync_multi_stream.json.gz"]),
     "hta_mi250_rocm62": ("mi250x", [REAL / "hta_mi250_rocm62.json.gz"]),
+    "kineto_v100_resnet50_torch18": ("-", [REAL / "kineto_v100_resnet50_torch18.json.gz"]),
 }
 
 
