@@ -143,6 +143,12 @@ def test_missing_fields(tmp_path):
            "ts": 0, "dur": 1, "args": {"device": 0, "stream": 7, "bytes": "many"}}
     with pytest.raises(InputError, match=r"traceEvents\[0\]\.args\.bytes"):
         load_kineto([_write(tmp_path, "badbytes.json", {"traceEvents": [bad]})])
+    # an error names the event's place in the file, counting the events the reader drops (flow arrows, Python)
+    dropped = [{"ph": "s", "cat": "ac2g", "id": 1, "pid": 0, "tid": 1, "ts": 0},
+               {"ph": "X", "cat": "python_function", "name": "f", "pid": 0, "tid": 1, "ts": 0, "dur": 1}]
+    with pytest.raises(InputError) as err:
+        load_kineto([_write(tmp_path, "late.json", {"traceEvents": dropped * 2 + [ev]})])
+    assert err.value.field == "traceEvents[4].dur"
 
 
 def test_a_copy_whose_size_is_recorded_nowhere_keeps_its_measured_time(tmp_path):

@@ -26,10 +26,14 @@ MI250 = [REAL / "hta_mi250_rocm62.json.gz"]
 SYNC = [REAL / "hta_a100_event_sync.json.gz"]
 SYNC_MS = [REAL / "hta_a100_event_sync_multi_stream.json.gz"]
 TORCH18 = [REAL / "kineto_v100_resnet50_torch18.json.gz"]
+MIOPEN = [REAL / "tracelens_mi300x_resnet18_ddp_miopen.json.gz"]
+ROCPROF_SDK = [REAL / "tracelens_mi300x_sdpa_rocprofiler_sdk.json.gz"]
+VLLM = [REAL / "tracelens_mi300x_vllm_decode_graph.json.gz"]
 # file set, the GPU it ran on when the trace does not say a built-in one
 SETS = {"dlrm": (DLRM, None), "nccl217": (NCCL217, None), "a100x16": (A100X16, None),
         "sampled": (SAMPLED, "a100"), "mi250": (MI250, "mi250x"), "sync": (SYNC, None), "sync_ms": (SYNC_MS, None),
-        "torch18": (TORCH18, None)}
+        "torch18": (TORCH18, None), "miopen": (MIOPEN, None), "rocprof_sdk": (ROCPROF_SDK, None),
+        "vllm": (VLLM, "mi300x")}
 SLACK = 1.5e-6
 
 
@@ -69,6 +73,32 @@ def test_a_trace_of_pytorch_1_8_reads_as_todays(traces):
     g = gemm_timings(t.ops)
     assert {(r.m, r.n, r.k, r.dtype) for r in g.itertuples()} == \
         {(32, 1000, 2048, "float32"), (32, 2048, 1000, "float32"), (1000, 2048, 32, "float32")}
+
+
+def test_hip_ext_module_launch_grids_are_work_items(traces):
+    """MIOpen's kernels launched by ``hipExtModuleLaunchKernel`` carry their grid in work-items
+    on the kernel event too (TraceLens' MI300X ResNet-18 DDP trace): 102,760,448 "blocks" of
+    256 threads are 401,408 blocks. Read as blocks, the trace asked for 12 billion of them and
+    a replay took minutes."""
+    bt = [o for o in traces["miopen"].ops if o.name.startswith("batched_transpose_32x32_half")]
+    assert bt and {o.grid for o in bt} == {16384, 100352, 401408}
+    assert max(o.grid for o in traces["miopen"].ops) < 1 << 21
+
+
+def test_grids_rocprofiler_sdk_did_not_record_are_unknown(traces):
+    """rocprofiler-sdk writes grid and block [0, 0, 0] where it recorded none: they are unknown
+    (as a missing grid), not a malformed trace."""
+    ops = traces["rocprof_sdk"].ops
+    assert len(ops) == 10 and all(o.grid == 0 and o.name == "attn_fwd.kd" for o in ops)
+
+
+def test_a_device_with_an_empty_name_is_said_so(traces):
+    """vLLM's ROCm traces give deviceProperties with an empty name: the error says so, and which
+    built-in profile has as many SMs, instead of "no deviceProperties"."""
+    from ficco_sim.traces.replay import source_gpu
+    with pytest.raises(InputError) as err:
+        source_gpu(traces["vllm"])
+    assert "empty name and 304 SMs" in err.value.message and "mi300x" in err.value.message
 
 
 def test_collective_kinds_from_the_enqueuing_operators(traces):

@@ -32,7 +32,7 @@ def executor_ops(f: _File, names: dict) -> list[TraceOp]:
         if e.get("ph") != "X" or e.get("cat") not in CPU_CATS:
             continue
         name = str(e.get("name", ""))
-        item = (_num(e, "ts", f.where, i) * US, _num(e, "dur", f.where, i) * US, i, e)
+        item = (_num(e, "ts", f.where, f.pos[i]) * US, _num(e, "dur", f.where, f.pos[i]) * US, i, e)
         if e.get("cat") == "user_annotation" and name.startswith(EXECUTOR_RANGE) and name.count(":") >= 2:
             ranges.append(item)
         elif e.get("cat") == "user_annotation" and CPU_COMM.search(name):

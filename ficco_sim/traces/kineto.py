@@ -76,7 +76,7 @@ class _File:
     def __init__(self, path: str, index: int):
         self.where = path
         data = read_json(path, kineto_hook_for)
-        self.events = _events(data, path)
+        self.events, self.pos = _events(data, path)
         meta = data if isinstance(data, dict) else {}
         dist = meta.get("distributedInfo") or {}
         if not isinstance(dist, dict):
@@ -92,6 +92,8 @@ class _File:
                 self.pg_ranks[str(pg.get("pg_name"))] = _ranks(pg.get("ranks"))
         props = meta.get("deviceProperties") or []
         self.device_name = props[0].get("name", "") if props and isinstance(props[0], dict) else ""
+        sms = props[0].get("numSms", 0) if props and isinstance(props[0], dict) else 0
+        self.device_sms = sms if isinstance(sms, int) and not isinstance(sms, bool) and 0 < sms < 10 ** 5 else 0
         # A timeline exported by ficco-sim names the profile and topology it was simulated on.
         other = meta.get("otherData") if isinstance(meta.get("otherData"), dict) else {}
         self.topology = ""
@@ -182,7 +184,7 @@ def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = No
         num = max(num, world)
     windows = {f.rank: {n: (a - t0, b - t0) for n, (a, b) in f.steps.items()} for f in files}
     return Trace(ops, num, [f.where for f in files], "kineto", files[0].device_name, files[0].on_gpu, prio, notes,
-                 topology=files[0].topology, steps=windows)
+                 topology=files[0].topology, steps=windows, device_sms=files[0].device_sms)
 
 
 def _device_of(e: dict) -> Any:
@@ -236,20 +238,20 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) ->
                     cpu_by_ext[args["External id"]] = args
             name = str(e.get("name", ""))
             if name.startswith(COMM_OPS) or name in CPU_GEMM_OPS:
-                ts = _num(e, "ts", f.where, i) * US
+                ts = _num(e, "ts", f.where, f.pos[i]) * US
                 ranges = comm_ranges if name.startswith(COMM_OPS) else gemm_ranges
-                ranges.setdefault(e.get("tid"), []).append((ts, ts + _num(e, "dur", f.where, i) * US, name, args))
+                ranges.setdefault(e.get("tid"), []).append((ts, ts + _num(e, "dur", f.where, f.pos[i]) * US, name, args))
             continue
         if cat in RUNTIME_CATS:
             corr = args.get("correlation")
             if isinstance(corr, int):
-                ts = _num(e, "ts", f.where, i) * US
-                calls.append(Call(e.get("tid"), ts, ts + _num(e, "dur", f.where, i) * US,
+                ts = _num(e, "ts", f.where, f.pos[i]) * US
+                calls.append(Call(e.get("tid"), ts, ts + _num(e, "dur", f.where, f.pos[i]) * US,
                                   api(str(e.get("name", ""))), corr, args))
             continue
         if cat not in GPU_CATS:
             continue
-        ts, dur = _num(e, "ts", f.where, i) * US, _num(e, "dur", f.where, i) * US
+        ts, dur = _num(e, "ts", f.where, f.pos[i]) * US, _num(e, "dur", f.where, f.pos[i]) * US
         name = str(e.get("name", ""))
         gpu = device_to_gpu[(fi, _device_of(e))]
         stream_id = args.get("stream", e.get("tid"))
@@ -292,7 +294,7 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) ->
                 op.nbytes = -1.0           # roctracer: the size is on the runtime call (resolved below)
                 missing_bytes.add(op.id)
             elif not isinstance(nbytes, (int, float)) or isinstance(nbytes, bool) or nbytes < 0:
-                raise InputError(f.where, f"traceEvents[{i}].args.bytes", f"must be a non-negative number in "
+                raise InputError(f.where, f"traceEvents[{f.pos[i]}].args.bytes", f"must be a non-negative number in "
                                  f"memcpy {name[:60]!r}, got {nbytes!r}")
             else:
                 op.nbytes = float(nbytes)
@@ -339,7 +341,9 @@ def _gpu_ops(f: _File, fi: int, device_to_gpu: dict, prio: dict, stats: dict) ->
 def _from_launch(op: TraceOp, call: Call) -> None:
     """What the runtime call knows and the GPU event lacks (roctracer): a memcpy's size, a
     kernel's grid and block. ``hipExtModuleLaunchKernel`` gives its grid in work-items
-    (threads), so blocks = ceil(grid / block) per dimension."""
+    (threads), so blocks = ceil(grid / block) per dimension, on the call and on the kernel
+    event alike (MIOpen's kernels in TraceLens' MI300X traces: 102,760,448 "blocks" of 256
+    threads where 401,408 ran)."""
     args = call.args
     if op.category == "copy" and op.nbytes < 0:
         try:
@@ -349,12 +353,13 @@ def _from_launch(op: TraceOp, call: Call) -> None:
         if math.isfinite(size) and size >= 0:
             op.nbytes = size
         return
-    if op.category == "copy" or op.grid or not isinstance(args.get("grid"), list):
+    work_items = call.name == "ExtModuleLaunchKernel"
+    if op.category == "copy" or (op.grid and not work_items) or not isinstance(args.get("grid"), list):
         return
     grid, block = args.get("grid"), args.get("block")
     if not isinstance(block, list) or not all(isinstance(x, int) and x > 0 for x in grid + block):
         return
-    if call.name == "ExtModuleLaunchKernel":
+    if work_items:
         grid = [-(-g // max(1, b)) for g, b in zip(grid, block)]
     op.grid = _prod(grid)
     smem = args.get("shared memory", 0)

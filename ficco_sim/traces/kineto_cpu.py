@@ -29,7 +29,7 @@ def _cpu_ops(f: _File) -> list[TraceOp]:
     for i, e in enumerate(f.events):
         if e.get("ph") != "X" or e.get("cat") not in CPU_CATS:
             continue
-        ts, dur = _num(e, "ts", f.where, i) * US, _num(e, "dur", f.where, i) * US
+        ts, dur = _num(e, "ts", f.where, f.pos[i]) * US, _num(e, "dur", f.where, f.pos[i]) * US
         by_tid.setdefault(e.get("tid"), []).append((ts, dur, i, e))
     ops: list[TraceOp] = []
     for tid, evs in by_tid.items():

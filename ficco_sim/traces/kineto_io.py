@@ -124,7 +124,9 @@ def compact_trace(raw_path: str | Path, out_path: str | Path, meta: dict | None 
     return out_path
 
 
-def _events(data: Any, where: str) -> list[dict]:
+def _events(data: Any, where: str) -> tuple[list[dict], list[int]]:
+    """The events of a trace that are mappings, checked, and each one's index in the file's
+    ``traceEvents`` (what an error names)."""
     if isinstance(data, list):
         events = data
     elif isinstance(data, dict) and "traceEvents" in data:
@@ -133,8 +135,9 @@ def _events(data: Any, where: str) -> list[dict]:
         raise InputError(where, "traceEvents", "missing: not a Chrome/Kineto trace")
     if not isinstance(events, list):
         raise InputError(where, "traceEvents", "must be a list of events")
-    out = [e for e in events if isinstance(e, dict)]
-    for i, e in enumerate(out):
+    pos = [j for j, e in enumerate(events) if isinstance(e, dict)]     # (the parse hook left None where it dropped)
+    out = [events[j] for j in pos]
+    for i, e in zip(pos, out):
         for key in ("ph", "cat", "name"):
             v = e.get(key)
             if v is not None and not isinstance(v, str):
@@ -156,10 +159,10 @@ def _events(data: Any, where: str) -> list[dict]:
         for key in ("grid", "block"):
             v = args.get(key)
             if v is not None and not (isinstance(v, list) and v and all(
-                    isinstance(x, int) and not isinstance(x, bool) and 0 < x < 2 ** 31 for x in v)):
-                raise InputError(where, f"traceEvents[{i}].args.{key}", f"must be a list of positive integers, "
-                                 f"got {str(v)[:40]!r}")
-    return out
+                    isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2 ** 31 for x in v)):
+                raise InputError(where, f"traceEvents[{i}].args.{key}", f"must be a list of non-negative integers "
+                                 f"(0: not recorded, as rocprofiler-sdk writes it), got {str(v)[:40]!r}")
+    return out, pos
 
 
 def _num(e: dict, key: str, where: str, index: int) -> float:

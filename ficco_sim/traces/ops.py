@@ -180,6 +180,7 @@ class Trace:
     notes: list[str] = field(default_factory=list)
     topology: str = ""                         # the topology a ficco-sim export was simulated on
     steps: dict = field(default_factory=dict)  # rank -> {N: (start, end) s of ProfilerStep#N, trace clock}
+    device_sms: int = 0                        # deviceProperties' numSms where its name is empty (vLLM's ROCm traces)
 
     @property
     def span(self) -> tuple[float, float]:

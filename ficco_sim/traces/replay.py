@@ -83,8 +83,14 @@ def source_gpu(trace: Trace, gpu: str | GpuProfile | None = None) -> GpuProfile:
     for p in sorted(available_profiles(), key=len, reverse=True):
         if p and p != "cpu" and p in name:
             return load_gpu(p)
-    said = f"ran on {trace.device!r}, which matches no built-in profile" if trace.device else \
-        "does not say which GPU it ran on (no deviceProperties)"
+    if trace.device:
+        said = f"ran on {trace.device!r}, which matches no built-in profile"
+    elif trace.device_sms:      # deviceProperties with an empty name (vLLM's ROCm traces): say what they do give
+        same = [p for p in available_profiles() if p != "cpu" and load_gpu(p).num_sms == trace.device_sms]
+        said = (f"names no GPU (its deviceProperties give an empty name and {trace.device_sms} SMs"
+                + (f"; built-in with as many: {', '.join(same)}" if same else "") + ")")
+    else:
+        said = "does not say which GPU it ran on (no deviceProperties)"
     raise InputError("--source-gpu", None, f"the trace {said}; name the GPU it ran on (built-in: "
                      f"{', '.join(p for p in available_profiles() if p != 'cpu')}, or a profile YAML)")
 

@@ -43,7 +43,17 @@ HTA_FILES = {
     "hta_mi250_rocm62.json.gz": "tests/data/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
 }
 PARAM_TAR = "et_replay/tests/inputs/dlrm_kineto.tar.gz"
-TRACELENS_FILES = {"tracelens_mi300x_resnet_ddp_rank0.json.gz": "tests/traces/mi300/resnet_act_checkpoint.json.gz"}
+TRACELENS_FILES = {"tracelens_mi300x_resnet_ddp_rank0.json.gz": "tests/traces/mi300/resnet_act_checkpoint.json.gz",
+                   # MIOpen kernels launched by hipExtModuleLaunchKernel: grids in work-items on the kernel too
+                   "tracelens_mi300x_resnet18_ddp_miopen.json.gz":
+                   ("86d615a3", "tests/traces/mi300/ddp_resnet18_no_pool/train_resnet18.json.gz"),
+                   # rocprofiler-sdk: grid and block [0, 0, 0] (not recorded)
+                   "tracelens_mi300x_sdpa_rocprofiler_sdk.json.gz":
+                   ("30a7e81f", "evals/unit_tests/attention/sdpa_01_long_seq_low_eff_analysis_output/"
+                                "sdpa_01_long_seq_low_eff.json"),
+                   # vLLM on ROCm: deviceProperties with an empty name
+                   "tracelens_mi300x_vllm_decode_graph.json.gz":
+                   ("000157b6", "tests/traces/inference/vllm_decode_full/graph_execution.json.gz")}
 # PyTorch 1.8's Kineto (2021): categories Operator / Kernel / Runtime / Memcpy, the GPU events' "external id"
 KINETO_FILES = {"kineto_v100_resnet50_torch18.json.gz":
                 "tb_plugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"}
@@ -72,9 +82,13 @@ def main() -> None:
     for name, path in KINETO_FILES.items():
         raw = git_show(args.kineto, KINETO_COMMIT, path)
         write(json.loads(gzip.decompress(raw)), name, f"{KINETO}/blob/{KINETO_COMMIT}/{path} (BSD License)")
-    for name, path in TRACELENS_FILES.items():
-        raw = git_show(args.tracelens, TRACELENS_COMMIT, path)
-        write(json.loads(gzip.decompress(raw)), name, f"{TRACELENS}/blob/{TRACELENS_COMMIT}/{path} (MIT License)")
+    for name, where in TRACELENS_FILES.items():
+        commit, path = where if isinstance(where, tuple) else (TRACELENS_COMMIT, where)
+        commit = subprocess.run(["git", "-C", str(args.tracelens), "rev-parse", commit], check=True,
+                                capture_output=True, text=True).stdout.strip()
+        raw = git_show(args.tracelens, commit, path)
+        raw = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        write(json.loads(raw), name, f"{TRACELENS}/blob/{commit}/{path} (MIT License)")
     for name, path in HTA_FILES.items():
         raw = git_show(args.hta, HTA_COMMIT, path)
         write(json.loads(gzip.decompress(raw)), name, f"{HTA}/blob/{HTA_COMMIT}/{path} (MIT License)")

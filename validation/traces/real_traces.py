@@ -39,6 +39,9 @@ SHIPPED = {
     "hta_a100_event_sync_multi_stream": ("-", [REAL / "hta_a100_event_sync_multi_stream.json.gz"]),
     "hta_mi250_rocm62": ("mi250x", [REAL / "hta_mi250_rocm62.json.gz"]),
     "kineto_v100_resnet50_torch18": ("-", [REAL / "kineto_v100_resnet50_torch18.json.gz"]),
+    "tracelens_mi300x_resnet18_ddp_miopen": ("-", [REAL / "tracelens_mi300x_resnet18_ddp_miopen.json.gz"]),
+    "tracelens_mi300x_sdpa_rocprofiler_sdk": ("-", [REAL / "tracelens_mi300x_sdpa_rocprofiler_sdk.json.gz"]),
+    "tracelens_mi300x_vllm_decode_graph": ("mi300x", [REAL / "tracelens_mi300x_vllm_decode_graph.json.gz"]),
 }
 
 
