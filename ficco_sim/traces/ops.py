@@ -25,6 +25,9 @@ The classification rules live here so every importer agrees:
 ('opaque', 'compute')
 >>> collective_kind("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL")
 'reduce-scatter'
+>>> k = "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*, bool*)"
+>>> classify_kernel(k), collective_kind(k)     # DeepEP (DeepSeek's published training trace, H800)
+(('comm', 'comm'), 'all-to-all')
 """
 
 from __future__ import annotations
@@ -35,8 +38,11 @@ from dataclasses import dataclass, field
 
 from ..hardware import BlockShape
 
+# DeepEP's expert-parallel all-to-all (deep_ep::intranode / internode / internode_ll dispatch, combine and their
+# notify kernels; dpsk::ep:: in DeepSeek's own published traces) moves tokens with SM kernels as NCCL does
+DEEPEP = r"(deep_ep|dpsk::ep)::"
 COMM_KERNEL = re.compile(r"^(void )?(nccl(Dev)?Kernel|ncclSymk|rccl|ncclKernel)|multimem_all_reduce|"
-                         r"(one|two)_shot_all_reduce|cross_device_reduce|all_reduce_kernel", re.IGNORECASE)
+                         r"(one|two)_shot_all_reduce|cross_device_reduce|all_reduce_kernel|" + DEEPEP, re.IGNORECASE)
 # Kernel-name families, first match wins (names as CUPTI/roctracer report them). What-ifs
 # scale compute-bound classes by peak FLOP/s and memory-bound ones by HBM bandwidth.
 KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
@@ -77,6 +83,7 @@ CPU_GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::
                 "aten::_scaled_mm", "aten::addmv", "aten::mv"}
 CPU_COMM = re.compile(r"^(gloo|nccl|mpi|ucc):|^record_param_comms$|^nccl:", re.IGNORECASE)
 _COLLECTIVES = [
+    ("all-to-all", re.compile(DEEPEP, re.I)),
     ("all-gather", re.compile(r"all_?gather|allgather", re.I)),
     ("reduce-scatter", re.compile(r"reduce_?scatter|reducescatter", re.I)),
     ("all-reduce", re.compile(r"all_?reduce|allreduce", re.I)),
