@@ -23,6 +23,7 @@ fuzz = benchmark("fuzz")
 @example(seed=619)   # trace: a kernel whose "shared memory" is infinite (was an OverflowError)
 @example(seed=956)   # flags: predict gemm of 1e9 x 1e15 x 2 (was an OverflowError)
 @example(seed=9472)  # trace: a flow arrow whose id is a mapping (was a TypeError: unhashable)
+@example(seed=3296)  # trace: an event whose "cat" is a mapping (was a TypeError: unhashable, in the parse hook)
 def test_every_input_ends_in_an_answer_or_one_line(surface, seed, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(surface)
     argv = fuzz.SURFACES[surface](random.Random(seed), tmp)

@@ -58,11 +58,15 @@ def test_round_trip_overlapped_exact(tmp_path, schedule):
     assert r.sim_makespan == pytest.approx(t.makespan, rel=0.01)
 
 
-def test_round_trip_overlapped_with_footprints_is_pessimistic(tmp_path):
-    # Measured durations already contain SM sharing; replaying footprints shares again (the
-    # collective's kernels reach the SMs with the GEMM pieces, so the pieces measured share a lot).
-    _, t, r = _round_trip(tmp_path, "ag-gemm", "shard-p2p-sm", True)
-    assert 0 <= r.error < 0.5
+@pytest.mark.parametrize("kind, schedule", [("ag-gemm", "shard-p2p-sm"), ("ag-gemm", "ficco-a2a-sm"),
+                                             ("gemm-rs", "shard-p2p-sm"), ("gemm-rs", "ficco-a2a-sm-hi")])
+def test_round_trip_overlapped_with_footprints(tmp_path, kind, schedule):
+    """Measured durations already contain SM sharing: a kernel's block time is read against the
+    SMs it had beside the kernels already running (:mod:`ficco_sim.traces.measured_sms`), so
+    replaying the footprints shares them once, not twice. Read against every SM, these round
+    trips came back 17-36% slow; now within 16%."""
+    _, t, r = _round_trip(tmp_path, kind, schedule, True)
+    assert abs(r.error) < 0.16, r.error
 
 
 def test_whatif_engine_and_priority():

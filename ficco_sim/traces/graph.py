@@ -4,8 +4,9 @@ Every op becomes tasks on its rank's GPU, in an order that respects stream order
 the trace's cross-stream dependencies (a cycle is an :class:`InputError`):
 
 * compute ops -> one kernel. With a launch footprint (``grid``, ``block``) the kernel
-  keeps it, and ``block_time`` is chosen so that the kernel alone takes the measured
-  duration on ``gpu``: ``dur / waves`` with ``waves = ceil(grid / (SMs x blocks_per_sm))``.
+  keeps it, and ``block_time`` is chosen so that the kernel takes the measured duration on
+  the SMs it had: ``dur / waves`` with ``waves = ceil(grid / (SMs x blocks_per_sm))``, SMs
+  all of ``gpu``'s but those kernels already running beside it held (:mod:`.measured_sms`).
   Without one (CPU traces): one block of one warp running ``dur``. No HBM bytes: the
   measured time already contains whatever contention there was.
 * comm ops, ``comm="measured"`` (replay): an opaque kernel with the measured duration,
@@ -42,6 +43,7 @@ from ..errors import InputError
 from ..gemm_model import blocks_per_sm
 from ..hardware import BlockShape, GpuProfile
 from ..taskgraph import Kernel, Stream, TaskGraph, Transfer
+from .measured_sms import free_sms
 from .ops import Trace, TraceOp, match_collectives
 
 WARP_BLOCK = BlockShape(threads=32, registers=16, smem=0)
@@ -61,9 +63,9 @@ def fit_block(block: BlockShape, gpu: GpuProfile) -> tuple[BlockShape, bool]:
         (block.registers and fitted.registers != block.registers)
 
 
-def waves(gpu: GpuProfile, grid: int, block: BlockShape) -> int:
-    """Full-GPU waves an isolated kernel of ``grid`` blocks needs on ``gpu``."""
-    per_wave = gpu.num_sms * max(1, blocks_per_sm(gpu.sm, block))
+def waves(gpu: GpuProfile, grid: int, block: BlockShape, sms: float | None = None) -> int:
+    """Waves a kernel of ``grid`` blocks needs on ``sms`` SMs of ``gpu`` (default all: alone)."""
+    per_wave = (gpu.num_sms if sms is None else sms) * max(1, blocks_per_sm(gpu.sm, block))
     return max(1, math.ceil(grid / per_wave))
 
 
@@ -126,6 +128,8 @@ class _Lowering:
         self.footprints = footprints
         self.overrides = dict(overrides or {})
         self._stream_of: dict[str, tuple[int, str] | None] = {}
+        # the SMs each measured kernel had beside the others' (its block time is read against them)
+        self.free = free_sms(trace.ops, gpu) if footprints else {}
         self._indexed = 0
 
     def stream(self, gpu: int, name: str) -> str:
@@ -151,7 +155,7 @@ class _Lowering:
             (self.scale.get(op.cls or kind, self.scale.get(kind, 1.0)) if role == "compute" else 1.0)
         if op.id in self.overrides:
             grid, block, dur = self.overrides[op.id]
-        block_time = dur / waves(self.gpu, grid, block)
+        block_time = dur / waves(self.gpu, grid, block, self.free.get(op.id) if grid > 1 else None)
         k = Kernel(id=op.id, gpu=op.rank, stream=self.stream(op.rank, op.stream), kind=kind, grid=grid,
                    block=block, block_time=block_time, block_hbm_bytes=0.0, deps=tuple(dict.fromkeys(deps)),
                    role=role, label=op.name[:80], io={"measured_dur": op.dur, "trace_op": op.id})

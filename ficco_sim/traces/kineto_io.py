@@ -70,7 +70,7 @@ def _kineto_hook(o: dict) -> Any:
         if "external id" in o and "External id" not in o:
             o["External id"] = o.pop("external id")
         return o
-    if cat in LEGACY_CATS:
+    if isinstance(cat, str) and cat in LEGACY_CATS:     # (anything else is checked, and refused, later)
         o["cat"] = cat = LEGACY_CATS[cat]
     if cat == "ac2g" or cat == "python_function" or \
             (cat == "cuda_runtime" and isinstance(o.get("name"), str) and o["name"] in _UNUSED_CALLS):
