@@ -97,6 +97,13 @@ MUTANTS = {
     "des-under-occupied": ("ficco_sim/engine/des_wiring.py", "        return float(under_occupied(self.gpu,",
                            "        return 1.0 + 0 * float(under_occupied(self.gpu,",
                            "the DES's GEMM cohorts with fewer of their kernel's blocks per SM running faster"),
+    "trace-free-sms": ("ficco_sim/traces/graph.py", "        self.free = free_sms(trace.ops, gpu) if footprints else {}",
+                       "        self.free = {}", "a measured kernel's block time read against the SMs the kernels "
+                       "already running beside it left"),
+    "trace-legacy-kineto": ("ficco_sim/traces/kineto_io.py", "    if isinstance(cat, str) and cat in LEGACY_CATS:",
+                            "    if False:", "PyTorch 1.8's Kineto category names read as today's"),
+    "trace-work-items": ("ficco_sim/traces/kineto.py", '    work_items = call.name == "ExtModuleLaunchKernel"',
+                         "    work_items = False", "hipExtModuleLaunchKernel's grids read as work-items"),
     "trace-tf32": ("ficco_sim/traces/replay.py", '    if dtype == "float32" and any(t in op.name.lower() for t in TF32_KERNEL):',
                    "    if False:", "a traced float32 GEMM on a tensor-core kernel read as tfloat32"),
     "late-channel-handshake": ("ficco_sim/engine/des.py",
@@ -219,7 +226,7 @@ def run(name: str, tests: list[str]) -> dict:
         env = dict(os.environ, PYTHONPATH=str(copy))
         out = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                              cwd=copy, env=env, capture_output=True, text=True)
-        failed = re.findall(r"^FAILED (\S+)", out.stdout, flags=re.M)
+        failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", out.stdout, flags=re.M)     # (a fixture that fails: ERROR)
         return {"mutant": name, "switches off": what, "killed by": failed[0] if failed else "NOT KILLED",
                 "seconds": round(time.time() - t0, 1)}
 
