@@ -306,3 +306,15 @@ def test_mi300x_rccl_trace_with_copies_of_no_recorded_size():
     assert len(launched) == 12 and all(o.collective in ("all-reduce", "broadcast") and o.nbytes > 0 for o in launched)
     r = replay(t, "mi300x", footprints=False)
     assert abs(r.error) <= 0.01
+
+
+def test_a_one_rank_replay_names_no_stand_in_interconnect(capsys):
+    """HTA's 128-rank sample holds rank 0 alone: the replay's default topology only stands in
+    (its collectives keep their measured times), so the CLI does not call it ``switch:2``; a
+    topology the user names is printed as given."""
+    from ficco_sim.cli import main
+    assert main(["trace", "replay", "--source-gpu", "a100", *map(str, SAMPLED)]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "one rank (no interconnect" in line and "switch" not in line
+    assert main(["trace", "replay", "--source-gpu", "a100", "--topology", "switch:8", *map(str, SAMPLED)]) == 0
+    assert "a100, switch:8," in capsys.readouterr().out.splitlines()[0]

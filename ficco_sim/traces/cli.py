@@ -221,7 +221,10 @@ def cmd_replay(args) -> int:
                           "rank_errors": r.rank_errors, "gpu": r.gpu, "topology": r.topology,
                           "tasks": len(r.graph.tasks)}, indent=2))
         return 0
-    print(f"replay on {r.gpu}, {r.topology}, {len(r.graph.tasks)} tasks"
+    # one rank and no interconnect named: the default topology only stands in (nothing crosses it)
+    where = (r.topology if args.topology or t.topology or t.num_ranks > 1 else
+             "one rank (no interconnect: a collective keeps its measured time)")
+    print(f"replay on {r.gpu}, {where}, {len(r.graph.tasks)} tasks"
           f"{' (exact: measured times, one block per kernel)' if args.exact else ''}")
     print(f"  trace makespan     {_us(r.trace_makespan)}")
     print(f"  simulated makespan {_us(r.sim_makespan)}   error {r.error * 100:+.2f}%")
