@@ -73,9 +73,16 @@ HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
 # 2-8 of the 8 A100-SXM4-80GB of one CoreWeave HGX node (NVSwitch), 2023-06: all-gather and all-reduce one thread
 # for every GPU (-g N), all-to-all one thread per GPU (-t N); rows tagged "[STAT]:" by the fork; NCCL 2.7.3 (the
 # same folder's debug run on the same host prints it), a tuner sizing by one rank's share (BSD-3-Clause)
-OLDER_NCCL = {f"a100x{n}_coreweave_{c}.txt": (
+OLDER_NCCL = {**{f"a100x{n}_coreweave_{c}.txt": (
     f"https://github.com/abhivijay96/nccl-tests/blob/5eae14c1efc6a5a36f9d9669b67f29d1d8a9d8a5/exps/cw/{c}_{n}.txt",
-    "A100-SXM4-80GB", "switch", "rank") for c in ("all_gather", "all_reduce", "alltoall") for n in range(2, 9)}
+    "A100-SXM4-80GB", "switch", "rank") for c in ("all_gather", "all_reduce", "alltoall") for n in range(2, 9)},
+    # 4 and 8 of the 8 A100-SXM4-40GB of one ABCI 2.0 compute node (A), one process per GPU (mpirun, nGpus 1),
+    # all-reduce 4 B - 32 MiB, 2021-06; NCCL 2.8.4-1 (the repository's allreduce/README.md), nccl-tests of
+    # commit 0b30de5 (no Group, no root, an "error" column for #wrong) (MIT)
+    **{f"a100x{n}_abci_all_reduce.txt": (
+        f"https://github.com/aistabci/abci2.0benchmark/blob/f0aa27f2fbbbc09b71d1765c83693f0beef8b43f/allreduce/"
+        f"intra_anode/{job}.nccl", "A100-SXM4-40GB", "switch", "rank")
+       for n, job in ((4, "job04.sh.7280520"), (8, "job08.sh.7280517"))}}
 SYSTEMS = {"H100-SXM-80GB": ("h100", "switch"), "H100-NVLink-mesh": ("h100", "fc"), "A100-SXM4-40GB": ("a100", "switch"),
            "A100-SXM4-80GB": ("a100", "switch"), "MI300X": ("mi300x", "fc")}
 VENDOR = {"h100": "nccl", "a100": "nccl", "mi300x": "rccl"}
@@ -148,8 +155,9 @@ def older(out: Path) -> None:
     """:data:`OLDER_NCCL` scored with the shipped profiles, per source and collective (not
     pooled with the held-out sources of the NCCL the model describes)."""
     rows = scored(held_out(OLDER_NCCL))
-    print("an NCCL older than the model's (NCCL 2.7.3), never fitted on, scored on its own:")
-    print(summary(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    for repo, part in rows.groupby(rows["source_url"].map(lambda u: "/".join(u.split("/")[3:5])), sort=False):
+        print(f"an NCCL older than the model's, never fitted on, scored on its own: {repo}")
+        print(summary(part).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     from ficco_sim.files import atomic_path
     cols = ["source_url", "gpu", "gpus", "collective", "size_bytes", "gpus_per_thread", "measured_s", "predicted_s",
             "error"]

@@ -108,6 +108,22 @@ def available_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 
 
+def profile_for_device(device: str) -> str | None:
+    """The built-in GPU profile a device name (a trace's ``deviceProperties``, an nccl-tests
+    rank line) names, as a word of its own, else None.
+
+    >>> [profile_for_device(d) for d in ("NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB", "A100-SXM4-40GB",
+    ...                                  "AMD Instinct MI300X", "NVIDIA GH200 120GB", "")]
+    ['h100', 'v100', 'a100', 'mi300x', None, None]
+    """
+    import re
+    name = re.sub(r"[-_/,()]", " ", str(device).lower())
+    for p in sorted(available_profiles(), key=len, reverse=True):
+        if p and p != "cpu" and re.search(rf"(?<![a-z0-9]){re.escape(p)}(?![a-z0-9])", name):
+            return p
+    return None
+
+
 def resolve_profile_path(name_or_path: str | Path) -> Path:
     text = str(name_or_path)
     p = Path(text)

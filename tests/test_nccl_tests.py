@@ -218,3 +218,82 @@ def test_the_reader_says_how_many_gpus_a_thread_drove_and_which_nccl():
     assert set(nvidia["gpus_per_thread"]) == {1}
     assert set(fit_nccl.tidy(quiet, "h100", "switch")["tuner"]) == {"call"}
     assert set(fit_nccl.tidy(quiet.assign(nccl_version="2.18.1"), "h100", "switch")["tuner"]) == {"rank"}
+
+
+# -- what real logs found in public repositories put around the table (a sweep of 23 files, 2026-11-29) --------
+
+def test_launcher_prefixes_are_taken_off():
+    """Open MPI's ``--tag-output`` puts ``[1,0]<stdout>:`` before every line and, where two ranks'
+    output meets, in the middle of a row (KeitaW/p5-nccl-test's P5 logs); ``srun -l`` puts the
+    rank's number (CSCS Alps' GH200 logs). Both read as the bare output."""
+    bare = parse(HEAD + ROW, "all_reduce.txt")
+    tagged = "".join(f"[1,0]<stdout>:{line}\n" for line in HEAD.splitlines())
+    row = ROW.replace("  -1   26.76", "  -1[1,0]<stdout>:   26.76")
+    assert parse(tagged + "[1,0]<stdout>:" + row, "all_reduce.txt").equals(bare)
+    srun = "".join(f"0: {line}\n" for line in (HEAD + ROW).splitlines())
+    assert parse(srun, "all_reduce.txt").equals(bare)
+
+
+def test_a_runs_gpus_are_its_own_rank_lines():
+    """A README holding a run and, after its table, another run's rank lines without a
+    ``# nThread`` header of their own (hisohara/ai-scripts' RCCL smoke test): the run counts
+    the rank lines between its header and its table only."""
+    other = "\n### the next host\n#  Rank  0 Group  0 Pid 9 on x device  0 [0x1] NVIDIA H100 80GB HBM3\n" * 3
+    d = parse(HEAD + ROW + "# Avg bus bandwidth    : 1.0\n" + other, "all_reduce.txt")
+    assert set(d["gpus"]) == {2} and set(d["hosts"]) == {1}
+
+
+def test_rccl_versions_are_read():
+    rccl = "# rccl-tests version 2.17.9 rccl-headers=22803 rccl-library=22707\n"
+    assert parse(rccl + HEAD + ROW, "all_reduce.txt")["nccl_version"][0] == "2.27.7"
+    assert parse("RCCL version : 2.22.3-HEAD:1cbb0f7\n" + HEAD + ROW, "all_reduce.txt")["nccl_version"][0] == "2.22.3"
+
+
+def test_the_collective_from_a_folder_name():
+    """ABCI 2.0's runs are ``allreduce/intra_anode/job08.sh.7280517.nccl``: the folder names it."""
+    assert parse(HEAD + ROW, "allreduce/intra_anode/job08.sh.7280517.nccl")["collective"][0] == "all_reduce"
+    assert parse(HEAD + ROW, "all-gather/run.log")["collective"][0] == "all_gather"
+    with pytest.raises(InputError, match="cannot tell which collective"):
+        parse(HEAD + ROW, "results/job08.sh.7280517.nccl")
+
+
+def test_rows_nccl_tests_found_wrong_are_counted_and_not_fitted(tmp_path):
+    bad = ROW.replace("57.78   0\n", "57.78   0\n").replace("58.79   0", "58.79   3")
+    d = parse(HEAD + ROW + bad.replace("1048576", "2097152"), "all_reduce.txt")
+    assert d["wrong_oop"].tolist() == [0, 3]
+    rows = [ROW.replace("1048576", str(s << 20)).replace("26.76", f"{20 + 3 * s:.2f}") for s in (1, 2, 4, 8)]
+    f = tmp_path / "all_reduce.txt"
+    f.write_text(HEAD + "".join(rows) + rows[-1].replace(str(8 << 20), str(16 << 20)).replace("58.79   0",
+                                                                                            "58.79   5"))
+    from ficco_sim.calibrate.workflow import calibrate_from_files
+    cal = calibrate_from_files([f], "h100")
+    assert any(n.startswith("1 row(s) whose results nccl-tests found wrong") for n in cal.notes), cal.notes
+
+
+def test_a_file_mixing_single_and_multi_node_runs_fits_the_single_node_ones(tmp_path):
+    two = HEAD.replace("Pid 1 on h device  1", "Pid 1 on other device  1")
+    rows = "".join(ROW.replace("1048576", str(s << 20)) for s in (1, 2, 4, 8))
+    f = tmp_path / "all_reduce.txt"
+    f.write_text(HEAD + rows + two + rows)
+    run, out = _calibrate(tmp_path, f)
+    assert run.returncode == 0, run.stderr
+    assert out.exists() and "note" in run.stdout
+    from ficco_sim.calibrate.workflow import calibrate_from_files
+    assert any(n.startswith("1 run(s) across machines left out") for n in calibrate_from_files([f], "h100").notes)
+
+
+def test_a_table_without_its_header_is_refused_as_such(tmp_path):
+    """A table pasted without the output around it (li-plus/playground's notes; a markdown copy
+    with its '#' taken off) is not a CSV file: it is said what is missing."""
+    f = tmp_path / "notes.md"
+    f.write_text("       size   count  type  redop  root   time  algbw  busbw  #wrong\n" + ROW)
+    run, out = _calibrate(tmp_path, f)
+    assert run.returncode == 2 and "no '# nThread' header" in run.stderr and "\n" not in run.stderr.strip()
+    assert not out.exists()
+
+
+def test_the_runs_gpu_against_the_profile_and_a_fit_at_its_bounds_are_said(tmp_path):
+    from ficco_sim.calibrate.nccl_tests import device_mismatch
+    assert "built-in profile a100" in device_mismatch(pd.Series(["NVIDIA A100-SXM4-40GB"]), load_gpu("h100"))
+    assert device_mismatch(pd.Series(["NVIDIA GH200 120GB"]), load_gpu("h100")) == ""    # no built-in GH200
+    assert fit_nccl.at_bounds({"simple_us": 60.0, "launch_us": 0.0}) == ["comm_kernel.protocols.Simple.latency_us"]

@@ -216,6 +216,24 @@ def fit(rows: pd.DataFrame, base: dict[str, GpuProfile] | None = None, evaluatio
     return params, loss(rows, params, base)
 
 
+def at_bounds(params: dict, rel: float = 1e-3) -> list[str]:
+    """Profile paths of the fitted mechanisms that ended on a bound of :data:`BOUNDS` (a fit
+    pressed against its range explains the rows with something else than that mechanism).
+
+    >>> at_bounds({"launch_us": 30.0, "ll_us": 1.2, "sm_share": 0.5})
+    ['comm_kernel.launch_us', 'comm_kernel.channel_bandwidth_gbps']
+    """
+    out = []
+    for k, v in params.items():
+        if k not in BOUNDS:
+            continue
+        lo, hi = BOUNDS[k]
+        span = (hi - lo) * rel
+        if v >= hi - span or (lo > 0 and v <= lo + span):
+            out.append(PATHS[k])
+    return out
+
+
 def band(nbytes: pd.Series) -> pd.Series:
     return pd.cut(nbytes, [0, 1 << 20, 64 << 20, 1 << 62], right=False, labels=["< 1 MiB", "1-64 MiB", ">= 64 MiB"])
 

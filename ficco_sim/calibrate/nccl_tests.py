@@ -12,14 +12,18 @@ starts them in the middle of a row (``... sum -1host:12:12 [0] NCCL INFO ...``):
 is cut off from the text before it (the hosts are named in the ``#  Rank`` lines), and the
 table's numbers are read as one stream, a row every ``len(columns)`` values. An instrumented
 fork's tagged lines (``[STAT]:`` before each row, ``[INIT]:`` / ``[SETTING]:`` lines of its own)
-are read as rows and skipped as logging.
+are read as rows and skipped as logging. What a launcher puts before every line is taken off
+first: Open MPI's ``--tag-output`` tags (``[1,0]<stdout>:``, which it may also put in the middle of
+a row) and ``srun -l``'s rank numbers (``0: ``).
 
 Columns, as in ``../shared/measurements/nccl-tests/``: ``collective`` (``all_reduce``, ...),
 ``gpus``, ``hosts`` (machines the ranks ran on), ``size_bytes`` (nccl-tests' ``size``: the total array for all-gather and
 reduce-scatter), ``count``, ``type``, ``time_us_oop``, ``algbw_oop``, ``busbw_oop``, ``device``,
 ``source`` (file and run), ``gpus_per_thread`` (the header's ``nGpus``: GPUs one thread drives)
-and ``nccl_version`` (from ``nccl-library=22902`` or ``NCCL version 2.29.2`` in the run; empty
-when the run does not print it).
+``nccl_version`` (from ``nccl-library=22902`` or ``NCCL version 2.29.2`` in the run, rccl-tests'
+``rccl-library=22707`` or ``RCCL version : 2.27.7``; empty when the run does not print it) and
+``wrong_oop`` (the out-of-place ``#wrong`` count: a row whose results were wrong is not a
+measurement to fit; 0 where the run does not print it).
 
 >>> text = '''# Collective test starting: all_reduce_perf
 ... # nThread 1 nGpus 2 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20
@@ -43,13 +47,18 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import InputError
+from ..hardware import GpuProfile, profile_for_device
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "broadcast", "reduce")
 KIND = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
         "alltoall": "all-to-all", "sendrecv": "send-recv"}         # what ficco-sim models, by its name
 COLUMNS = ["collective", "gpus", "hosts", "size_bytes", "count", "type", "time_us_oop", "algbw_oop", "busbw_oop",
-           "device", "source", "gpus_per_thread", "nccl_version"]
-_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)|nccl-library=(\d{5})")
+           "device", "source", "gpus_per_thread", "nccl_version", "wrong_oop"]
+_VERSION = re.compile(r"[NR]CCL version\s*:?\s*(\d+\.\d+\.\d+)|[nr]ccl-library=(\d{5})")
+# what launchers put before (or inside) every line: Open MPI's --tag-output, srun -l
+_MPI_TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")
+_SRUN = re.compile(r"^[ \t]*\d+:[ \t]", re.M)
+HEAD = 4 << 20          # bytes looks_like reads: NCCL_DEBUG=INFO can print hundreds of KiB before the table
 _START = re.compile(r"#\s*Collective test starting:\s*(\w+?)_perf")
 # "#  Rank  0 Group  0 Pid 1 on host device  0 [0x1] NVIDIA H100 80GB HBM3" (no Group before nccl-tests 2.11)
 _RANK = re.compile(r"#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?.*?\bon\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
@@ -61,13 +70,34 @@ _TAGGED = re.compile(r"\s*\[([A-Z_]+)\]:\s*")
 
 
 def looks_like(path: str | Path) -> bool:
-    """Whether a file is nccl-tests / rccl-tests output (by its first 64 KiB)."""
+    """Whether a file is nccl-tests / rccl-tests output (by its first :data:`HEAD` bytes)."""
     try:
         with open(path, "rb") as f:
-            head = f.read(65536).decode("utf-8", errors="replace")
+            head = f.read(HEAD).decode("utf-8", errors="replace")
     except OSError:
         return False
     return "# nThread" in head and ("out-of-place" in head or "#wrong" in head)
+
+
+def table_without_header(path: str | Path) -> bool:
+    """Whether a file holds an nccl-tests table (``algbw`` / ``busbw`` columns) but not the
+    output around it (no ``# nThread`` header): a pasted or edited copy."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEAD).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return "busbw" in head and "algbw" in head and "# nThread" not in head
+
+
+def unprefixed(text: str) -> str:
+    """``text`` without what launchers add to its lines (Open MPI's ``[1,0]<stdout>:`` tags,
+    wherever they stand, and ``srun -l``'s ``0: ``).
+
+    >>> unprefixed("[1,0]<stdout>:# nThread 1\\n0: #  Rank  0\\n  8  2 float sum -1[1,0]<stdout>:  85.1")
+    '# nThread 1\\n#  Rank  0\\n  8  2 float sum -1  85.1'
+    """
+    return _SRUN.sub("", _MPI_TAG.sub("", text))
 
 
 def read(path: str | Path) -> pd.DataFrame:
@@ -81,7 +111,7 @@ def read(path: str | Path) -> pd.DataFrame:
 
 
 def parse(text: str, where: str) -> pd.DataFrame:
-    lines = text.splitlines()
+    lines = unprefixed(text).splitlines()
     starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("# nThread")]
     if not starts:
         raise InputError(where, None, "no '# nThread' header: not nccl-tests / rccl-tests output")
@@ -104,6 +134,8 @@ def _version(lines: list[str]) -> str:
     '2.29.2'
     >>> _version(["h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4"]), _version(["# nThread 1 nGpus 8"])
     ('2.21.5', '')
+    >>> _version(["# rccl-tests version 2.17.9 rccl-headers=22803 rccl-library=22707"]), _version(["RCCL version : 2.27.7-HEAD"])
+    ('2.27.7', '2.27.7')
     """
     for line in lines:
         m = _VERSION.search(line)
@@ -120,23 +152,47 @@ def _collective(pre: list[str], where: str) -> str:
         m = _START.search(line) or _COMMAND.search(line)
         if m and m.group(1) in COLLECTIVES:
             return m.group(1)
-    name = Path(where).name.lower().replace("-", "_")
-    found = [c for c in COLLECTIVES if c in name]
-    if len(found) > 1:          # "reduce" is inside all_reduce and reduce_scatter
-        found = [c for c in found if c != "reduce"]
-    if len(found) == 1:
-        return found[0]
+    path = Path(where)
+    first = None
+    for part in (path.name, *(q.name for q in path.parents)):     # the file's name, then its folders', nearest first
+        found = _named(part)
+        if first is None:
+            first = found
+        if len(found) == 1:
+            return found[0]
+        if found:
+            break               # a name naming two: ambiguous, whatever the folders say
+    found = first or []
     what = f"names {' and '.join(found)}" if found else "names no collective"
     raise InputError(where, None, "cannot tell which collective this run measured: no '# Collective test starting' "
                      f"line, no *_perf command before it, and the file name {what} (name it after one of: "
                      f"{', '.join(COLLECTIVES)})")
 
 
+def _named(name: str) -> list[str]:
+    """The collectives a file or folder name names, written with or without ``_`` / ``-``
+    (``all_reduce.txt``, ``allreduce/``, ``all-gather.log``).
+
+    >>> _named("allreduce"), _named("my_reduce.txt"), _named("ag_vs_reduce-scatter"), _named("job08.sh.7280517.nccl")
+    (['all_reduce'], ['reduce'], ['reduce_scatter'], [])
+    """
+    flat = name.lower().replace("-", "").replace("_", "")
+    found = [c for c in COLLECTIVES if c.replace("_", "") in flat]
+    if len(found) > 1:          # "reduce" is inside all_reduce and reduce_scatter
+        found = [c for c in found if c != "reduce"]
+    return found
+
+
 def _run(lines: list[str], pre: list[str], where: str, number: int, version: str = "") -> list[dict]:
     coll = _collective(pre, where)
     per = re.search(r"nGpus\s+(\d+)", lines[0])
     per_thread = int(per.group(1)) if per and int(per.group(1)) > 0 else 1
-    ranks = [m for m in map(_RANK.match, lines) if m]
+    at = next((i for i, line in enumerate(lines)
+               if line.startswith("#") and "size" in line and "count" in line and "time" in line), None)
+    if at is None:
+        raise InputError(where, f"run {number}", "no column header ('# size count type ... time algbw busbw')")
+    # the run's own rank lines stand between its header and its table (a file may go on with another run's)
+    ranks = [m for m in map(_RANK.match, lines[:at]) if m]
     devices = [m.group(2).strip() for m in ranks]
     hosts = {m.group(1) for m in ranks}
     gpus = len(devices)
@@ -145,10 +201,6 @@ def _run(lines: list[str], pre: list[str], where: str, number: int, version: str
         gpus = int(m.group(1)) if m else 0
     if gpus < 1:
         raise InputError(where, f"run {number}", "no '#  Rank' lines and no nGpus: the GPU count is unknown")
-    at = next((i for i, line in enumerate(lines)
-               if line.startswith("#") and "size" in line and "count" in line and "time" in line), None)
-    if at is None:
-        raise InputError(where, f"run {number}", "no column header ('# size count type ... time algbw busbw')")
     header = lines[at].lstrip("#").split()
     tokens: list[str] = []
     for line in lines[at + 1:]:
@@ -165,8 +217,9 @@ def _run(lines: list[str], pre: list[str], where: str, number: int, version: str
         tokens += line.split()
     header = _printed_columns(header, tokens)
     width = len(header)
-    col = {name: header.index(name) for name in ("size", "count", "type", "time", "algbw", "busbw")
+    col = {name: header.index(name) for name in ("size", "count", "type", "time", "algbw", "busbw", "#wrong")
            if name in header}
+    wrong_at = col.pop("#wrong", None)      # the out-of-place one (the in-place one comes after it)
     if len(col) < 6:
         raise InputError(where, f"run {number}", f"column header {' '.join(header)!r} lacks size, count, type, time, "
                          "algbw or busbw")
@@ -185,11 +238,24 @@ def _run(lines: list[str], pre: list[str], where: str, number: int, version: str
         out.append({"collective": coll, "gpus": gpus, "hosts": max(1, len(hosts)), "size_bytes": size, "count": count, "type": row[col["type"]],
                     "time_us_oop": t, "algbw_oop": alg, "busbw_oop": bus,
                     "device": devices[0] if devices else "", "source": f"{where} (run {number})",
-                    "gpus_per_thread": per_thread, "nccl_version": version})
+                    "gpus_per_thread": per_thread, "nccl_version": version,
+                    "wrong_oop": _count(row[wrong_at]) if wrong_at is not None else 0})
     if len(tokens) % width:
         raise InputError(where, f"run {number}", f"{len(tokens) % width} values left over: the table's rows do not "
                          f"have the header's {width} columns")
     return out
+
+
+def _count(value: str) -> int:
+    """A ``#wrong`` cell: its count (``N/A``, a check not run: 0).
+
+    >>> _count("0"), _count("N/A"), _count("4")
+    (0, 0, 4)
+    """
+    try:
+        return max(0, int(float(value)))
+    except ValueError:
+        return 0
 
 
 def _printed_columns(header: list[str], tokens: list[str]) -> list[str]:
@@ -203,3 +269,29 @@ def _printed_columns(header: list[str], tokens: list[str]) -> list[str]:
     if len(tokens) % len(fewer) == 0 and at < len(tokens) and not tokens[at].isalpha():
         return fewer
     return header           # (rows short otherwise are reported by the reader)
+
+
+def device_mismatch(devices: pd.Series, base: GpuProfile) -> str:
+    """A note when the runs' GPU (the ``#  Rank`` lines' device) is a built-in profile other
+    than ``base``'s, or of the other vendor; "" when they agree or the runs do not say.
+
+    >>> from ficco_sim.hardware import load_gpu
+    >>> device_mismatch(pd.Series(["NVIDIA H100 80GB HBM3"]), load_gpu("h100"))
+    ''
+    >>> device_mismatch(pd.Series(["AMD Instinct MI300X"]), load_gpu("h100"))[:40]
+    "the runs' GPU is 'AMD Instinct MI300X' ("
+    """
+    names = [d for d in devices.dropna().astype(str).unique() if d.strip()]
+    if not names:
+        return ""
+    device = names[0]
+    match = profile_for_device(device)
+    amd = any(w in device.lower() for w in ("amd", "instinct", "radeon"))
+    base_amd = "amd" in base.name.lower() or base.name.lower().startswith("mi")
+    if match is not None and match == base.name:
+        return ""
+    if match is None and amd == base_amd:
+        return ""
+    said = f"built-in profile {match}" if match else ("AMD" if amd else "NVIDIA")
+    return (f"the runs' GPU is {device!r} ({said}), the profile fitted is {base.name}'s: its links and channels "
+            "are then fitted to another GPU's runs")

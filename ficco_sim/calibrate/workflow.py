@@ -41,6 +41,7 @@ class Calibration:
     written: list[Path] = field(default_factory=list)
     measured: list[tuple[int, int, int, str, float, str]] | None = None    # kept timings (keep_times)
     trace_gemms: pd.DataFrame | None = None    # a trace's GEMM operators that ran alone (traces.gemm_times)
+    notes: list[str] = field(default_factory=list)   # what was left out of the inputs, or looks off, and why
 
     def summary_rows(self) -> list[tuple[str, str, str]]:
         """(quantity, value, note) lines for the CLI table."""
@@ -68,6 +69,7 @@ class Calibration:
             t = self.trace_gemms
             rows.append(("GEMM |err| trace ops alone", f"median {100 * t['abs_err'].median():.1f}%  signed "
                          f"{100 * t['err'].median():+.1f}%", f"{len(t)} shapes, the base's model (not fitted)"))
+        rows += [("note", "", n) for n in self.notes]
         return rows
 
 
@@ -118,6 +120,11 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     if traces:
         _traces(cal, base, traces, report_dir)
     logs = [str(p) for p in paths if not is_trace(p) and nccl_tests.looks_like(p)]
+    bare = next((str(p) for p in paths if not is_trace(p) and str(p) not in logs and nccl_tests.table_without_header(p)),
+                None)
+    if bare is not None:
+        raise InputError(bare, None, "an nccl-tests table without the output around it (no '# nThread' header): give "
+                         "the test's whole output, whose '# nThread' and '#  Rank' lines say how many GPUs ran and how")
     if logs:
         _nccl_tests(cal, base, logs, topology, report_dir)
     tables = [(str(p), ms.read_csv(p, str(p))) for p in paths if not is_trace(p) and str(p) not in logs]
@@ -205,7 +212,13 @@ def _traces(cal: Calibration, base: GpuProfile, paths: Sequence[str], report_dir
             raise
         cal.unfitted["contention.compute_beside_comm_kernel"] = e.message
         return
-    fit = fit_compute(base, pairs)
+    try:
+        fit = fit_compute(base, pairs)
+    except InputError as e:       # pairs, but too few of compute beside a collective to fit on
+        if kind is None and cal.trace_gemms.empty:
+            raise InputError(paths[0] if len(paths) == 1 else "--from", e.field, e.message) from None
+        cal.unfitted["contention.compute_beside_comm_kernel"] = e.message
+        return
     cal.contention = fit.coef
     cal.updates["contention.compute_beside_comm_kernel"] = (round(fit.coef, 4), "fitted", fit.source(_today()))
     if report_dir:
@@ -242,9 +255,22 @@ def _nccl_tests(cal: Calibration, base: GpuProfile, paths: Sequence[str], topolo
                          f"{topology!r}")
     raw = pd.concat([nccl_tests.read(p) for p in paths], ignore_index=True)
     multi = raw[raw["hosts"] > 1]
-    if len(multi):
+    if len(multi) == len(raw):
         raise InputError(str(multi["source"].iloc[0]), "hosts", f"the ranks ran on {int(multi['hosts'].iloc[0])} "
                          "machines; calibrating collectives needs single-node runs (one topology)")
+    if len(multi):
+        runs = multi["source"].unique()
+        cal.notes.append(f"{len(runs)} run(s) across machines left out ({runs[0]}"
+                         f"{' ...' if len(runs) > 1 else ''}): collectives are fitted on single-node runs")
+        raw = raw[raw["hosts"] == 1]
+    wrong = raw[raw["wrong_oop"] > 0]
+    if len(wrong):
+        cal.notes.append(f"{len(wrong)} row(s) whose results nccl-tests found wrong (#wrong > 0) left out "
+                         f"({wrong['source'].iloc[0]}, size {int(wrong['size_bytes'].iloc[0])})")
+        raw = raw[raw["wrong_oop"] == 0]
+    other = nccl_tests.device_mismatch(raw["device"], base)
+    if other:
+        cal.notes.append(other)
     rows = fit_nccl.tidy(raw, cal.gpu, topology)
     big = rows[rows["size_bytes"] >= fit_nccl.FIT_FROM]
     if len(big) < 3:
@@ -252,6 +278,10 @@ def _nccl_tests(cal: Calibration, base: GpuProfile, paths: Sequence[str], topolo
                          "mechanisms need 3 or more")
     profiles = {cal.gpu: base}
     params, _ = fit_nccl.fit(big, base=profiles)
+    pinned = fit_nccl.at_bounds(params)
+    if pinned:
+        cal.notes.append(f"fitted at the edge of its range: {', '.join(pinned)}: the profile's links or GPU may not "
+                         "be what these runs ran on (check --gpu / --base and --topology), or the runs are noisy")
     rows["predicted_s"] = fit_nccl.predict(rows, fit_nccl.with_fitted(profiles, params))
     rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
     table = cal.nccl_summary = fit_nccl.summary(rows)
