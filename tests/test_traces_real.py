@@ -22,6 +22,7 @@ DLRM = sorted(REAL.glob("param_dlrm_v100_8ranks_worker*.json.gz"))
 NCCL217 = [REAL / "hta_a100_nccl217_rank0.json.gz"]
 A100X16 = [REAL / "hta_a100_16ranks_rank0.json.gz"]
 SAMPLED = [REAL / "hta_128ranks_sampled_rank0.json.gz"]
+SAMPLED1 = [REAL / "hta_128ranks_sampled_rank1.json.gz"]
 MI250 = [REAL / "hta_mi250_rocm62.json.gz"]
 SYNC = [REAL / "hta_a100_event_sync.json.gz"]
 SYNC_MS = [REAL / "hta_a100_event_sync_multi_stream.json.gz"]
@@ -31,7 +32,8 @@ ROCPROF_SDK = [REAL / "tracelens_mi300x_sdpa_rocprofiler_sdk.json.gz"]
 VLLM = [REAL / "tracelens_mi300x_vllm_decode_graph.json.gz"]
 # file set, the GPU it ran on when the trace does not say a built-in one
 SETS = {"dlrm": (DLRM, None), "nccl217": (NCCL217, None), "a100x16": (A100X16, None),
-        "sampled": (SAMPLED, "a100"), "mi250": (MI250, "mi250x"), "sync": (SYNC, None), "sync_ms": (SYNC_MS, None),
+        "sampled": (SAMPLED, "a100"), "sampled1": (SAMPLED1, "a100"), "mi250": (MI250, "mi250x"), "sync": (SYNC, None),
+        "sync_ms": (SYNC_MS, None),
         "torch18": (TORCH18, None), "miopen": (MIOPEN, None), "rocprof_sdk": (ROCPROF_SDK, None),
         "vllm": (VLLM, "mi300x")}
 SLACK = 1.5e-6
@@ -318,3 +320,27 @@ def test_a_one_rank_replay_names_no_stand_in_interconnect(capsys):
     assert "one rank (no interconnect" in line and "switch" not in line
     assert main(["trace", "replay", "--source-gpu", "a100", "--topology", "switch:8", *map(str, SAMPLED)]) == 0
     assert "a100, switch:8," in capsys.readouterr().out.splitlines()[0]
+
+
+def test_a_file_of_rank_1_selects_its_steps():
+    """HTA's sample of rank 1 (``distributedInfo.rank`` 1): its ops are the file's device 0, and
+    ``--steps`` finds their window under that (it looked under rank 1 and found none); rank 0 and
+    rank 1 together select each file's own window."""
+    one = load_trace(SAMPLED1, steps=[551])
+    full = load_trace(SAMPLED1)
+    assert 0 < len(one.ops) < len(full.ops) and one.steps and 551 in one.steps[0]
+    both = load_trace(SAMPLED + SAMPLED1, steps=[551])
+    assert {o.rank for o in both.ops} == {0, 1}
+    r = replay(both, "a100", footprints=False)
+    assert abs(r.error) <= 0.01
+
+
+def test_a_gpu_trace_without_gpu_activity_says_so(tmp_path):
+    """A trace naming its GPU (``deviceProperties``) whose kernels were not recorded (HazyResearch/zoology's
+    ``trace.json``: A100 launches, no kernel events) is replayed as a CPU trace, and says why."""
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"deviceProperties": [{"id": 0, "name": "NVIDIA A100 80GB PCIe"}], "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 3}]}))
+    t = load_trace([f])
+    assert not t.on_gpu and any("records no kernel" in n and "A100" in n for n in t.notes)

@@ -119,7 +119,9 @@ class _File:
             if cat in ("user_annotation", "cpu_op"):
                 name = e.get("name")
                 if isinstance(name, str) and name.startswith("ProfilerStep#") and name[13:].isdigit():
-                    self.steps[int(name[13:])] = (ts * US, (ts + dur) * US)
+                    # several processes in one file (its ranks) each mark the step: the step spans them all
+                    a, b = self.steps.get(int(name[13:]), (math.inf, -math.inf))
+                    self.steps[int(name[13:])] = (min(a, ts * US), max(b, (ts + dur) * US))
         self.span = (min(starts, default=math.inf) * US, max(ends, default=-math.inf) * US)
 
 
@@ -161,6 +163,10 @@ def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = No
     else:
         for f in files:
             ops += _cpu_ops(f)
+        named = next((f.device_name for f in files if f.device_name), "")
+        if named:
+            notes.append(f"the trace names a GPU ({named}) but records no kernel, copy or memset on it (the "
+                         "profiler's GPU activity was not recorded): its host operators are replayed as a CPU trace")
     if not ops:
         raise InputError(files[0].where, "traceEvents", "no GPU kernels, copies or CPU operators found")
     if steps:
@@ -182,7 +188,9 @@ def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = No
     world = next((f.world for f in files if f.world), None)
     if world and len(files) > 1:
         num = max(num, world)
-    windows = {f.rank: {n: (a - t0, b - t0) for n, (a, b) in f.steps.items()} for f in files}
+    # one file holds every rank its ops name (their ranks are its devices, not its distributed rank)
+    owners = {r: files[0] for r in {o.rank for o in ops}} if len(files) == 1 else {f.rank: f for f in files}
+    windows = {r: {n: (a - t0, b - t0) for n, (a, b) in f.steps.items()} for r, f in owners.items()}
     return Trace(ops, num, [f.where for f in files], "kineto", files[0].device_name, files[0].on_gpu, prio, notes,
                  topology=files[0].topology, steps=windows, device_sms=files[0].device_sms)
 

@@ -56,6 +56,8 @@ def _select_steps(ops: list[TraceOp], files: list[_File], steps: Sequence[int]) 
             raise InputError("--steps", None, f"step {min(missing)} is not in {f.where} (it has "
                              f"{min(f.steps)}-{max(f.steps)})")
         windows[f.rank] = [f.steps[n] for n in sorted(wanted)]
+    if len(files) == 1:     # one file: its ops' ranks are its devices (0, 1, ...), whatever rank the file says it is
+        windows = {o.rank: windows[files[0].rank] for o in ops}
     keep = []
     for o in ops:
         t = o.launch if o.launch is not None else o.start

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from ..engine.des import simulate_graph
 from ..errors import InputError
-from ..hardware import GpuProfile, available_profiles, load_gpu
+from ..hardware import GpuProfile, available_profiles, load_gpu, profile_for_device
 from ..taskgraph import TaskGraph
 from ..timeline import Timeline
 from ..topology import Topology, load_topology
@@ -79,10 +79,9 @@ def source_gpu(trace: Trace, gpu: str | GpuProfile | None = None) -> GpuProfile:
         return load_gpu(gpu)
     if not trace.on_gpu:
         return load_gpu("h100")
-    name = trace.device.lower().replace(" ", "")
-    for p in sorted(available_profiles(), key=len, reverse=True):
-        if p and p != "cpu" and p in name:
-            return load_gpu(p)
+    named = profile_for_device(trace.device)
+    if named is not None:
+        return load_gpu(named)
     if trace.device:
         said = f"ran on {trace.device!r}, which matches no built-in profile"
     elif trace.device_sms:      # deviceProperties with an empty name (vLLM's ROCm traces): say what they do give

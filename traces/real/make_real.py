@@ -37,6 +37,8 @@ HTA_FILES = {
     "hta_a100_nccl217_rank0.json.gz": "tests/data/nccl_parser_config/nccl_data.json.gz",
     "hta_a100_16ranks_rank0.json.gz": "tests/data/negative_queue_length_values_check/rank0.json.gz",
     "hta_128ranks_sampled_rank0.json.gz": "tests/data/trace_filter/sampled_rank-0.json.gz",
+    # rank 1 of the same run: a file whose distributedInfo rank is not 0 (its steps were once looked up under it)
+    "hta_128ranks_sampled_rank1.json.gz": "tests/data/trace_filter/sampled_rank-1.json.gz",
     "hta_a100_event_sync.json.gz": "tests/data/critical_path/cuda_event_sync/event_sync_trace.json.gz",
     "hta_a100_event_sync_multi_stream.json.gz":
         "tests/data/critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz",

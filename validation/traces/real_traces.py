@@ -35,6 +35,7 @@ SHIPPED = {
     "hta_a100_nccl217_rank0": ("-", [REAL / "hta_a100_nccl217_rank0.json.gz"]),
     "hta_a100_16ranks_rank0": ("-", [REAL / "hta_a100_16ranks_rank0.json.gz"]),
     "hta_128ranks_sampled_rank0": ("a100", [REAL / "hta_128ranks_sampled_rank0.json.gz"]),
+    "hta_128ranks_sampled_rank1": ("a100", [REAL / "hta_128ranks_sampled_rank1.json.gz"]),
     "hta_a100_event_sync": ("-", [REAL / "hta_a100_event_sync.json.gz"]),
     "hta_a100_event_sync_multi_stream": ("-", [REAL / "hta_a100_event_sync_multi_stream.json.gz"]),
     "hta_mi250_rocm62": ("mi250x", [REAL / "hta_mi250_rocm62.json.gz"]),
