@@ -104,6 +104,13 @@ MUTANTS = {
                             "    if False:", "PyTorch 1.8's Kineto category names read as today's"),
     "trace-work-items": ("ficco_sim/traces/kineto.py", '    work_items = call.name == "ExtModuleLaunchKernel"',
                          "    work_items = False", "hipExtModuleLaunchKernel's grids read as work-items"),
+    "trace-rooted-coupled": ("ficco_sim/traces/graph.py",
+                             'COUPLED = {"all-gather", "reduce-scatter", "all-reduce", "all-to-all"}',
+                             'COUPLED = {"all-gather", "reduce-scatter", "all-reduce", "all-to-all", "broadcast"}',
+                             "a rooted collective's members keep their own times (not held to end together)"),
+    "trace-steps-file-rank": ("ficco_sim/traces/kineto_set.py", "    if len(files) == 1:     # one file: its ops'",
+                              "    if False:     # one file: its ops'", "a single file's steps found whatever rank "
+                              "it says it is"),
     "trace-tf32": ("ficco_sim/traces/replay.py", '    if dtype == "float32" and any(t in op.name.lower() for t in TF32_KERNEL):',
                    "    if False:", "a traced float32 GEMM on a tensor-core kernel read as tfloat32"),
     "late-channel-handshake": ("ficco_sim/engine/des.py",

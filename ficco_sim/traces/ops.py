@@ -251,8 +251,13 @@ def match_collectives(ops: list[TraceOp]) -> dict[str, tuple[int, list[TraceOp]]
     return out
 
 
+# collectives with a root: the root's kernel may end before the others' begin (a small broadcast fits the
+# peers' buffers), so their members neither end together nor wait for each other as the symmetric ones do
+ROOTED = ("broadcast", "reduce")
+
+
 def split_waits(ops: list[TraceOp]) -> int:
-    """Split every collective whose ranks are all in the trace into waiting and transfer:
+    """Split every symmetric collective whose ranks are all in the trace into waiting and transfer:
     a measured NCCL/RCCL kernel runs from its rank's arrival until the collective ends on
     all ranks, so the last rank to arrive waited least and its duration is the transfer;
     each member's ``wait`` is its duration minus that (seconds). Returns the instances
@@ -261,7 +266,7 @@ def split_waits(ops: list[TraceOp]) -> int:
     instances = match_collectives(ops)
     seen: set[int] = set()
     for num, members in instances.values():
-        if num in seen or members[0].collective in ("", "send-recv"):
+        if num in seen or members[0].collective in ("", "send-recv", *ROOTED):
             continue
         seen.add(num)
         transfer = min(m.dur for m in members)
