@@ -174,7 +174,38 @@ def g_scenarios(r: random.Random, tmp: Path) -> list[str]:
             "--jobs", "1", "--quiet"]
 
 
+NCCL_RAW = ("h100x4_quiet_all_gather.txt", "a100x8_superbench_alltoall.txt", "h100x4_ring_debug_all_reduce.log",
+            "a100x4_abci_all_reduce.txt")     # (fits of a few seconds: a fully connected one takes ~11 s, past the alarm)
+
+
+def g_nccl_tests(r: random.Random, tmp: Path) -> list[str]:
+    """Raw nccl-tests output (a shipped real run) with tokens swapped, launcher prefixes, a second
+    run on another host, or cut short."""
+    name = r.choice(NCCL_RAW)
+    lines = (ROOT / "validation" / "nccl-tests" / name).read_text().splitlines()
+    for _ in range(r.randrange(0, 4)):
+        i = r.randrange(len(lines))
+        words = lines[i].split(" ")
+        if words:
+            words[r.randrange(len(words))] = str(r.choice(BAD_NUMBERS + ["#wrong", "# nThread", "[1,0]<stdout>:",
+                                                                          "N/A", "0:", "Rank"]))
+        lines[i] = " ".join(words)
+    if r.random() < 0.2:
+        lines = [f"{r.choice(['[1,0]<stdout>:', '0: '])}{x}" for x in lines]
+    if r.random() < 0.2:
+        lines += [x.replace(" on ", " on other") for x in lines]
+    text = "\n".join(lines) + "\n"
+    if r.random() < 0.1:
+        text = text[:r.randrange(len(text))]
+    p = tmp / name
+    p.write_text(text)
+    return ["calibrate", "--from", str(p), "--gpu", r.choice(["h100", "a100"]), "--out",
+            str(tmp / "fit.yaml"), "--force", "--topology", r.choice(["switch", "switch", "bus"])]
+
+
 def g_calibration(r: random.Random, tmp: Path) -> list[str]:
+    if r.random() < 0.3:
+        return g_nccl_tests(r, tmp)
     header = "gpu,model,op,tp,m,n,k,dtype,time_ms_median"
     rows = [f"a100,x,o,1,{m},{n},{k},float16,{t}" for m, n, k, t in
             ((1024, 1024, 1024, 0.02), (4096, 4096, 4096, 0.5), (8192, 4096, 4096, 0.95), (2048, 8192, 1024, 0.2))]
