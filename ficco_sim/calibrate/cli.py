@@ -32,6 +32,9 @@ Two ways in:
                      or a benchmark CSV written by an earlier --device run,
                      or raw nccl-tests / rccl-tests output (the text *_perf prints, NCCL_DEBUG
                      lines and all; --topology says what it ran on, switch by default),
+                     or the output of mamf-finder.py (stas00/ml-engineering's matmul FLOPS
+                     sweep: each shape's median TFLOPS read as its time; families of shapes
+                     by M held out),
                      or PyTorch-profiler traces (*.json[.gz], one rank's file each, recorded over
                      several profiler steps): the same kernel's time alone and beside NCCL/RCCL
                      kernels, matched by its place in the step, and the GEMM kernels' grids.
@@ -44,13 +47,15 @@ the efficiency, as the Vidur tables have); from benchmark files hbm.efficiency a
 dma.command_overhead_us (the benchmark copies within one GPU, so they measure HBM, not an
 engine's rate to a peer: dma.bandwidth_gbps is kept) and contention.compute_per_hbm_util;
 comm_kernel.launch_us, protocol latencies and channel bandwidth from nccl-tests output
-(coordinate descent on rows >= 1 MiB, every row's error reported);
+(bounded least squares on rows >= 64 KiB, every row's error reported; runs across machines and
+rows nccl-tests found wrong left out, with a note);
 contention.compute_beside_comm_kernel from traces (the slowdown beside collectives that
 the SMs they hold and their HBM traffic leave unexplained; --report DIR writes every
 kernel pair) and gemm.kernel (persistent where the GEMM blocks compute more outputs than one
 tile: they loop over tiles and keep their SMs; waves where a grid exceeds what the GPU holds
 at once); what the traces cannot tell is listed as not fitted. Every fitted number is written
-with kind: fitted and a source naming its data and held-out error.
+with kind: fitted and a source naming its data and held-out error; the base profile's own GEMM
+error on the same rows, before any fit, is reported beside it.
 With --keep-times, every GEMM shape of the timings is also written as gemm.measured (its
 median time): those shapes cost exactly that in both engines (see `ficco-sim formats profile`);
 from traces, every matrix-product operator that recorded its shapes and ran alone (its kernels'
@@ -63,6 +68,7 @@ examples:
   ficco-sim calibrate --from ../shared/measurements/vidur/gemm_times.csv --gpu a100 --out a100_fit.yaml --report fit/
   all_reduce_perf -b 8 -e 8G -f 2 -g 8 > ar.txt; ficco-sim calibrate --from ar.txt --gpu h100 --out h100_fit.yaml
   ficco-sim calibrate --from traces/real/hta_a100_nccl217_rank0.json.gz --gpu a100 --out a100_fit.yaml
+  ficco-sim calibrate --from validation/gemm/h100_mamf_bf16_shisa_gpu0.txt --gpu h100:sustained --out h.yaml
   ficco-sim calibrate --device cpu --out cpu.yaml --quick
 """
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -259,3 +261,65 @@ def profile_values(gpu: GpuProfile, params: dict) -> dict[str, float]:
     if "sm_share" in params:
         out[PATHS["sm_share"]] = round(channel_rate(gpu, params["sm_share"]) / 1e9, 3)
     return out
+
+
+def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topology: str, report_dir: Any) -> None:
+    """Raw nccl-tests / rccl-tests output: the collective mechanisms (call floor, protocol
+    latencies, SM share of the link) fitted on the rows of 64 KiB and more
+    (:mod:`.fit_nccl`), every row's error reported."""
+    from . import nccl_tests
+    from .workflow import _today, write_text
+    if topology not in ("switch", "fc", "ring"):
+        raise InputError("--topology", None, f"the kind of topology the runs ran on: switch, fc or ring; got "
+                         f"{topology!r}")
+    raw = pd.concat([nccl_tests.read(p) for p in paths], ignore_index=True)
+    multi = raw[raw["hosts"] > 1]
+    if len(multi) == len(raw):
+        raise InputError(str(multi["source"].iloc[0]), "hosts", f"the ranks ran on {int(multi['hosts'].iloc[0])} "
+                         "machines; calibrating collectives needs single-node runs (one topology)")
+    if len(multi):
+        runs = multi["source"].unique()
+        cal.notes.append(f"{len(runs)} run(s) across machines left out ({runs[0]}"
+                         f"{' ...' if len(runs) > 1 else ''}): collectives are fitted on single-node runs")
+        raw = raw[raw["hosts"] == 1]
+    wrong = raw[raw["wrong_oop"] > 0]
+    if len(wrong):
+        cal.notes.append(f"{len(wrong)} row(s) whose results nccl-tests found wrong (#wrong > 0) left out "
+                         f"({wrong['source'].iloc[0]}, size {int(wrong['size_bytes'].iloc[0])})")
+        raw = raw[raw["wrong_oop"] == 0]
+    other = nccl_tests.device_mismatch(raw["device"], base)
+    if other:
+        cal.notes.append(other)
+    rows = tidy(raw, cal.gpu, topology)
+    big = rows[rows["size_bytes"] >= FIT_FROM]
+    if len(big) < 3:
+        raise InputError(paths[0], None, f"{len(big)} rows of at least {FIT_FROM >> 10} KiB; the collective "
+                         "mechanisms need 3 or more")
+    profiles = {cal.gpu: base}
+    params, _ = fit(big, base=profiles)
+    pinned = at_bounds(params)
+    if pinned:
+        cal.notes.append(f"fitted at the edge of its range: {', '.join(pinned)}: the profile's links or GPU may not "
+                         "be what these runs ran on (check --gpu / --base and --topology), or the runs are noisy")
+    rows["predicted_s"] = predict(rows, with_fitted(profiles, params))
+    rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
+    table = cal.nccl_summary = summary(rows)
+    errs = "; ".join(f"{r.collective} x{r.gpus} {r.band}: {100 * r.median:.1f}% ({r.rows})" for r in table.itertuples())
+    kinds = ", ".join(sorted(big["collective"].unique()))
+    src = (f"fitted by ficco-sim calibrate {_today()} on {len(big)} nccl-tests rows >= {FIT_FROM >> 10} KiB ({kinds}) of "
+           f"{', '.join(Path(p).name for p in paths)} on {topology}; median |error| in sample (not held out): {errs}")
+    if len(big["collective"].unique()) == 1:
+        src += "; one collective alone does not tell the call floor from the per-step latencies"
+    if big["size_bytes"].min() >= 1 << 20:
+        src += (f"; its smallest call is {int(big['size_bytes'].min()) >> 20} MiB, so the floor and the per-step "
+                "latencies are fitted where they are a few percent of a call (calls below 1 MiB pin them)")
+    kept = [PATHS[k] for k in BOUNDS if k not in params and k != "issue_us"]
+    if kept:
+        src += f"; not seen by these rows, kept as the base profile has them: {', '.join(kept)}"
+    if "issue_us" not in params and (big["gpus_per_thread"] > 1).any():
+        src += (f"; every run drove {int(big['gpus_per_thread'].iloc[0])} GPUs from one thread, so the issue time "
+                "per GPU is the base profile's (comm_kernel.issue_us) and the floor is fitted beside it")
+    for path, value in profile_values(base, params).items():
+        cal.updates[path] = (value, "fitted", src)
+    if report_dir:
+        cal.written.append(write_text(Path(report_dir) / f"{cal.gpu}_nccl_tests_points.csv", rows))

@@ -286,9 +286,10 @@ def device_mismatch(devices: pd.Series, base: GpuProfile) -> str:
         return ""
     device = names[0]
     match = profile_for_device(device)
+    family = base.name.split(":")[0]            # h100:sustained is an h100
     amd = any(w in device.lower() for w in ("amd", "instinct", "radeon"))
-    base_amd = "amd" in base.name.lower() or base.name.lower().startswith("mi")
-    if match is not None and match == base.name:
+    base_amd = "amd" in family.lower() or family.lower().startswith("mi")
+    if match is not None and match == family:
         return ""
     if match is None and amd == base_amd:
         return ""

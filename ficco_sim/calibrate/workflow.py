@@ -18,8 +18,8 @@ import pandas as pd
 from ..errors import InputError
 from ..hardware import GpuProfile, beyond_peak, load_gpu, parse_profile
 from . import measurements as ms
-from . import nccl_tests
-from .fit_gemm import GemmFit, fit_gemm
+from . import fit_nccl, mamf, nccl_tests
+from .fit_gemm import GemmFit, fit_gemm, predict_times
 from .fit_links import LinkFits, fit_collectives, fit_contention, fit_copies
 from .report import error_summary, held_out_line, plot_predicted_vs_measured, write_points_csv
 from .writer import update_profile, write_profile
@@ -42,6 +42,7 @@ class Calibration:
     measured: list[tuple[int, int, int, str, float, str]] | None = None    # kept timings (keep_times)
     trace_gemms: pd.DataFrame | None = None    # a trace's GEMM operators that ran alone (traces.gemm_times)
     notes: list[str] = field(default_factory=list)   # what was left out of the inputs, or looks off, and why
+    gemm_before: pd.Series | None = None     # the base profile's relative error on the GEMM rows, before the fit
 
     def summary_rows(self) -> list[tuple[str, str, str]]:
         """(quantity, value, note) lines for the CLI table."""
@@ -69,6 +70,10 @@ class Calibration:
             t = self.trace_gemms
             rows.append(("GEMM |err| trace ops alone", f"median {100 * t['abs_err'].median():.1f}%  signed "
                          f"{100 * t['err'].median():+.1f}%", f"{len(t)} shapes, the base's model (not fitted)"))
+        if self.gemm_before is not None and len(self.gemm_before):
+            e = self.gemm_before
+            rows.append(("GEMM |err| base profile, before the fit", f"median {100 * e.abs().median():.1f}%  signed "
+                         f"{100 * e.median():+.1f}%", f"{len(e)} points, every row (nothing fitted)"))
         rows += [("note", "", n) for n in self.notes]
         return rows
 
@@ -126,8 +131,11 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
         raise InputError(bare, None, "an nccl-tests table without the output around it (no '# nThread' header): give "
                          "the test's whole output, whose '# nThread' and '#  Rank' lines say how many GPUs ran and how")
     if logs:
-        _nccl_tests(cal, base, logs, topology, report_dir)
-    tables = [(str(p), ms.read_csv(p, str(p))) for p in paths if not is_trace(p) and str(p) not in logs]
+        fit_nccl.calibrate_collectives(cal, base, logs, topology, report_dir)
+    finder = [str(p) for p in paths if not is_trace(p) and str(p) not in logs and mamf.looks_like(p)]
+    tables = [(p, mamf.read(p)) for p in finder]       # mamf-finder's GEMM sweeps: a user's timings
+    tables += [(str(p), ms.read_csv(p, str(p))) for p in paths
+               if not is_trace(p) and str(p) not in logs and str(p) not in finder]
     fmts = [ms.file_format(df) for _, df in tables]
     if out is not None and not report_dir and not traces and not logs and not {"vidur_gemm", "bench"} & set(fmts):
         # say it before fitting: collective tables fit links, which are reported, not written
@@ -138,6 +146,9 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
         if fmt == "vidur_gemm":
             rows = ms.gemm_rows(df, where, gpu)
             _gemm(cal, base, rows, where, holdout, fit_launch, report_dir, fit_roofline)
+        elif fmt == "bench" and where in finder:     # families of shapes (m=...): every third held out
+            _gemm(cal, base, ms.gemm_rows(df, where), where, holdout, fit_launch, report_dir, fit_roofline)
+            mamf.note_device(cal, df, base)
         elif fmt == "bench":
             _bench(cal, base, df, where, holdout, fit_launch, report_dir, fit_roofline)
         elif fmt == "vidur_collective":
@@ -245,67 +256,6 @@ def _trace_gemms(traces: list, gpu: GpuProfile) -> pd.DataFrame:
     return med.assign(abs_err=med["err"].abs())
 
 
-def _nccl_tests(cal: Calibration, base: GpuProfile, paths: Sequence[str], topology: str, report_dir: Any) -> None:
-    """Raw nccl-tests / rccl-tests output: the collective mechanisms (call floor, protocol
-    latencies, SM share of the link) fitted on the rows of 64 KiB and more
-    (:mod:`.fit_nccl`), every row's error reported."""
-    from . import fit_nccl
-    if topology not in ("switch", "fc", "ring"):
-        raise InputError("--topology", None, f"the kind of topology the runs ran on: switch, fc or ring; got "
-                         f"{topology!r}")
-    raw = pd.concat([nccl_tests.read(p) for p in paths], ignore_index=True)
-    multi = raw[raw["hosts"] > 1]
-    if len(multi) == len(raw):
-        raise InputError(str(multi["source"].iloc[0]), "hosts", f"the ranks ran on {int(multi['hosts'].iloc[0])} "
-                         "machines; calibrating collectives needs single-node runs (one topology)")
-    if len(multi):
-        runs = multi["source"].unique()
-        cal.notes.append(f"{len(runs)} run(s) across machines left out ({runs[0]}"
-                         f"{' ...' if len(runs) > 1 else ''}): collectives are fitted on single-node runs")
-        raw = raw[raw["hosts"] == 1]
-    wrong = raw[raw["wrong_oop"] > 0]
-    if len(wrong):
-        cal.notes.append(f"{len(wrong)} row(s) whose results nccl-tests found wrong (#wrong > 0) left out "
-                         f"({wrong['source'].iloc[0]}, size {int(wrong['size_bytes'].iloc[0])})")
-        raw = raw[raw["wrong_oop"] == 0]
-    other = nccl_tests.device_mismatch(raw["device"], base)
-    if other:
-        cal.notes.append(other)
-    rows = fit_nccl.tidy(raw, cal.gpu, topology)
-    big = rows[rows["size_bytes"] >= fit_nccl.FIT_FROM]
-    if len(big) < 3:
-        raise InputError(paths[0], None, f"{len(big)} rows of at least {fit_nccl.FIT_FROM >> 10} KiB; the collective "
-                         "mechanisms need 3 or more")
-    profiles = {cal.gpu: base}
-    params, _ = fit_nccl.fit(big, base=profiles)
-    pinned = fit_nccl.at_bounds(params)
-    if pinned:
-        cal.notes.append(f"fitted at the edge of its range: {', '.join(pinned)}: the profile's links or GPU may not "
-                         "be what these runs ran on (check --gpu / --base and --topology), or the runs are noisy")
-    rows["predicted_s"] = fit_nccl.predict(rows, fit_nccl.with_fitted(profiles, params))
-    rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
-    table = cal.nccl_summary = fit_nccl.summary(rows)
-    errs = "; ".join(f"{r.collective} x{r.gpus} {r.band}: {100 * r.median:.1f}% ({r.rows})" for r in table.itertuples())
-    kinds = ", ".join(sorted(big["collective"].unique()))
-    src = (f"fitted by ficco-sim calibrate {_today()} on {len(big)} nccl-tests rows >= {fit_nccl.FIT_FROM >> 10} KiB ({kinds}) of "
-           f"{', '.join(Path(p).name for p in paths)} on {topology}; median |error| in sample (not held out): {errs}")
-    if len(big["collective"].unique()) == 1:
-        src += "; one collective alone does not tell the call floor from the per-step latencies"
-    if big["size_bytes"].min() >= 1 << 20:
-        src += (f"; its smallest call is {int(big['size_bytes'].min()) >> 20} MiB, so the floor and the per-step "
-                "latencies are fitted where they are a few percent of a call (calls below 1 MiB pin them)")
-    kept = [fit_nccl.PATHS[k] for k in fit_nccl.BOUNDS if k not in params and k != "issue_us"]
-    if kept:
-        src += f"; not seen by these rows, kept as the base profile has them: {', '.join(kept)}"
-    if "issue_us" not in params and (big["gpus_per_thread"] > 1).any():
-        src += (f"; every run drove {int(big['gpus_per_thread'].iloc[0])} GPUs from one thread, so the issue time "
-                "per GPU is the base profile's (comm_kernel.issue_us) and the floor is fitted beside it")
-    for path, value in fit_nccl.profile_values(base, params).items():
-        cal.updates[path] = (value, "fitted", src)
-    if report_dir:
-        cal.written.append(write_text(Path(report_dir) / f"{cal.gpu}_nccl_tests_points.csv", rows))
-
-
 def write_text(path: Path, df: pd.DataFrame) -> Path:
     from ..files import write_text_atomic
     return write_text_atomic(path, df.to_csv(index=False, float_format="%.6g"), force=True)
@@ -336,6 +286,7 @@ def kept_times(rows: pd.DataFrame, where: str, gpu: GpuProfile) -> list[tuple[in
 def _gemm(cal: Calibration, base: GpuProfile, rows: pd.DataFrame, where: str, holdout: Any, fit_launch: bool,
           report_dir: Any, fit_roofline: bool = False) -> None:
     fit = fit_gemm(base, rows, holdout=holdout, fit_launch=fit_launch, fit_roofline=fit_roofline)
+    cal.gemm_before = pd.Series(predict_times(base, rows) / rows["time_s"].to_numpy() - 1.0)
     summary = error_summary(fit.rows)
     src = gemm_source(fit, where, summary)
     cal.gemm, cal.gemm_summary = fit, summary
