@@ -231,3 +231,15 @@ def test_workload_listing_a_node_before_its_dependency(tmp_path):
     assert [(o.id, o.start) for o in sorted(t.ops, key=lambda o: o.order)] == \
         [("r0.n2", 0.0), ("r0.n1", pytest.approx(5e-6))]
     assert replay(t, "h100").sim_makespan == pytest.approx(8e-6)
+
+
+def test_a_workload_of_the_2023_eg_schema_is_refused_naming_the_field(capsys):
+    """ASTRA-sim's ``transformer_2stack.0.eg`` (2023): chakra's eg_def schema, whose node types
+    and fields 6-20 meant other things; read with today's schema it was 6,528 memory stores and
+    2,560 peerless send-recvs over 18,018 s and a 'dependency cycle'."""
+    eg = CHAKRA / "transformer_2stack_eg_2023" / "transformer_2stack.0.eg"
+    with pytest.raises(InputError, match="eg_def schema") as err:
+        load_chakra([eg])
+    assert err.value.where == str(eg) and "field 12" in err.value.field
+    assert main(["trace", "import", str(eg)]) == 2
+    assert "\n" not in capsys.readouterr().err.strip()

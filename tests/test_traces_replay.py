@@ -209,3 +209,27 @@ def test_a_rooted_collective_is_not_held_to_its_peers(tmp_path):
     assert {o.collective for o in t.ops if o.category == "comm"} == {"broadcast"}
     r = replay(t, "h100", footprints=False)
     assert abs(r.error) < 1e-6 and abs(r.rank_errors[0]) < 1e-6, r.rank_errors
+
+
+def test_a_clock_far_from_zero_still_moves(tmp_path):
+    """A trace whose ops sit at epoch microseconds (an execution trace linked with its Kineto
+    file keeps them: 1.69e9 s) replays within the clock's resolution: its loaders put the clock
+    at the first op, and the engine, given such a clock anyway, steps by at least the clock's
+    spacing there instead of waking at the same instant forever (it hung)."""
+    import subprocess
+    import sys
+    f = tmp_path / "et.json"
+    f.write_text(json.dumps({"schema": "1.0.1", "nodes": [
+        {"id": 1, "name": "aten::add", "tid": 1, "ts": 1689179603044106, "dur": 7, "inputs": [], "outputs": []},
+        {"id": 2, "name": "aten::mul", "tid": 1, "ts": 1689179603044116, "dur": 3, "inputs": [], "outputs": []}]}))
+    t = load_trace([f])
+    assert min(o.start for o in t.ops) == 0.0 and abs(replay(t, "h100").error) < 1e-6
+    from ficco_sim.traces.ops import TraceOp, Trace
+    far = Trace([TraceOp("a", 0, "s7", "k", "compute", "opaque", 1.689e9, 7e-6),
+                 TraceOp("b", 0, "s7", "k", "compute", "opaque", 1.689e9 + 1e-5, 3e-6)], 1, ["x"], "kineto")
+    code = ("import pickle, sys; from ficco_sim.traces.replay import replay; "
+            "print(replay(pickle.loads(sys.stdin.buffer.read()), 'h100').sim_makespan)")
+    import pickle
+    run = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(far), capture_output=True, timeout=120)
+    assert run.returncode == 0, run.stderr.decode()[-500:]
+    assert abs(float(run.stdout) - 1.689e9 - 13e-6) < 1e-6    # idle from 0 to the first op, then 13 us

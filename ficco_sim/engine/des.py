@@ -403,8 +403,8 @@ class Simulation(Wiring):
             self._record_links()
         nxt = self.fluid.next_finish()
         if math.isfinite(nxt):
-            wake = self.env.timeout(max(nxt, 0.0))
-            ver = self.version
+            # at least the clock's own spacing: a step below it (late in a long clock) would never move it
+            wake, ver = self.env.timeout(max(nxt, 2 * math.ulp(self.env.now)) if nxt > 0 else 0.0), self.version
             wake.callbacks.append(lambda _e, ver=ver: self._wake(ver))
 
     def _interfere(self) -> None:

@@ -60,7 +60,7 @@ from ..errors import InputError
 from .chakra_wire import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMP_NODE, INVALID_NODE,  # noqa: F401
                           MEM_LOAD_NODE, MEM_STORE_NODE, METADATA_NODE, decode_chakra, encode_chakra)
 from .kineto_io import read_json
-from .ops import Trace, TraceOp, classify_cpu_op, classify_kernel, collective_kind
+from .ops import Trace, TraceOp, classify_cpu_op, classify_kernel, collective_kind, rebase
 
 COMM_NODES = (COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE)
 OP_NODES = (MEM_LOAD_NODE, MEM_STORE_NODE, COMP_NODE) + COMM_NODES
@@ -113,6 +113,8 @@ def load_chakra_blobs(blobs: Sequence[tuple[str, bytes]]) -> Trace:
         _asap(ops, ranks_seen)
         trace.notes.append("no start times in the trace: ops start as soon as their dependencies and stream "
                            "allow, so its makespan is the longest dependency chain")
+    else:
+        rebase(ops, blobs[0][0], "node.start_time_micros")
     return trace
 
 
@@ -351,6 +353,9 @@ def load_et_json(paths: Sequence[str | Path]) -> Trace:
         if not timed:
             raise InputError(where, "nodes[].dur", "this host execution trace has no durations; import the "
                              "matching Kineto trace (one per rank) instead, or link the two with chakra_trace_link")
+        if not any(isinstance(_node_value(n, "ts"), (int, float)) for n in timed):
+            raise InputError(where, "nodes[].ts", "its nodes carry durations but no start times: their order in "
+                             "time, and which nest inside which, cannot be told; import the matching Kineto trace")
         writer: dict[tuple, str] = {}
         for order, n in enumerate(sorted(timed, key=lambda n: (_node_value(n, "ts") or 0, n.get("id", 0)))):
             name = str(n.get("name", ""))
@@ -376,6 +381,7 @@ def load_et_json(paths: Sequence[str | Path]) -> Trace:
     for o in ops:
         if o.category == "comm":
             o.group = tuple(range(n))
+    rebase(ops, str(paths[0]), "nodes[].ts")
     trace = Trace(ops, n, [str(p) for p in paths], "et", on_gpu=any(o.stream.startswith("s") for o in ops))
     # Same-stream dependencies are implicit; drop them to keep the graph small.
     ids = {o.id: o for o in ops}

@@ -158,6 +158,12 @@ def _node(buf: bytes, where: str, k: int) -> dict:
                 raise InputError(where, f"{field}.attr", f"not a message (protobuf wire type {wt})")
             name, value = _attr(v, where, field)
             n["attr"][name] = value
+        elif num >= 12 and wt == 0:
+            # the eg_def schema of early 2023 (ASTRA-sim's .eg workloads): a node's type numbers and fields 6-20
+            # meant other things (3 a compute node, 6 a collective; 6 a tensor size, 12-20 comm fields)
+            raise InputError(where, f"{field} field {num}", "a Chakra node of the eg_def schema (before 0.0.4, early "
+                             "2023), whose node types and fields mean other things: convert the workload again "
+                             "with chakra 0.0.4 or later")
         # 8, 9 (inputs, outputs), 11 (storage) and newer fields: not needed
     return n
 

@@ -53,7 +53,7 @@ from .kineto_cpu import _cpu_ops
 from .kineto_io import GPU_CATS, US, _events, _num, _prod, count, kineto_hook_for, read_json
 from .kineto_set import _check_ranks, _check_set, _select_steps
 from .ops import (CPU_GEMM_OPS, DTYPE_SIZE, Trace, TraceOp, classify_kernel, collective_kind,
-                  kernel_class, split_waits)
+                  kernel_class, rebase, split_waits)
 
 _MEMCPY_DIR = re.compile(r"\b(HtoD|DtoH|DtoD|PtoP|HtoH)\b")
 _DEVICES = re.compile(r"\(\s*(\w+)\s*(\d*)\s*->\s*(\w+)\s*(\d*)\s*\)")
@@ -125,7 +125,6 @@ class _File:
         self.span = (min(starts, default=math.inf) * US, max(ends, default=-math.inf) * US)
 
 
-MAX_SPAN_S = 3600.0   # a replay spans at most an hour of measured time (else: timestamps are broken)
 
 
 def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = None) -> Trace:
@@ -173,14 +172,7 @@ def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = No
         ops = _select_steps(ops, files, steps)
     notes[:0] = notes_set
     t0 = min(o.start for o in ops)
-    span = max(o.end for o in ops) - t0
-    if span > MAX_SPAN_S:
-        raise InputError(files[0].where, "traceEvents.ts", f"the ops span {span / 3600:.1f} h of measured time; a "
-                         "replay needs a window (--steps N) or timestamps in microseconds")
-    for o in ops:
-        o.start -= t0
-        if o.launch is not None:
-            o.launch -= t0
+    rebase(ops, files[0].where, "traceEvents.ts")
     ops.sort(key=lambda o: (o.start, o.rank, o.order))
     if files[0].on_gpu:    # a GPU collective's kernel spans until all its ranks are done
         split_waits(ops)

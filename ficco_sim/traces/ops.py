@@ -36,6 +36,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 
+from ..errors import InputError
 from ..hardware import BlockShape
 
 # DeepEP's expert-parallel all-to-all (deep_ep::intranode / internode / internode_ll dispatch, combine and their
@@ -249,6 +250,25 @@ def match_collectives(ops: list[TraceOp]) -> dict[str, tuple[int, list[TraceOp]]
         for m in members:
             out[m.id] = (i, members)
     return out
+
+
+MAX_SPAN_S = 3600.0   # a replay spans at most an hour of measured time (else: timestamps are broken)
+
+
+def rebase(ops: list[TraceOp], where: str, field: str) -> None:
+    """Put the trace's clock at its first op (whatever epoch it was recorded in: a simulation
+    clock of 1.7e9 s cannot resolve microseconds), its ops spanning at most :data:`MAX_SPAN_S`."""
+    if not ops:
+        return
+    t0 = min(o.start for o in ops)
+    span = max(o.end for o in ops) - t0
+    if span > MAX_SPAN_S:
+        raise InputError(where, field, f"the ops span {span / 3600:.1f} h of measured time; a replay needs a window "
+                         "(--steps N) or timestamps in microseconds")
+    for o in ops:
+        o.start -= t0
+        if o.launch is not None:
+            o.launch -= t0
 
 
 # collectives with a root: the root's kernel may end before the others' begin (a small broadcast fits the
