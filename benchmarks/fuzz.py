@@ -224,7 +224,28 @@ def g_calibration(r: random.Random, tmp: Path) -> list[str]:
         (["--keep-times"] if r.random() < 0.4 else [])
 
 
+def g_et_plus(r: random.Random) -> dict:
+    """PARAM's linked execution trace (ET+) with nodes' times, streams, parents, tensors broken."""
+    data = json.loads(gzip.decompress((ROOT / "traces" / "real" / "param_resnet_v100_et_plus.json.gz").read_bytes()))
+    nodes = data["nodes"]
+    for _ in range(r.randrange(1, 4)):
+        n = r.choice(nodes)
+        key = r.choice(["ts", "dur", "cat", "stream", "parent", "inputs", "outputs", "tid", "name", "args"])
+        if key == "stream" and isinstance(n.get("args"), dict):
+            n["args"]["stream"] = r.choice(BAD_NUMBERS + [None, 7, 8])
+        else:
+            n[key] = r.choice(BAD_NUMBERS + ["kernel", "gpu_memcpy", None, [], [[1, 2, 0, -5, 4, "cuda:0"]]])
+    if r.random() < 0.2:
+        data["nodes"] = [n for n in nodes if n.get("cat") is None]        # the host operators alone
+    return data
+
+
 def g_trace(r: random.Random, tmp: Path) -> list[str]:
+    if r.random() < 0.3:
+        p = tmp / "et_plus.json"
+        p.write_text(json.dumps(g_et_plus(r)))
+        cmd = r.choice(["import", "replay"])
+        return ["trace", cmd, str(p)] + (["--source-gpu", "v100"] if cmd == "replay" else [])
     src = ROOT / "traces" / "real" / r.choice(["hta_a100_event_sync_multi_stream.json.gz", "hta_mi250_rocm62.json.gz",
                                                "hta_a100_event_sync.json.gz"])
     data = json.loads(gzip.decompress(src.read_bytes()))

@@ -63,6 +63,9 @@ def trace_format(path: str | Path) -> str:
                 head = fh.read(65536)
         except (OSError, EOFError):
             raise InputError(str(p), None, "truncated or corrupt gzip data") from None
+    if b'"workload_graph"' in head and b'"traceEvents"' not in head:
+        raise InputError(str(p), "workload_graph", "a Chakra trace dumped as JSON (chakra_jsonizer) is not read: "
+                         "give the .et files it was dumped from")
     return "et" if b'"nodes"' in head and b'"traceEvents"' not in head else "kineto"
 
 
@@ -74,16 +77,22 @@ def load_trace(paths: Sequence[str | Path], *, steps: Sequence[int] | None = Non
         raise InputError("trace", None, "no trace files given")
     paths = expand_paths(paths)
     fmts = {trace_format(p) for p in paths}
+    if fmts == {"et", "kineto"}:
+        raise InputError(str(paths[0]), None, "an execution trace given with a Kineto trace: give the Kineto "
+                         "trace alone (one per rank), or the two linked into one (chakra_trace_link)")
     if len(fmts) > 1:
         raise InputError(str(paths[0]), None, f"mixed trace formats: {', '.join(sorted(fmts))}")
     fmt = fmts.pop()
     if fmt == "kineto":
         from .kineto import load_kineto
         return load_kineto(paths, steps=steps)
+    if fmt == "et":
+        from .et_json import load_et_json
+        return load_et_json(paths, steps=steps)
     if steps:
         raise InputError("--steps", None, f"profiler steps are a Kineto notion; {fmt} traces have none")
-    from .chakra import load_chakra, load_et_json
-    return load_chakra(paths) if fmt == "chakra" else load_et_json(paths)
+    from .chakra import load_chakra
+    return load_chakra(paths)
 
 
 __all__ = ["Trace", "TraceOp", "classify_kernel", "find_pairs", "load_kineto", "load_trace", "pair_whatif",

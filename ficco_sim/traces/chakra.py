@@ -1,4 +1,4 @@
-"""Execution traces: MLCommons Chakra ``.et`` (protobuf) and JSON ETs with durations.
+"""Execution traces: MLCommons Chakra ``.et`` (protobuf).
 
 **Chakra ``.et``** (schema ``et_def.proto`` of chakra 1.0, proto3): a stream of
 messages, each prefixed by its varint length: one ``GlobalMetadata`` then ``Node`` s.
@@ -29,11 +29,7 @@ on its stream are done, so the trace's makespan is its longest dependency chain.
 Workload files give communication no duration at all (ASTRA-sim simulates it): replay
 holds such ops for 0 s, ``trace whatif --topology ...`` models them from their bytes.
 
-**JSON ET** (PyTorch ``ExecutionTraceObserver`` output after ``chakra_trace_link``):
-nodes that carry a duration (``dur`` / ``exclusive_dur``, top-level or in ``attrs``)
-become ops on stream ``stream`` (GPU) or ``tid`` (CPU); dependencies are the tensors
-they share (read after write of the same storage). A host-only ET has no durations: it
-is refused with a hint to import the matching Kineto trace.
+JSON execution traces (PyTorch's, linked with their Kineto trace) are :mod:`.et_json`'s.
 
 >>> blob = encode_chakra([{"id": 0, "name": "mm", "type": COMP_NODE, "duration_micros": 5},
 ...                       {"id": 2, "name": "ag", "type": COMM_COLL_NODE, "data_deps": [0, 7], "duration_micros": 3,
@@ -52,14 +48,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import networkx as nx
 
 from ..errors import InputError
 from .chakra_wire import (COMM_COLL_NODE, COMM_RECV_NODE, COMM_SEND_NODE, COMP_NODE, INVALID_NODE,  # noqa: F401
                           MEM_LOAD_NODE, MEM_STORE_NODE, METADATA_NODE, decode_chakra, encode_chakra)
-from .kineto_io import read_json
 from .ops import Trace, TraceOp, classify_cpu_op, classify_kernel, collective_kind, rebase
 
 COMM_NODES = (COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE)
@@ -311,80 +306,3 @@ def _asap(ops: list[TraceOp], sources: dict[int, str]) -> None:
         o.order = k
         o.start = max([free.get((o.rank, o.stream), 0.0)] + [by_id[d].end for d in o.deps])
         free[(o.rank, o.stream)] = o.end
-
-
-# ------------------------------------------------------------------------------------
-# JSON execution traces
-
-def _node_value(n: dict, key: str) -> Any:
-    if key in n:
-        return n[key]
-    for a in n.get("attrs") or []:
-        if isinstance(a, dict) and a.get("name") == key:
-            return a.get("value")
-    return None
-
-
-def _tensors(io: Any) -> list[tuple]:
-    vals = (io or {}).get("values") if isinstance(io, dict) else None
-    out: list[tuple] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, list) and len(v) == 6 and all(isinstance(x, int) for x in v[:5]):
-            out.append((v[1], v[2], v[3]))   # storage, offset, numel
-        elif isinstance(v, list):
-            for x in v:
-                walk(x)
-    walk(vals)
-    return out
-
-
-def load_et_json(paths: Sequence[str | Path]) -> Trace:
-    """Import JSON execution traces with durations (see module docstring)."""
-    ops: list[TraceOp] = []
-    for index, p in enumerate(paths):
-        where = str(p)
-        data = read_json(p)
-        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
-            raise InputError(where, "nodes", "missing: not an execution trace")
-        rank = index
-        timed = [n for n in data["nodes"] if isinstance(n, dict)
-                 and isinstance(_node_value(n, "dur") or _node_value(n, "exclusive_dur"), (int, float))]
-        if not timed:
-            raise InputError(where, "nodes[].dur", "this host execution trace has no durations; import the "
-                             "matching Kineto trace (one per rank) instead, or link the two with chakra_trace_link")
-        if not any(isinstance(_node_value(n, "ts"), (int, float)) for n in timed):
-            raise InputError(where, "nodes[].ts", "its nodes carry durations but no start times: their order in "
-                             "time, and which nest inside which, cannot be told; import the matching Kineto trace")
-        writer: dict[tuple, str] = {}
-        for order, n in enumerate(sorted(timed, key=lambda n: (_node_value(n, "ts") or 0, n.get("id", 0)))):
-            name = str(n.get("name", ""))
-            stream = _node_value(n, "stream")
-            gpu_op = stream is not None
-            kind, role = classify_kernel(name) if gpu_op else classify_cpu_op(name)
-            ts = _node_value(n, "ts") or 0
-            dur = _node_value(n, "dur") or _node_value(n, "exclusive_dur")
-            op = TraceOp(f"r{rank}.e{n.get('id', order)}", rank,
-                         f"s{stream}" if gpu_op else f"thread.{_node_value(n, 'tid') or 0}", name,
-                         "comm" if role == "comm" else "compute", kind if role != "comm" else "comm",
-                         float(ts) * US, float(dur) * US, order=order)
-            if role == "comm":
-                op.collective = collective_kind(name)
-            for t in _tensors(n.get("inputs")):
-                if t in writer and writer[t] != op.id:
-                    op.deps.append(writer[t])
-            for t in _tensors(n.get("outputs")):
-                writer[t] = op.id
-            op.deps = list(dict.fromkeys(op.deps))
-            ops.append(op)
-    n = len(paths)
-    for o in ops:
-        if o.category == "comm":
-            o.group = tuple(range(n))
-    rebase(ops, str(paths[0]), "nodes[].ts")
-    trace = Trace(ops, n, [str(p) for p in paths], "et", on_gpu=any(o.stream.startswith("s") for o in ops))
-    # Same-stream dependencies are implicit; drop them to keep the graph small.
-    ids = {o.id: o for o in ops}
-    for o in ops:
-        o.deps = [d for d in o.deps if ids[d].stream != o.stream or ids[d].rank != o.rank]
-    return trace

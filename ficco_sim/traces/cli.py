@@ -19,7 +19,9 @@ directory holding them):
   Kineto / PyTorch-profiler JSON (.json or .json.gz), written by
       with torch.profiler.profile(activities=[CPU, CUDA], record_shapes=True) as p: ...
       p.export_chrome_trace(f"rank{rank}.json")
-  Chakra .et protobuf (one per rank), or a JSON execution trace with durations.
+  Chakra .et protobuf (one per rank), or a PyTorch execution trace linked with
+  its Kineto trace (ET+: chakra_trace_link or PARAM's trace_link.py); a linked
+  GPU node is timed at its launch and starts when its stream is free.
 
 How a trace becomes a task graph (ficco_sim/traces/graph.py, host.py):
   * GPU kernels keep their stream, priority and launch footprint (grid, threads,

@@ -73,9 +73,9 @@ def _ranks(v: Any) -> tuple[int, ...]:
 class _File:
     """One rank's file, parsed."""
 
-    def __init__(self, path: str, index: int):
+    def __init__(self, path: str, index: int, data: Any = None):
         self.where = path
-        data = read_json(path, kineto_hook_for)
+        data = read_json(path, kineto_hook_for) if data is None else data
         self.events, self.pos = _events(data, path)
         meta = data if isinstance(data, dict) else {}
         dist = meta.get("distributedInfo") or {}
@@ -127,12 +127,14 @@ class _File:
 
 
 
-def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = None) -> Trace:
+def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = None,
+                parsed: Sequence[dict] | None = None) -> Trace:
     """Import one Kineto trace per rank (see module docstring). ``steps``: keep only the
-    ops launched (GPU) or run (CPU) inside those ``ProfilerStep#N`` windows."""
+    ops launched (GPU) or run (CPU) inside those ``ProfilerStep#N`` windows. ``parsed``: the
+    files' content already read (an execution trace's, as :mod:`.et_json` writes it)."""
     if not paths:
         raise InputError("trace", None, "no trace files given")
-    files = [_File(str(p), i) for i, p in enumerate(paths)]
+    files = [_File(str(p), i, None if parsed is None else parsed[i]) for i, p in enumerate(paths)]
     _check_ranks(files)
     notes_set = _check_set(files)
     on_gpu = {f.on_gpu for f in files}
