@@ -9,9 +9,12 @@ NVLink SM-driven traffic reaches) across sources, and report the error of every 
     python benchmarks/collective_error.py --older          # the runs of an older NCCL (OLDER_NCCL), on their own
 
 NCCL's source fixes the rest (protocol payload shares, the channel rule, which size its tuner
-sees: the version of NCCL a run used decides it, the NVLS latency of its tuner). A fit on
-one NVIDIA source is scored on the other (held out): that is the validation figure; the
-shipped numbers are fitted on both, and the rows they were fitted on are marked
+sees: the version of NCCL a run used decides it, the protocol its tuner picks from its own
+table, the NVLS latency of its tuner). A fit on one NVIDIA source is scored on the other
+(held out). The shipped numbers: the host's share of a call (its floor, the issue time per
+GPU a thread drives) fitted on every NVIDIA row, each GPU's wire (link latency, protocol
+step latencies, SM share, NVLS channels) on its own rows; scored on the runs never fitted
+on. The rows they were fitted on are marked
 ``used_for_fit`` in ``validation/public/nccl_tests.csv``. The raw runs of :data:`HELD_OUT`
 (``validation/nccl-tests/``, e.g. NVIDIA's own 8x H100 all-reduce sample) are never fitted
 on: every fit is scored on them.
@@ -38,6 +41,7 @@ RAW = Path(__file__).resolve().parents[1] / "validation" / "nccl-tests"
 # all-reduce sample, microsoft/superbenchmark's 8 x A100 runs of four collectives, xxrjun/nccl-tests-cluster's
 # 8 and 4 x H100 runs of five, odissei-benchmarks/nccl-tests' 4 x H100 without a switch, three;
 # (source URL, GPU as the shared table names it, topology kind, NCCL tuner: the file's own when None)
+HOST = ("launch_us", "issue_us")      # the host's share of a call: fitted on every row of a vendor, not per GPU
 HELD_OUT = {"h100x8_exemplar_all_reduce.txt": (
     "https://github.com/NVIDIA/exemplar-performance/blob/e249aa3c788284d1575379ccf73568c383d4c91e/"
     "microbenchmarks/nccl/README.md", "H100-SXM-80GB", "switch", None),
@@ -194,15 +198,19 @@ def main() -> None:
         nvls_holdout(big)
         rows = big
         for vendor, part in rows.groupby(rows["gpu_profile"].map(VENDOR)):
-            p, e = fit(part)
-            print(f"{vendor} fitted on all its rows: {p} (mean |log err| {e:.3f})")
-            test = held_out()
-            test = test[test["gpu_profile"].map(VENDOR) == vendor].copy()
-            if len(test):
-                gpus = {g: load_gpu(g) for g in test["gpu_profile"].unique()}
-                test["predicted_s"] = predict(test, with_fitted(gpus, p))
-                print("  held out (never fitted on):")
-                print(summary(test).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+            joint, e = fit(part)
+            print(f"{vendor} fitted on all its rows: {joint} (mean |log err| {e:.3f})")
+            for g, own in part.groupby("gpu_profile") if part["gpu_profile"].nunique() > 1 else ():
+                # the GPU's wire on its own rows; the host's share (call floor, issue time per GPU
+                # a thread drives: the host and NCCL's software) as every row of the vendor says
+                p, e = fit(own, fixed={k: joint[k] for k in HOST if k in joint})
+                print(f"{g} fitted on its {len(own)} rows, the host terms the vendor's: {p} (mean |log err| {e:.3f})")
+                test = held_out()
+                test = test[test["gpu_profile"] == g].copy()
+                if len(test):
+                    test["predicted_s"] = predict(test, with_fitted({g: load_gpu(g)}, p))
+                    print("  held out (never fitted on):")
+                    print(summary(test).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         return
     rows = scored(pd.concat([rows, held_out()], ignore_index=True))
     gpus = {g: load_gpu(g) for g in rows["gpu_profile"].unique()}

@@ -111,6 +111,11 @@ MUTANTS = {
     "trace-steps-file-rank": ("ficco_sim/traces/kineto_set.py", "    if len(files) == 1:     # one file: its ops'",
                               "    if False:     # one file: its ops'", "a single file's steps found whatever rank "
                               "it says it is"),
+    "nccl-ring-tuner": ("ficco_sim/hardware_specs.py", "        if self.ring_bus_bw > 0:\n            ring = tuned",
+                        "        if False:\n            ring = tuned",
+                        "a ring call's protocol picked from NCCL's own tuning table, not by the protocols' own costs"),
+    "et-plus-launch-times": ("ficco_sim/traces/et_json.py", "        moved = _gpu_starts(trace)",
+                             "        moved = 0", "a linked execution trace's GPU nodes read as timed at their launch"),
     "trace-tf32": ("ficco_sim/traces/replay.py", '    if dtype == "float32" and any(t in op.name.lower() for t in TF32_KERNEL):',
                    "    if False:", "a traced float32 GEMM on a tensor-core kernel read as tfloat32"),
     "late-channel-handshake": ("ficco_sim/engine/des.py",

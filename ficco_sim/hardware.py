@@ -459,6 +459,8 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
             p2p=_p2p(r),
             fully_connected=r.choice("comm_kernel.fully_connected", ("ring", "direct"))
             if r.has("comm_kernel.fully_connected") else "direct",
+            ring_bus_bw=r.number("comm_kernel.nccl_ring.bus_bw_gbps", scale=GB) if r.has("comm_kernel.nccl_ring") else 0.0,
+            ll_max_bw=r.number("comm_kernel.nccl_ring.ll_max_bw_gbps", scale=GB) if r.has("comm_kernel.nccl_ring") else 0.0,
         ),
         gemm=GemmModel(tiles=tuple(tiles), efficiency=efficiency,
                        k_overhead=r.number("gemm.k_overhead", positive=False),

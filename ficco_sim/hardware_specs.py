@@ -216,6 +216,14 @@ class P2pRule:
 NVLS_MIN_BYTES = 2 << 20
 
 
+# NCCL's tuner for a ring on NVLink, per protocol (src/graph/tuning.cc, NCCL 2.18-2.29): a call's
+# latency is base + steps x per_step (us) and its bandwidth the ring graph's bus bandwidth, LL's
+# half of it capped by the GPU's llMaxBw (a quarter for an all-reduce, a third otherwise, before
+# 2.21), LL128's 0.92 of it. Used only to pick the protocol, as NCCL does; what a protocol then
+# costs is the profile's (:class:`Protocol`).
+NCCL_RING_US = {"LL": (6.6, 0.6), "LL128": (14.0, 1.9), "Simple": (8.4, 3.4)}
+
+
 @dataclass(frozen=True)
 class CommKernelSpec:
     """SM-based collective kernel (NCCL/RCCL-like): per-block footprint, default channel
@@ -229,6 +237,9 @@ class CommKernelSpec:
     one thread drives several GPUs (nccl-tests' ``-g``; s). ``tuner``: the size NCCL's tuner
     picks an all-gather's or a reduce-scatter's protocol and channels on: ``"call"`` the
     whole call's bytes (NCCL 2.22 and later), ``"rank"`` one rank's share (before 2.22).
+    ``ring_bus_bw``, ``ll_max_bw`` (B/s): the bus bandwidth of NCCL's ring graph (its channels
+    x their bandwidth) and the GPU's cap on LL, from which NCCL's tuner picks a ring call's
+    protocol (:meth:`nccl_protocol`; 0: the least isolated time, :meth:`protocol_index`).
     ``fully_connected``: the algorithm the library runs an all-gather, reduce-scatter or
     all-reduce with where every GPU has links to every other (no switch): ``"ring"`` (NCCL,
     whose rings then run over every link) or ``"direct"`` (each rank to every peer at once)."""
@@ -245,6 +256,39 @@ class CommKernelSpec:
     tuner: str = "call"
     p2p: P2pRule | None = None
     fully_connected: str = "direct"
+    ring_bus_bw: float = 0.0
+    ll_max_bw: float = 0.0
+
+    def nccl_protocol(self, size: Any, ranks: Any, steps: Any) -> Any:
+        """The protocol NCCL's tuner picks for a ring call of ``size`` bytes (as it sees them)
+        over ``ranks`` ranks in ``steps`` ring steps (an all-reduce ``2 (ranks - 1)``, an
+        all-gather or reduce-scatter ``ranks - 1``): the least ``base + steps x per_step +
+        size / (bandwidth x ranks / steps)`` (:data:`NCCL_RING_US`). Vectorized.
+
+        On 4 x H100 (ring bus bandwidth 360 GB/s, NCCL 2.29.2's own table): a 4 MiB
+        all-reduce runs LL128, an all-gather of 4 MiB Simple, 2 MiB ones LL.
+
+        >>> spec = CommKernelSpec(BlockShape(512, 96, 0), 24, 15e9, protocols=(Protocol("LL", 0, .5),
+        ...     Protocol("LL128", 0, .9375), SIMPLE), ring_bus_bw=360e9, ll_max_bw=141e9)
+        >>> [int(spec.nccl_protocol(s << 20, 4, k)) for s, k in ((4, 6), (4, 3), (2, 6), (2, 3))]
+        [1, 2, 0, 0]
+        """
+        import numpy as np
+        size, ranks, steps = (np.asarray(v, dtype=float) for v in (size, ranks, steps))
+        steps, ranks = np.maximum(steps, 1.0), np.maximum(ranks, 1.0)
+        old = self.tuner == "rank"          # NCCL before 2.21-2.22: LL a quarter / a third
+        ll = np.where(steps >= 2 * (ranks - 1) - 0.5, 0.25, 1 / 3) if old else 0.5
+        times = []
+        for q in self.protocols:
+            if q.name not in NCCL_RING_US:
+                times.append(np.full(np.broadcast(size, steps).shape, np.inf))
+                continue
+            base, per_step = NCCL_RING_US[q.name]
+            bw = {"LL": np.minimum(self.ll_max_bw or np.inf, self.ring_bus_bw * ll),
+                  "LL128": 0.92 * self.ring_bus_bw}.get(q.name, self.ring_bus_bw)
+            times.append((base + steps * per_step) * 1e-6 + size / (bw * ranks / steps))
+        best = np.argmin(np.stack(times, axis=-1), axis=-1)
+        return int(best) if best.ndim == 0 else best
 
     def protocol_index(self, nbytes: Any) -> Any:
         """The protocol a transfer step of ``nbytes`` runs with, as NCCL's tuner picks it: the
@@ -270,7 +314,7 @@ class CommKernelSpec:
         import numpy as np
         return (np.asarray(call) == 0) & (np.asarray(ranks) > 0)
 
-    def tuned(self, nbytes: Any, call: Any, ranks: Any, grid: Any) -> tuple[Any, Any]:
+    def tuned(self, nbytes: Any, call: Any, ranks: Any, grid: Any, steps: Any = 0.0) -> tuple[Any, Any]:
         """(protocol index, channels) of SM transfers of ``nbytes`` driven by kernels of
         ``grid`` channels, as NCCL's tuner picks them for the collective call each is a step
         of: the call's size is ``nbytes * call`` (0: a point-to-point message, its own bytes)
@@ -280,7 +324,9 @@ class CommKernelSpec:
         channels, at least one. A send of a grouped point-to-point call (``call`` 0, ``ranks``
         the communicator's) takes its channels and protocol from :class:`P2pRule` where the
         profile has one; a message of no call (``ranks`` 0) runs on every channel, its protocol
-        the fastest alone. Vectorized; the one rule both engines use.
+        the fastest alone. A ring call (``steps`` > 0: its ring steps) on a profile that has
+        NCCL's ring tuner (``ring_bus_bw``) takes the protocol that tuner picks
+        (:meth:`nccl_protocol`). Vectorized; the one rule both engines use.
 
         >>> spec = CommKernelSpec(BlockShape(512, 96, 0), 16, 25e9, protocols=(
         ...     Protocol("LL", 1e-6, 0.5, 4096, True), Protocol("Simple", 10e-6, 1.0, 32768)),
@@ -301,6 +347,10 @@ class CommKernelSpec:
         tuned = call > 0
         size = np.where(tuned, x * call, x)
         p = np.asarray(self.protocol_index(np.where(tuned, size / np.maximum(ranks, 1), x)))
+        if self.ring_bus_bw > 0:
+            ring = tuned & (np.asarray(steps, dtype=float) > 0)
+            if ring.any():
+                p = np.where(ring, self.nccl_protocol(size, ranks, steps), p)
         need = np.array([q.channel_bytes for q in self.protocols])[p] * np.where(
             np.array([q.per_rank for q in self.protocols])[p], np.maximum(ranks, 1), 1.0)
         channels = np.where(tuned & (need > 0), np.clip(np.floor(size / np.where(need > 0, need, 1.0)), 1, grid), grid)

@@ -302,8 +302,8 @@ def collective_tuning(gpu: GpuProfile | str, topology: Topology | str, kind: str
     if t is None:
         return "-", 0
     spec = gpu.comm_kernel
-    call, ranks = t.tune or (0.0, 0.0)
-    p, channels = spec.tuned(t.nbytes, call, ranks, graph.kernel(t.drivers[0]).grid)
+    call, ranks, steps = (tuple(t.tune) + (0.0, 0.0, 0.0))[:3]
+    p, channels = spec.tuned(t.nbytes, call, ranks, graph.kernel(t.drivers[0]).grid, steps)
     return spec.protocols[int(p)].name, int(channels)
 
 

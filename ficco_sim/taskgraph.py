@@ -26,9 +26,9 @@ Typed model inputs, set by the lowering and read by the engines:
   so the closed-form engine can cost it at other sizes; kernels without one (trace
   imports) are costed from their blocks.
 * ``Transfer.tune``: the collective call an SM transfer is a step of, as NCCL's tuner sees
-  it: ``(bytes of the call per byte of the transfer, ranks)``; the engines pick its wire
-  protocol and channels on it (:meth:`~ficco_sim.hardware.CommKernelSpec.tuned`).
-  ``(0, ranks)``: one send of a grouped point-to-point call among ``ranks`` ranks (an
+  it: ``(bytes of the call per byte of the transfer, ranks, ring steps of the call)``; the
+  engines pick its wire protocol and channels on it
+  (:meth:`~ficco_sim.hardware.CommKernelSpec.tuned`). ``(0, ranks, 0)``: one send of a grouped point-to-point call among ``ranks`` ranks (an
   all-to-all's, a send-recv's), on the channels NCCL's p2p rule gives it
   (:class:`~ficco_sim.hardware.P2pRule`). Empty: a message no library call tunes (its own
   bytes, every channel of its kernels).
@@ -134,7 +134,7 @@ class Transfer:
     io: Mapping[str, object] = field(default_factory=dict, compare=False)
     step: int | None = None
     signals: tuple[tuple[str, float], ...] = ()    # (GEMM kernel, rows share) tile signals it waits on
-    tune: tuple[float, float] = ()     # SM: (call bytes per byte, ranks) of its call; (0, ranks): a grouped send
+    tune: tuple = ()     # SM: (call bytes per byte, ranks, ring steps) of its call; (0, ranks, 0): a grouped send
 
 
 def _quick_init(cls: type) -> type:

@@ -224,8 +224,8 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
         else:
             k, spec = graph.kernel(t.drivers[0]), gpu.comm_kernel
             kernel_share = k.grid * spec.channel_bandwidth / chan[(k.id, step[t.id])]
-            call, ranks = t.tune or (0.0, 0.0)
-            p, c = (float(v) for v in spec.tuned(t.nbytes, call, ranks, k.grid))     # NCCL's tuner, the one rule
+            call, ranks, steps = (tuple(t.tune) + (0.0, 0.0, 0.0))[:3]
+            p, c = (float(v) for v in spec.tuned(t.nbytes, call, ranks, k.grid, steps))     # NCCL's tuner, the one rule
             bw = min(bw, kernel_share)
             if c < k.grid:      # fewer channels: a grouped send's own, or that share of a ring step's kernel
                 bw = min(bw, c * spec.channel_bandwidth if call == 0 and ranks > 0 else kernel_share * c / k.grid)

@@ -25,9 +25,30 @@ P2P = P2pRule(32, 32, 512 * KIB, 16 * KIB)     # NCCL 2.29 on an NVSwitch node
 
 
 def tuned_gpu(tuner: str = "call"):
+    """Two protocols picked by their isolated times (no NCCL tuning table: ring_bus_bw 0)."""
     base = ideal()
     return dataclasses.replace(base, comm_kernel=dataclasses.replace(
-        base.comm_kernel, protocols=(LL, SIMPLE), tuner=tuner, issue=5e-6, p2p=P2P))
+        base.comm_kernel, protocols=(LL, SIMPLE), tuner=tuner, issue=5e-6, p2p=P2P, ring_bus_bw=0.0))
+
+
+@pytest.mark.parametrize("sim", ["des", "analytical"])
+@pytest.mark.parametrize("kind, nbytes, picked", [
+    ("all-reduce", 4 << 20, "LL128"), ("all-reduce", 2 << 20, "LL"), ("all-reduce", 16 << 20, "Simple"),
+    ("all-gather", 1 << 20, "Simple"), ("all-gather", 512 << 10, "LL")])
+def test_nccls_own_table_picks_a_ring_calls_protocol(sim, kind, nbytes, picked):
+    """On 4 x H100 NCCL 2.29.2's tuning table (validation/nccl-tests/h100x4_ring_debug_all_reduce.log:
+    Ring AllReduce LL 10.2 us / 94 GB/s, LL128 25.4 / 220.8, Simple 28.8 / 240; AllGather 8.4 / 188,
+    19.7 / 441.6, 18.6 / 480) runs a 4 MiB all-reduce on LL128 but a 4 MiB all-gather (1 MiB
+    shards) on Simple, where the protocols' own isolated times would pick otherwise. Each call
+    takes as long as with that protocol alone."""
+    from ficco_sim.hardware import load_gpu
+    from ficco_sim.simulate import collective_tuning
+    gpu = load_gpu("h100")
+    assert collective_tuning(gpu, "switch:4", kind, nbytes, algorithm="ring")[0] == picked
+    only = dataclasses.replace(gpu, comm_kernel=dataclasses.replace(
+        gpu.comm_kernel, protocols=tuple(p for p in gpu.comm_kernel.protocols if p.name == picked)))
+    t = collective_time(gpu, "switch:4", kind, nbytes, algorithm="ring", sim=sim)
+    assert t == pytest.approx(collective_time(only, "switch:4", kind, nbytes, algorithm="ring", sim=sim), rel=1e-9)
 
 
 def ll_step(gpu, nbytes: float, channels: int, alpha: float) -> float:

@@ -104,8 +104,8 @@ def test_independent_pair_closed_forms(kind, engine, gpu, topo):
     # SM collectives take SM slots the GEMM would use (or fit beside its blocks): between the two
     sm = simulate(sc, "par-sm", g, topo, engine=engine).makespan
     assert sm < none.makespan
-    if not (kind == "ar-par-gemm" and gpu == "h100"):
-        assert dma * (1 - 1e-9) <= sm
+    if not (kind == "ar-par-gemm" and gpu == "h100"):     # (the GEMM's tail wave packs a little
+        assert dma * (1 - 1e-4) <= sm                       # differently around the comm blocks: 1e-5)
 
 
 def test_independent_pair_schedules_are_their_own():

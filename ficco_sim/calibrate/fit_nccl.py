@@ -177,8 +177,8 @@ def runs_nvls(rows: pd.DataFrame, base: dict[str, GpuProfile]) -> np.ndarray:
     return np.array([one(r) for r in rows.itertuples()], dtype=bool)
 
 
-def fit(rows: pd.DataFrame, base: dict[str, GpuProfile] | None = None, evaluations: int = 200
-        ) -> tuple[dict, float]:
+def fit(rows: pd.DataFrame, base: dict[str, GpuProfile] | None = None, evaluations: int = 200,
+        fixed: dict | None = None) -> tuple[dict, float]:
     """Every mechanism at once (bounded least squares, scipy, on ``log(predicted / measured)``
     with a soft L1 loss so that a few odd rows do not steer it), on every row: the call floor,
     the per-GPU issue time (only when the rows drive GPUs in two or more ways: one thread for
@@ -187,15 +187,17 @@ def fit(rows: pd.DataFrame, base: dict[str, GpuProfile] | None = None, evaluatio
     (:func:`visible`; else the base profile's); then the NVLS channels on the
     rows that run NVLS, and the rest again. ``base``: the profiles by ``gpu_profile`` (default
     the built-in ones), whose other numbers (NCCL's channel rule, payload shares, the NVLS
-    latency) are kept. Returns the parameters fitted and the mean |log error| of all rows."""
+    latency) are kept; ``fixed``: mechanisms set, not fitted (returned with the rest). Returns
+    the parameters fitted and the mean |log error| of all rows."""
     from scipy.optimize import least_squares
-    base = base or {g: load_gpu(g) for g in rows["gpu_profile"].unique()}
+    fixed = fixed or {}
+    base = with_fitted(base or {g: load_gpu(g) for g in rows["gpu_profile"].unique()}, fixed)
     # the issue time per GPU is told apart from the floor only by rows of two ways of driving GPUs
     seen = visible(rows, base)
-    names = [k for k in BOUNDS if k in seen and
+    names = [k for k in BOUNDS if k in seen and k not in fixed and
              (k != "issue_us" or rows.get("gpus_per_thread", pd.Series([1])).nunique() > 1)]
     if not names:
-        return {}, loss(rows, {}, base)
+        return dict(fixed), loss(rows, {}, base)
     lo, hi = np.array([BOUNDS[k] for k in names]).T
     measured = rows["measured_s"].to_numpy()
     nvls = runs_nvls(rows, base)
@@ -215,7 +217,7 @@ def fit(rows: pd.DataFrame, base: dict[str, GpuProfile] | None = None, evaluatio
         errs = {c: loss(rows[nvls], dict(got, nvls_channels=float(c)), base) for c in NVLS_CHANNELS}
         best = {"nvls_channels": float(min(errs, key=errs.get))}
     params = {**dict(zip(names, x.tolist())), **best}
-    return params, loss(rows, params, base)
+    return {**fixed, **params}, loss(rows, params, base)
 
 
 def at_bounds(params: dict, rel: float = 1e-3) -> list[str]:

@@ -97,7 +97,7 @@ class Template:
     const: np.ndarray          # CONST: launch; XFER: fixed + latency; MEM/FIXED: duration at ref; SIG: flag latency
     coef: np.ndarray           # XFER: s per byte; GEMM: epilogue stores, s per m*n; SIG: share of rows
     ref_bytes: np.ndarray      # XFER: bytes at ref; GEMM: fused stores' remote bytes per output element
-    tune: np.ndarray           # (nodes, 4) SMX: its call (bytes per byte, ranks), channel cap B/s, channels
+    tune: np.ndarray           # (nodes, 5) SMX: its call (bytes per byte, ranks, ring steps), channel cap B/s, channels
     gemm_shape: np.ndarray     # GEMM node -> index into shapes
     shapes: list[GemmShape]    # at ref
     gpu_of: np.ndarray         # node -> GPU (kernels: their GPU; transfers: src)
@@ -290,7 +290,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
     gemm_nodes, comm_nodes, xfer_nodes = ix(end, gemms), ix(end, comms), ix(end, xfers)
     return Template(
         ref=scenario, num_nodes=n, levels=levels, kind=np.array(kinds, dtype=np.int64), const=np.array(consts),
-        coef=np.array(coefs), ref_bytes=np.array(nbytes), tune=np.array(tunes, dtype=float).reshape(-1, 4),
+        coef=np.array(coefs), ref_bytes=np.array(nbytes), tune=np.array(tunes, dtype=float).reshape(-1, 5),
         gemm_shape=np.array(shape_ix, dtype=np.int64),
         shapes=list(shapes), gpu_of=gpu_of, dst_of=dst_of, gemm_nodes=gemm_nodes, gemm_begin=ix(begin, gemms),
         comm_nodes=comm_nodes, comm_begin=ix(begin, comms), comm_grid=comm_grid, xfer_nodes=xfer_nodes,

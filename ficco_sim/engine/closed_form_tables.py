@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .closed_form import Template
 
 
-NO_TUNE = (0.0, 0.0, 0.0, 0.0)
+NO_TUNE = (0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass
@@ -78,7 +78,7 @@ def transfer_cost(t, gpu: GpuProfile, links: list, latency: float, link_rates: l
         cap, fixed = blocks * gpu.comm_kernel.channel_bandwidth / shared, 0.0
     chan = cap
     cap = min(cap, gpu.hbm_effective / (2 if t.src == t.dst else 1))
-    tune = ((*(t.tune or (0.0, 0.0)), chan, float(blocks)) if t.engine == "sm" else NO_TUNE)
+    tune = ((*(tuple(t.tune) + (0.0, 0.0, 0.0))[:3], chan, float(blocks)) if t.engine == "sm" else NO_TUNE)
     return fixed + latency, 1.0 / min(link_rates + [cap]), cap, links, tune
 
 
@@ -91,8 +91,8 @@ def tuned_terms(gpu: GpuProfile, payload: np.ndarray, tune: np.ndarray) -> tuple
     :mod:`.sm_transfers`); a grouped send's latency includes its pipeline's last chunk
     (:meth:`~ficco_sim.hardware.CommKernelSpec.p2p_fill`)."""
     spec = gpu.comm_kernel
-    call, ranks, chan, grid = (tune[:, i] for i in range(4))
-    p, channels = spec.tuned(payload, call, ranks, grid)
+    call, ranks, steps, chan, grid = (tune[:, i] for i in range(5))
+    p, channels = spec.tuned(payload, call, ranks, grid, steps)
     eff = np.array([q.efficiency for q in spec.protocols])[p]
     lat = np.array([q.latency for q in spec.protocols])[p] + spec.p2p_fill(payload / eff, call, ranks, channels)
     own = spec.grouped(call, ranks)

@@ -128,7 +128,7 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
         ref=scenario, num_nodes=n * N0, levels=LazyLevels(lambda: padded_levels(lens, flat, level)),
         share_dag=(lens0, flat0 % N0, level0), kind=np.tile(kind, n),
         const=np.tile(const.astype(float), n), coef=np.tile(coef.astype(float), n),
-        ref_bytes=np.tile(nbytes.astype(float), n), tune=np.tile(tune.astype(float).reshape(-1, 4), (n, 1)),
+        ref_bytes=np.tile(nbytes.astype(float), n), tune=np.tile(tune.astype(float).reshape(-1, 5), (n, 1)),
         gemm_shape=np.tile(shape.astype(np.int64), n),
         shapes=list(shapes), gpu_of=gpu_of.astype(np.int64), dst_of=dst_of.astype(np.int64),
         gemm_nodes=gemm_nodes, gemm_begin=gemm_begin, comm_nodes=comm_nodes, comm_begin=comm_begin,

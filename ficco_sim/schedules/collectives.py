@@ -83,19 +83,22 @@ def _rings(b: GraphBuilder, rows: int):
         yield order, {v: i for i, v in enumerate(order)}, off, k, (f".r{r}" if len(parts) > 1 else ""), r
 
 
-def call_tuning(b: GraphBuilder, rank_bytes: float, call_bytes: float, size: float) -> tuple[float, float]:
+def call_tuning(b: GraphBuilder, rank_bytes: float, call_bytes: float, size: float,
+                all_reduce: bool = False) -> tuple[float, float, float]:
     """:attr:`~ficco_sim.taskgraph.Transfer.tune` of the ``size``-byte steps of a ring call
     whose tuner sees ``call_bytes`` (NCCL 2.22 on: an all-gather's or reduce-scatter's whole
     call) or ``rank_bytes`` (earlier NCCL: one rank's share; the GPU profile's
-    ``comm_kernel.tuner``); an all-reduce's halves pass its buffer as both."""
+    ``comm_kernel.tuner``); an all-reduce's halves pass its buffer as both, and its ring
+    steps are twice an all-gather's."""
     seen = rank_bytes if b.gpu.comm_kernel.tuner == "rank" else call_bytes
-    return (seen / size, float(b.num_gpus)) if size > 0 else ()
+    steps = (b.num_gpus - 1) * (2 if all_reduce else 1)
+    return (seen / size, float(b.num_gpus), float(steps)) if size > 0 else ()
 
 
-def p2p_tuning(b: GraphBuilder) -> tuple[float, float]:
+def p2p_tuning(b: GraphBuilder) -> tuple[float, float, float]:
     """:attr:`~ficco_sim.taskgraph.Transfer.tune` of one send of a grouped point-to-point
     call among the builder's GPUs (NCCL's all-to-all and send-recv)."""
-    return (0.0, float(b.num_gpus))
+    return (0.0, float(b.num_gpus), 0.0)
 
 
 def split_rows(rows: int, parts: int) -> list[int]:
@@ -138,7 +141,7 @@ def all_gather(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: str, *
                 part = lambda owner: row_slice(buffer, owner * rows + off, k)  # noqa: E731
                 prev: dict[int, str] = {}
                 size = k * cols * b.elem(dtype)
-                tune = call_tuning(b, e * n if kernels is not None else e, e * n, size)
+                tune = call_tuning(b, e * n if kernels is not None else e, e * n, size, kernels is not None)
                 for t in range(1, n):
                     cur = {}
                     label = f"AG ring step {t}"
@@ -197,7 +200,7 @@ def reduce_scatter(b: GraphBuilder, prefix: str, rows: int, cols: int, dtype: st
             part = lambda chunk: row_slice(buffer, chunk * rows + off, k)  # noqa: E731
             prev: dict[int, str] = {}
             size = k * cols * b.elem(dtype)
-            tune = call_tuning(b, e * n if ring_kernels is not None else e, e * n, size)
+            tune = call_tuning(b, e * n if ring_kernels is not None else e, e * n, size, ring_kernels is not None)
             for t in range(1, n):
                 cur = {}
                 label = f"RS ring step {t}"

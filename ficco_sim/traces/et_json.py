@@ -100,6 +100,10 @@ def _event(n: dict, j: int, where: str) -> dict | None:
     stream = _value(n, "stream")
     stream = kargs.get("stream") if stream is None else stream
     cat = _value(n, "cat")
+    for key, v in (("cat", cat), ("stream", stream)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (str, int) if key == "stream" else str)):
+            raise InputError(where, f"nodes[{j}].{key}", f"must be {'an integer or a name' if key == 'stream' else 'a string'}"
+                             f", got {str(v)[:40]!r}")
     nid = n.get("id", j)
     if cat in GPU_CATS or stream is not None:
         parent = _value(n, "parent") if _value(n, "parent") is not None else _value(n, "ctrl_deps")
