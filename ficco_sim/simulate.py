@@ -26,7 +26,7 @@ from .schedules import Schedule, lower
 from .schedules import collectives as coll
 from .schedules.builder import GraphBuilder
 from .schedules.presets import is_preset, resolve
-from .taskgraph import TaskGraph
+from .taskgraph import UNTUNED, TaskGraph
 from .timeline import Timeline
 from .topology import Topology, load_topology
 from .workload import COLLECTIVES, Scenario
@@ -302,7 +302,7 @@ def collective_tuning(gpu: GpuProfile | str, topology: Topology | str, kind: str
     if t is None:
         return "-", 0
     spec = gpu.comm_kernel
-    call, ranks, steps = (tuple(t.tune) + (0.0, 0.0, 0.0))[:3]
+    call, ranks, steps = t.tune or UNTUNED
     p, channels = spec.tuned(t.nbytes, call, ranks, graph.kernel(t.drivers[0]).grid, steps)
     return spec.protocols[int(p)].name, int(channels)
 

@@ -68,6 +68,8 @@ from typing import Iterable, Mapping, Union
 from .gemm_model import GemmShape
 from .hardware import BlockShape
 
+UNTUNED = (0.0, 0.0, 0.0)     # Transfer.tune of a message no library call tunes
+
 KERNEL_KINDS = ("gemm", "comm", "memory", "opaque")
 ROLES = ("compute", "comm")
 

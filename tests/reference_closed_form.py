@@ -15,7 +15,7 @@ from ficco_sim.engine.closed_form import kernel_isolated_time
 from ficco_sim.engine.closed_form import CONTENTION_PASSES, DAMP
 from ficco_sim.engine.launch import launch_delays
 from ficco_sim.gemm_model import block_needs, blocks_beside, blocks_per_sm, gemm_times, hbm_traffic, plan_gemm, waves_time
-from ficco_sim.taskgraph import Kernel, TaskGraph, Transfer
+from ficco_sim.taskgraph import UNTUNED, Kernel, TaskGraph, Transfer
 
 
 def _cover(a0, a1, spans):
@@ -224,7 +224,7 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
         else:
             k, spec = graph.kernel(t.drivers[0]), gpu.comm_kernel
             kernel_share = k.grid * spec.channel_bandwidth / chan[(k.id, step[t.id])]
-            call, ranks, steps = (tuple(t.tune) + (0.0, 0.0, 0.0))[:3]
+            call, ranks, steps = t.tune or UNTUNED
             p, c = (float(v) for v in spec.tuned(t.nbytes, call, ranks, k.grid, steps))     # NCCL's tuner, the one rule
             bw = min(bw, kernel_share)
             if c < k.grid:      # fewer channels: a grouped send's own, or that share of a ring step's kernel

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..gemm_model import block_needs, blocks_per_sm
 from ..hardware import GpuProfile
-from ..taskgraph import Kernel, TaskGraph
+from ..taskgraph import UNTUNED, Kernel, TaskGraph
 from ..topology import Topology
 from .closed_form_overlap import CommKernels, MemKernels, join_either, join_keys, padded_lists
 from .launch import host_issued, persistent, queued_turns
@@ -78,7 +78,7 @@ def transfer_cost(t, gpu: GpuProfile, links: list, latency: float, link_rates: l
         cap, fixed = blocks * gpu.comm_kernel.channel_bandwidth / shared, 0.0
     chan = cap
     cap = min(cap, gpu.hbm_effective / (2 if t.src == t.dst else 1))
-    tune = ((*(tuple(t.tune) + (0.0, 0.0, 0.0))[:3], chan, float(blocks)) if t.engine == "sm" else NO_TUNE)
+    tune = ((*(t.tune or UNTUNED), chan, float(blocks)) if t.engine == "sm" else NO_TUNE)
     return fixed + latency, 1.0 / min(link_rates + [cap]), cap, links, tune
 
 

@@ -21,6 +21,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from ..taskgraph import UNTUNED
 from ..timeline import TaskRecord
 
 NAN = float("nan")
@@ -169,7 +170,7 @@ class SmTransfers:
         last = dk[np.searchsorted(dj, np.arange(n), side="right") - 1] if n else dk
         spec = sim.gpu.comm_kernel
         grid = np.array([sim.g.kernel(k).grid for k in self.kernels], dtype=float)[first] if n else np.zeros(0)
-        tuned = np.array([(tuple(tu) + (0.0, 0.0, 0.0))[:3] for tu in tunes], dtype=float).reshape(n, 3)
+        tuned = np.array([tu or UNTUNED for tu in tunes], dtype=float).reshape(n, 3)
         p, channels = spec.tuned(self.nbytes, tuned[:, 0], tuned[:, 1], grid, tuned[:, 2])
         self.wire = self.nbytes / np.array([q.efficiency for q in spec.protocols])[p]
         self.latency = (np.asarray(pair_latency)[self.pair] + np.array([q.latency for q in spec.protocols])[p]
