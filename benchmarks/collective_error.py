@@ -200,11 +200,14 @@ def main() -> None:
         for vendor, part in rows.groupby(rows["gpu_profile"].map(VENDOR)):
             joint, e = fit(part)
             print(f"{vendor} fitted on all its rows: {joint} (mean |log err| {e:.3f})")
-            for g, own in part.groupby("gpu_profile") if part["gpu_profile"].nunique() > 1 else ():
+            for g, own in part.groupby("gpu_profile"):
                 # the GPU's wire on its own rows; the host's share (call floor, issue time per GPU
                 # a thread drives: the host and NCCL's software) as every row of the vendor says
-                p, e = fit(own, fixed={k: joint[k] for k in HOST if k in joint})
-                print(f"{g} fitted on its {len(own)} rows, the host terms the vendor's: {p} (mean |log err| {e:.3f})")
+                p = joint
+                if part["gpu_profile"].nunique() > 1:
+                    p, e = fit(own, fixed={k: joint[k] for k in HOST if k in joint})
+                    print(f"{g} fitted on its {len(own)} rows, the host terms the vendor's: {p} "
+                          f"(mean |log err| {e:.3f})")
                 test = held_out()
                 test = test[test["gpu_profile"] == g].copy()
                 if len(test):

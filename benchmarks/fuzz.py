@@ -230,7 +230,8 @@ def g_et_plus(r: random.Random) -> dict:
     nodes = data["nodes"]
     for _ in range(r.randrange(1, 4)):
         n = r.choice(nodes)
-        key = r.choice(["ts", "dur", "cat", "stream", "parent", "inputs", "outputs", "tid", "name", "args"])
+        key = r.choice(["ts", "dur", "cat", "stream", "parent", "inputs", "outputs", "tid", "name", "args", "attrs",
+                        "ctrl_deps", "id", "scope", "pid"])
         if key == "stream" and isinstance(n.get("args"), dict):
             n["args"]["stream"] = r.choice(BAD_NUMBERS + [None, 7, 8])
         else:

@@ -276,12 +276,14 @@ class CommKernelSpec:
         import numpy as np
         size, ranks, steps = (np.asarray(v, dtype=float) for v in (size, ranks, steps))
         steps, ranks = np.maximum(steps, 1.0), np.maximum(ranks, 1.0)
-        old = self.tuner == "rank"          # NCCL before 2.21-2.22: LL a quarter / a third
+        old = self.tuner == "rank"          # NCCL before 2.22 (LL's half since 2.21): a quarter / a third
         ll = np.where(steps >= 2 * (ranks - 1) - 0.5, 0.25, 1 / 3) if old else 0.5
+        if not any(q.name in NCCL_RING_US for q in self.protocols):
+            return self.protocol_index(size / ranks)      # none of NCCL's: the least isolated time
         times = []
         for q in self.protocols:
             if q.name not in NCCL_RING_US:
-                times.append(np.full(np.broadcast(size, steps).shape, np.inf))
+                times.append(np.full(np.broadcast(size, ranks, steps).shape, np.inf))
                 continue
             base, per_step = NCCL_RING_US[q.name]
             bw = {"LL": np.minimum(self.ll_max_bw or np.inf, self.ring_bus_bw * ll),
@@ -309,7 +311,7 @@ class CommKernelSpec:
 
     @staticmethod
     def grouped(call: Any, ranks: Any) -> Any:
-        """Whether a transfer tuned ``(call, ranks)`` (:attr:`~ficco_sim.taskgraph.Transfer.tune`)
+        """Whether a transfer tuned ``(call, ranks, steps)`` (:attr:`~ficco_sim.taskgraph.Transfer.tune`)
         is a send of a grouped point-to-point call: no call size, a communicator's ranks."""
         import numpy as np
         return (np.asarray(call) == 0) & (np.asarray(ranks) > 0)

@@ -13,11 +13,16 @@ the Kineto trace of the same run it does (ET+). Two linkers write it, and both a
   ``parent``; ``inputs`` are plain lists (``[id, storage, offset, numel, bytes, device]``
   per tensor) where later schemas write ``{"values": [...]}``.
 
+Chakra's linker keys launches by the operator, so every kernel of one operator gets the end of
+its last launch. A collective's process group is not read from ``record_param_comms`` (every
+collective is taken over all ranks, one per file, in file order).
+
 The nodes are turned into the Kineto events they came from and read by :mod:`.kineto`, so
 a kernel, a copy or a host operator means here what it means in a Kineto trace: with GPU
 nodes, those are the ops (their operators only lend their shapes; their own time is the
 launch), without, each thread's outermost operators are (``ProfilerStep#N``, ``## name
-##`` ranges and the profiler's root nodes wrap ops, they are not ops). On top of the
+##`` ranges, nodes of ``scope`` 7 (``record_function``) and the profiler's root nodes wrap
+ops, they are not ops). On top of the
 stream order, an op waits for the op on another stream that last wrote a tensor it reads
 (same storage, offset and size). Start times are required: durations alone cannot tell
 which node ran inside which. A host-only ET (no durations) is refused with a hint.
@@ -35,6 +40,7 @@ from .kineto_io import GPU_CATS, read_json
 from .ops import Trace, rebase
 
 _WRAPPER = re.compile(r"^\[pytorch\|profiler|^ProfilerStep#|^## .* ##$")
+USER_SCOPE = 7           # at::RecordScope::USER_SCOPE: a record_function range (Kineto's user_annotation)
 _OP_ID = re.compile(r"^r(\d+)\.[a-z]+(\d+)$")      # a Kineto op's id: its file and event position
 _DURATIONS = ("dur", "inclusive_dur", "exclusive_dur")
 
@@ -43,7 +49,8 @@ def _value(n: dict, key: str) -> Any:
     """A node's field: top level, else in its ``attrs`` list (Chakra's later schemas)."""
     if key in n:
         return n[key]
-    for a in n.get("attrs") or []:
+    attrs = n.get("attrs")
+    for a in attrs if isinstance(attrs, list) else []:
         if isinstance(a, dict) and a.get("name") == key:
             return a.get("value")
     return None
@@ -78,7 +85,8 @@ def tensors(values: Any) -> list[tuple]:
     out: list[tuple] = []
 
     def walk(v: Any) -> None:
-        if isinstance(v, list) and len(v) == 6 and all(isinstance(x, int) and not isinstance(x, bool) for x in v[:5]):
+        if (isinstance(v, list) and len(v) == 6 and isinstance(v[5], str)
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v[:5])):
             out.append((v[1], v[2], v[3], v[4]))
         elif isinstance(v, list):
             for x in v:
@@ -97,32 +105,37 @@ def _event(n: dict, j: int, where: str) -> dict | None:
     if not isinstance(name, str):
         raise InputError(where, f"nodes[{j}].name", f"must be a string, got {str(name)[:40]!r}")
     kargs = n.get("args") if isinstance(n.get("args"), dict) else {}
+    cat = _value(n, "cat")
+    if cat is not None and not isinstance(cat, str):
+        raise InputError(where, f"nodes[{j}].cat", f"must be a string, got {str(cat)[:40]!r}")
     stream = _value(n, "stream")
     stream = kargs.get("stream") if stream is None else stream
-    cat = _value(n, "cat")
-    for key, v in (("cat", cat), ("stream", stream)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (str, int) if key == "stream" else str)):
-            raise InputError(where, f"nodes[{j}].{key}", f"must be {'an integer or a name' if key == 'stream' else 'a string'}"
-                             f", got {str(v)[:40]!r}")
-    nid = n.get("id", j)
+    if stream is None and cat in GPU_CATS:
+        stream = _value(n, "tid")          # a Kineto GPU event's tid is its stream
+    if stream is not None and (isinstance(stream, bool) or not isinstance(stream, (str, int))):
+        raise InputError(where, f"nodes[{j}].stream", f"must be an integer or a name, got {str(stream)[:40]!r}")
+    nid = n.get("id")
+    own = nid if isinstance(nid, int) and not isinstance(nid, bool) and nid >= 0 else -(j + 1)   # (no other's)
     if cat in GPU_CATS or stream is not None:
         parent = _value(n, "parent") if _value(n, "parent") is not None else _value(n, "ctrl_deps")
-        # correlation: the event's position (ops keep it as their launch order); External id: its operator
+        device = kargs.get("device", n.get("pid", 0))
+        # correlation: the node's position (ops keep it as their launch order); External id: its operator
         args = {**kargs, "stream": stream if stream is not None else 0, "correlation": j,
-                "External id": parent if isinstance(parent, int) else -1}
+                "External id": parent if isinstance(parent, int) and not isinstance(parent, bool) else -(j + 1)}
         return {"ph": "X", "cat": cat if cat in GPU_CATS else "kernel", "name": name, "ts": ts, "dur": dur,
-                "pid": kargs.get("device", 0), "tid": args["stream"], "args": args}
+                "pid": device, "tid": args["stream"], "args": args}
     tid = _value(n, "tid")
-    args = {"External id": nid if isinstance(nid, int) else -1,
+    args = {"External id": own,
             "Input Dims": n.get("input_shapes", _io(n, "inputs", "shapes")),
             "Input type": n.get("input_types", _io(n, "inputs", "types"))}
-    return {"ph": "X", "cat": "user_annotation" if _WRAPPER.search(name) else "cpu_op", "name": name,
+    wrapper = _WRAPPER.search(name) or _value(n, "scope") == USER_SCOPE
+    return {"ph": "X", "cat": "user_annotation" if wrapper else "cpu_op", "name": name,
             "ts": ts, "dur": dur, "pid": 0, "tid": tid if isinstance(tid, (int, str)) else 0,
             "args": {k: v for k, v in args.items() if v is not None}}
 
 
-def _as_kineto(data: Any, where: str, index: int) -> tuple[dict, dict[int, dict], int, bool]:
-    """(Kineto-shaped content, event position -> node, host operators, GPU nodes?) of one file."""
+def _as_kineto(data: Any, where: str, index: int) -> tuple[dict, dict[int, dict], int]:
+    """(Kineto-shaped content, event position -> node, host operators) of one file."""
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
         raise InputError(where, "nodes", "missing: not an execution trace")
     events, of_event = [], {}
@@ -136,9 +149,8 @@ def _as_kineto(data: Any, where: str, index: int) -> tuple[dict, dict[int, dict]
     if any(e["ts"] is None for e in events):
         raise InputError(where, "nodes[].ts", "its nodes carry durations but no start times: their order in "
                          "time, and which nest inside which, cannot be told; import the matching Kineto trace")
-    on_gpu = any(e["cat"] in GPU_CATS for e in events)
     host = sum(e["cat"] == "cpu_op" for e in events)
-    return {"traceEvents": events, "distributedInfo": {"rank": index}}, of_event, host, on_gpu
+    return {"traceEvents": events, "distributedInfo": {"rank": index}}, of_event, host
 
 
 def load_et_json(paths: Sequence[str | Path], *, steps: Sequence[int] | None = None) -> Trace:
@@ -148,7 +160,7 @@ def load_et_json(paths: Sequence[str | Path], *, steps: Sequence[int] | None = N
     read = [_as_kineto(read_json(p), w, i) for i, (p, w) in enumerate(zip(paths, where))]
     trace = load_kineto(where, steps=steps, parsed=[r[0] for r in read])
     trace.fmt = "et"
-    nodes = {(rank, pos): n for rank, (_, of_event, _, _) in enumerate(read) for pos, n in of_event.items()}
+    nodes = {(rank, pos): n for rank, (_, of_event, _) in enumerate(read) for pos, n in of_event.items()}
     _tensor_deps(trace, nodes)
     if trace.on_gpu:
         moved = _gpu_starts(trace)

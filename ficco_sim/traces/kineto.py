@@ -125,8 +125,6 @@ class _File:
         self.span = (min(starts, default=math.inf) * US, max(ends, default=-math.inf) * US)
 
 
-
-
 def load_kineto(paths: Sequence[str | Path], *, steps: Sequence[int] | None = None,
                 parsed: Sequence[dict] | None = None) -> Trace:
     """Import one Kineto trace per rank (see module docstring). ``steps``: keep only the
