@@ -48,7 +48,9 @@ dma.command_overhead_us (the benchmark copies within one GPU, so they measure HB
 engine's rate to a peer: dma.bandwidth_gbps is kept) and contention.compute_per_hbm_util;
 comm_kernel.launch_us, protocol latencies and channel bandwidth from nccl-tests output
 (bounded least squares on rows >= 64 KiB, every row's error reported; runs across machines and
-rows nccl-tests found wrong left out, with a note);
+rows nccl-tests found wrong left out, with a note), and where the log prints NCCL's own tuning
+table (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING) comm_kernel.nccl_ring (the ring's bus bandwidth
+and LL cap NCCL's tuner picks protocols with, written as measured, used by the fit);
 contention.compute_beside_comm_kernel from traces (the slowdown beside collectives that
 the SMs they hold and their HBM traffic leave unexplained; --report DIR writes every
 kernel pair) and gemm.kernel (persistent where the GEMM blocks compute more outputs than one

@@ -265,6 +265,34 @@ def profile_values(gpu: GpuProfile, params: dict) -> dict[str, float]:
     return out
 
 
+def _tuning_from_logs(cal: Any, base: GpuProfile, paths: Sequence[str]) -> GpuProfile:
+    """``base`` with the ring bus bandwidth and LL cap of NCCL's own tuning table where a log
+    prints one (:mod:`.nccl_tuning`; the first found), set in the written profile too; the
+    protocols the fit then sees are the ones NCCL picked in those runs."""
+    from .nccl_tuning import ring_tuning
+    from .workflow import _today
+    for p in paths:
+        t = ring_tuning(Path(p).read_text(encoding="utf-8", errors="replace"), str(p))
+        if t is None:
+            continue
+        ck = base.comm_kernel
+        ll = t["ll_max_bw_gbps"]
+        base = dataclasses.replace(base, comm_kernel=dataclasses.replace(
+            ck, ring_bus_bw=t["bus_bw_gbps"] * 1e9, ll_max_bw=ll * 1e9 if ll else ck.ll_max_bw))
+        src = (f"read by ficco-sim calibrate {_today()} from NCCL's own tuning table (NCCL_DEBUG_SUBSYS=TUNING) "
+               f"in {Path(p).name}: the Ring/Simple all-gather cell over {t['ranks']} ranks x (n - 1) / n")
+        if not ck.ring_bus_bw:
+            cal.notes.append(f"{Path(p).name} prints NCCL's tuning table (ring bus bandwidth {t['bus_bw_gbps']:g} "
+                             "GB/s) but the base profile has no comm_kernel.nccl_ring block to hold it: used for "
+                             "this fit, not written")
+            return base
+        cal.updates["comm_kernel.nccl_ring.bus_bw_gbps"] = (t["bus_bw_gbps"], "measured", src)
+        if ll:
+            cal.updates["comm_kernel.nccl_ring.ll_max_bw_gbps"] = (ll, "measured", src.replace("Simple", "LL"))
+        return base
+    return base
+
+
 def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topology: str, report_dir: Any) -> None:
     """Raw nccl-tests / rccl-tests output: the collective mechanisms (call floor, protocol
     latencies, SM share of the link) fitted on the rows of 64 KiB and more
@@ -292,6 +320,7 @@ def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topo
     other = nccl_tests.device_mismatch(raw["device"], base)
     if other:
         cal.notes.append(other)
+    base = _tuning_from_logs(cal, base, paths)
     rows = tidy(raw, cal.gpu, topology)
     big = rows[rows["size_bytes"] >= FIT_FROM]
     if len(big) < 3:
