@@ -27,9 +27,12 @@ h:1:2 [0] NCCL INFO     AllGather |     0.0/   0.0 |     0.0/   0.0 |     0.0/  
 """
 
 
-def test_the_4_h100_log_gives_nccls_own_numbers():
-    t = ring_tuning(LOG.read_text(), str(LOG))
-    assert t == {"ranks": 4, "bus_bw_gbps": 360.0, "ll_max_bw_gbps": 141.0}
+@pytest.mark.parametrize("gpus", [2, 4, 6])
+def test_the_h100_logs_give_nccls_own_numbers(gpus):
+    """The same ring bus bandwidth at 2, 4 and 6 ranks: one number per GPU, as the profile has it."""
+    log = LOG.with_name(f"h100x{gpus}_ring_debug_all_reduce.log")
+    t = ring_tuning(log.read_text(), str(log))
+    assert t == {"ranks": gpus, "bus_bw_gbps": 360.0, "ll_max_bw_gbps": 141.0}
     ck = load_gpu("h100").comm_kernel          # the shipped profile holds what the log says
     assert (ck.ring_bus_bw, ck.ll_max_bw) == (t["bus_bw_gbps"] * 1e9, t["ll_max_bw_gbps"] * 1e9)
 
