@@ -379,10 +379,10 @@ MECHANISMS = {
     # The same release on a Llama-3-70B output projection (k = 1024 per GPU: short pieces): the
     # closed form's tie rule must put the queued GEMM first too. DES 0.640 ms; closed form -0.1%,
     # -13.5% with the high-priority collective first. Checked at an LL128 step of 1.2 us (the
-    # fit of 2026-11-28 had 3.3): below ~1 us (the present H100 fit, 0.61) a ring step ends
-    # before the next piece's collective is launched, the queued GEMM's pending blocks take the
-    # SMs it frees in the DES, and the closed form, which hands them to that collective, reads
-    # 7% fast (validation/README.md, "closed form").
+    # fit of 2026-11-28 had 3.3): below ~1 us (the present H100 fit, 0.61) the uncontended pass,
+    # from which the closed form decides who waits for SMs, launches the next piece's collective
+    # 0.5 us before its GEMM piece; in the DES they tie, the queued GEMM goes first, and the closed
+    # form reads 7% fast (validation/public/README.md, "Closed form, one gap").
     "a queued GEMM piece before a collective its event wakes": (Scenario("gemm-rs", 8, 8192, 8192, 1024, "bfloat16"),
                                                                  "switch:8", "ficco-a2a-sm-hi-g2", 0.03),
 }
