@@ -60,3 +60,15 @@ def test_calibrate_writes_the_tables_numbers_as_measured(tmp_path):
     assert run.returncode == 0, run.stderr
     line = next(x for x in out.read_text().splitlines() if x.strip().startswith("bus_bw_gbps:"))
     assert "value: 360" in line and "kind: measured" in line and LOG.name in line
+
+
+def test_a_table_of_several_nodes_is_not_read_and_the_fit_goes_on(tmp_path):
+    log = tmp_path / "two_nodes.log"
+    log.write_text(LOG.read_text().replace("nNodes 1", "nNodes 2"))
+    out = tmp_path / "h100_cal.yaml"
+    run = subprocess.run([sys.executable, "-m", "ficco_sim.cli", "calibrate", "--from", str(log), "--gpu", "h100",
+                          "--out", str(out)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "several nodes" in run.stdout + run.stderr
+    line = next(x for x in out.read_text().splitlines() if x.strip().startswith("bus_bw_gbps:"))
+    assert "kind: measured, source: \"the bus bandwidth of NCCL's ring graph on H100" in line   # the base profile's

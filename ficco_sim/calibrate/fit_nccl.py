@@ -272,7 +272,13 @@ def _tuning_from_logs(cal: Any, base: GpuProfile, paths: Sequence[str]) -> GpuPr
     from .nccl_tuning import ring_tuning
     from .workflow import _today
     for p in paths:
-        t = ring_tuning(Path(p).read_text(encoding="utf-8", errors="replace"), str(p))
+        try:
+            t = ring_tuning(Path(p).read_text(encoding="utf-8", errors="replace"), str(p))
+        except InputError as exc:
+            if exc.field != "nNodes":
+                raise
+            cal.notes.append(f"{Path(p).name}: NCCL's tuning table is of several nodes (the network's ring): not read")
+            continue
         if t is None:
             continue
         ck = base.comm_kernel
