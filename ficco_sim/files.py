@@ -60,6 +60,16 @@ def atomic_path(path: str | Path, *, force: bool = True, make_dirs: bool = True)
             os.unlink(tmp)
 
 
+def read_text(path: str | Path) -> str:
+    """A text input file (an undecodable byte read as U+FFFD); one that cannot be read is an
+    :class:`InputError` naming it."""
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(str(p), None, f"cannot read: {exc.strerror}") from None
+
+
 def write_text_atomic(path: str | Path, text: str, *, force: bool = True, make_dirs: bool = True) -> Path:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_path`)."""
     with atomic_path(path, force=force, make_dirs=make_dirs) as tmp:

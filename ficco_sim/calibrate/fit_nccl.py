@@ -269,11 +269,12 @@ def _tuning_from_logs(cal: Any, base: GpuProfile, paths: Sequence[str]) -> GpuPr
     """``base`` with the ring bus bandwidth and LL cap of NCCL's own tuning table where a log
     prints one (:mod:`.nccl_tuning`; the first found), set in the written profile too; the
     protocols the fit then sees are the ones NCCL picked in those runs."""
+    from ..files import read_text
     from .nccl_tuning import ring_tuning
     from .workflow import _today
     for p in paths:
         try:
-            t = ring_tuning(Path(p).read_text(encoding="utf-8", errors="replace"), str(p))
+            t = ring_tuning(read_text(p), str(p))
         except InputError as exc:
             if exc.field != "nNodes":
                 raise

@@ -35,6 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import InputError
+from ..files import read_text
 
 _NEW = re.compile(r"^\s*\d+\s*\|\s*([\d.]+)\(mean\)\s+([\d.]+)\(median\)\s+([\d.]+)\(max\)\s*@\s*(\d+)x(\d+)x(\d+)")
 _V2 = re.compile(r"^\s*\d+\s*\|\s*([\d.]+)\(max\)\s*/?\s*([\d.]+)\(median\)(?:\s+[\d.]+\(mean\))?\s*(?:TFLOPS\s*)?"
@@ -60,12 +61,7 @@ def looks_like(path: str | Path) -> bool:
 
 
 def read(path: str | Path) -> pd.DataFrame:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(str(p), None, f"cannot read: {exc.strerror}") from None
-    return parse(text, str(p))
+    return parse(read_text(path), str(path))
 
 
 def parse(text: str, where: str) -> pd.DataFrame:

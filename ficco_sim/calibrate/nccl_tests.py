@@ -47,6 +47,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import InputError
+from ..files import read_text
 from ..hardware import GpuProfile, profile_for_device
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "broadcast", "reduce")
@@ -102,12 +103,7 @@ def unprefixed(text: str) -> str:
 
 def read(path: str | Path) -> pd.DataFrame:
     """Every out-of-place row of every run in the file (see module docstring)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(str(p), None, f"cannot read: {exc.strerror}") from None
-    return parse(text, str(p))
+    return parse(read_text(path), str(path))
 
 
 def parse(text: str, where: str) -> pd.DataFrame:
