@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from ..files import read_text
 from ..hardware import GpuProfile, Protocol, load_gpu
 from ..simulate import collective_time, per_rank_bytes
 from .nccl_tests import KIND
@@ -265,16 +266,15 @@ def profile_values(gpu: GpuProfile, params: dict) -> dict[str, float]:
     return out
 
 
-def _tuning_from_logs(cal: Any, base: GpuProfile, paths: Sequence[str]) -> GpuProfile:
+def _tuning_from_logs(cal: Any, base: GpuProfile, texts: dict[str, str]) -> GpuProfile:
     """``base`` with the ring bus bandwidth and LL cap of NCCL's own tuning table where a log
     prints one (:mod:`.nccl_tuning`; the first found), set in the written profile too; the
     protocols the fit then sees are the ones NCCL picked in those runs."""
-    from ..files import read_text
     from .nccl_tuning import ring_tuning
     from .workflow import _today
-    for p in paths:
+    for p, text in texts.items():
         try:
-            t = ring_tuning(read_text(p), str(p))
+            t = ring_tuning(text, p)
         except InputError as exc:
             if exc.field != "nNodes":
                 raise
@@ -309,7 +309,8 @@ def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topo
     if topology not in ("switch", "fc", "ring"):
         raise InputError("--topology", None, f"the kind of topology the runs ran on: switch, fc or ring; got "
                          f"{topology!r}")
-    raw = pd.concat([nccl_tests.read(p) for p in paths], ignore_index=True)
+    texts = {str(p): read_text(p) for p in paths}
+    raw = pd.concat([nccl_tests.parse(text, p) for p, text in texts.items()], ignore_index=True)
     multi = raw[raw["hosts"] > 1]
     if len(multi) == len(raw):
         raise InputError(str(multi["source"].iloc[0]), "hosts", f"the ranks ran on {int(multi['hosts'].iloc[0])} "
@@ -327,7 +328,7 @@ def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topo
     other = nccl_tests.device_mismatch(raw["device"], base)
     if other:
         cal.notes.append(other)
-    base = _tuning_from_logs(cal, base, paths)
+    base = _tuning_from_logs(cal, base, texts)
     rows = tidy(raw, cal.gpu, topology)
     big = rows[rows["size_bytes"] >= FIT_FROM]
     if len(big) < 3:

@@ -117,7 +117,8 @@ def _event(n: dict, j: int, where: str) -> dict | None:
     nid = n.get("id")
     own = nid if isinstance(nid, int) and not isinstance(nid, bool) and nid >= 0 else -(j + 1)   # (no other's)
     if cat in GPU_CATS or stream is not None:
-        parent = _value(n, "parent") if _value(n, "parent") is not None else _value(n, "ctrl_deps")
+        parent = _value(n, "parent")
+        parent = _value(n, "ctrl_deps") if parent is None else parent
         device = kargs.get("device", n.get("pid", 0))
         # correlation: the node's position (ops keep it as their launch order); External id: its operator
         args = {**kargs, "stream": stream if stream is not None else 0, "correlation": j,
