@@ -1,6 +1,7 @@
 """The published error table: one row per published measured fact, its source, the ficco-sim
 command that predicts it, the prediction and the error, in ``validation/public/table.csv`` (every
-row) and ``table.md`` (per source, and every fact but the nccl-tests runs), with the median error.
+row) and ``table.md`` (per source, and every fact but the nccl-tests runs), with the median error;
+the README's copy of the per-source medians (its error-table block) is rewritten with them.
 
     python benchmarks/public_table.py            # regenerates every source, then the table
     python benchmarks/public_table.py --reuse    # only the table, from the sources' CSVs as they are
@@ -195,14 +196,19 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def summary_lines(summ: pd.DataFrame) -> list[str]:
+    """:func:`summary` as a markdown table (``table.md`` and the README show the same)."""
+    return ["| source | facts | used for fit (left out) | median \\|error\\| |", "|---|---|---|---|"] + [
+        f"| {r['source']} | {r['facts']} | {r['used for fit (left out)']} | {r['median |error|']} |"
+        for _, r in summ.iterrows()]
+
+
 def markdown(table: pd.DataFrame, summ: pd.DataFrame, stamp: str) -> str:
     def fmt(x: float) -> str:
         return f"{x:.4g}"
     lines = [f"# Published measurements vs ficco-sim: the error table ({stamp})", "",
              "Regenerate: `python benchmarks/public_table.py`. Every row: `table.csv`.", "",
-             "| source | facts | used for fit (left out) | median \\|error\\| |", "|---|---|---|---|"]
-    lines += [f"| {r['source']} | {r['facts']} | {r['used for fit (left out)']} | {r['median |error|']} |"
-              for _, r in summ.iterrows()]
+             *summary_lines(summ)]
     lines += ["", "Every fact but the nccl-tests runs (those: `table.csv`, `nccl_tests.csv`):", "",
               "| source | fact | published | predicted | error | source URL |", "|---|---|---|---|---|---|"]
     for r in table[table["source"] != "nccl-tests"].itertuples():
@@ -211,6 +217,29 @@ def markdown(table: pd.DataFrame, summ: pd.DataFrame, stamp: str) -> str:
         lines.append(f"| {r.source} | {r.fact}{fit} | {fmt(r.published)} | {fmt(r.predicted)} | {err} | "
                      f"{r.source_url} |")
     return "\n".join(lines) + "\n"
+
+
+README = ROOT / "README.md"
+README_BEGIN = "<!-- error table: benchmarks/public_table.py writes this block from validation/public/table.csv -->"
+README_END = "<!-- end of the error table -->"
+
+
+def readme_block(table: pd.DataFrame, summ: pd.DataFrame, stamp: str) -> str:
+    """The README's copy of the error table: the per-source medians and the held-out median,
+    between :data:`README_BEGIN` and :data:`README_END` (what a test checks against ``table.csv``)."""
+    rel = table.loc[~table["used_for_fit"], "error"].abs().dropna()
+    lines = [README_BEGIN, *summary_lines(summ)]
+    lines += ["", f"**Median \\|error\\| over the {len(rel)} held-out facts with a relative error: "
+              f"{100 * np.median(rel):.1f}%** (`validation/public/table.csv`, {stamp}).", README_END]
+    return "\n".join(lines)
+
+
+def with_readme_block(text: str, block: str) -> str:
+    """``text`` (the README) with its error-table block replaced by ``block``."""
+    i, j = text.find(README_BEGIN), text.find(README_END)
+    if i < 0 or j < i:
+        raise SystemExit(f"{README}: no error-table block ({README_BEGIN!r} ... {README_END!r}) to replace")
+    return text[:i] + block + text[j + len(README_END):]
 
 
 def main() -> None:
@@ -231,6 +260,7 @@ def main() -> None:
             "error = (predicted - published) / published\n")
     write_text_atomic(PUBLIC / "table.csv", head + table.to_csv(index=False, float_format="%.6g"), force=True)
     write_text_atomic(PUBLIC / "table.md", markdown(table, summ, stamp), force=True)
+    write_text_atomic(README, with_readme_block(README.read_text(), readme_block(table, summ, stamp)), force=True)
     print(summ.to_string(index=False))
     rel = table.loc[~table["used_for_fit"], "error"].abs().dropna()
     print(f"median |error| over {len(rel)} held-out facts with a relative error: {100 * np.median(rel):.1f}% "

@@ -32,3 +32,26 @@ def test_every_published_fact_is_one_row_with_its_source_and_command():
     r = table[table["source"] == "flux#90"].iloc[0]
     assert r["error"] == (r["predicted"] - r["published"]) / r["published"]
     assert table.loc[table["source"] == "DIL (Vidur GEMMs)", "error"].isna().all()
+
+
+def test_the_readme_shows_the_committed_table():
+    """The README's error-table block is what ``table.csv`` says, written by the same run
+    (its stamp); the table's regeneration rewrites it, so the README cannot keep old medians."""
+    pt = benchmark("public_table")
+    path = ROOT / "validation" / "public" / "table.csv"
+    stamp = path.read_text().splitlines()[0].split("; ")[1]
+    table = pd.read_csv(path, skiprows=1)      # its facts hold '#' (flux#90): no comment="#"
+    readme = (ROOT / "README.md").read_text()
+    block = pt.readme_block(table, pt.summary(table), stamp)
+    assert block in readme, "README.md's error table is not table.csv's: run python benchmarks/public_table.py --reuse"
+    assert readme.count(pt.README_BEGIN) == 1 and readme.count(pt.README_END) == 1
+
+
+def test_the_readme_block_is_replaced_in_place_and_a_readme_without_one_is_refused():
+    pt = benchmark("public_table")
+    text = f"intro\n{pt.README_BEGIN}\nold medians\n{pt.README_END}\nrest\n"
+    assert pt.with_readme_block(text, f"{pt.README_BEGIN}\nnew\n{pt.README_END}") == \
+        f"intro\n{pt.README_BEGIN}\nnew\n{pt.README_END}\nrest\n"
+    import pytest
+    with pytest.raises(SystemExit, match="no error-table block"):
+        pt.with_readme_block("a README without the markers\n", "x")
