@@ -87,3 +87,23 @@ def test_calibrate_from_a_sweep_holds_out_shape_families(tmp_path):
     assert run.returncode == 0, run.stderr
     line = next(x for x in out.read_text().splitlines() if x.strip().startswith("bfloat16:") and "0.7" in x)
     assert "kind: fitted" in line and "h100_mamf_bf16_shisa_gpu0.txt" in line and "held-out" in line
+
+
+def test_calibrating_steady_timings_against_sustained_writes_the_burst_rate(tmp_path):
+    """Timings of the steady regime calibrated against ``h100:sustained`` (the README's
+    example): the written profile keeps ``gemm.sustained``, so its efficiency is the burst
+    rate (the fitted one over 0.862) and ``OUT.yaml:sustained`` gives back the fitted one.
+    Written as fitted, ``OUT.yaml:sustained`` counted the steady clock twice (+13% slow on
+    this sweep's square shapes)."""
+    from ficco_sim.calibrate.workflow import calibrate_from_files
+    out = tmp_path / "h.yaml"
+    cal = calibrate_from_files([SWEEP], "h100:sustained", out=out)
+    fitted = cal.gemm.params["efficiency.bfloat16"]
+    plain, steady = load_gpu(str(out)), load_gpu(f"{out}:sustained")
+    assert plain.gemm.sustained == load_gpu("h100").gemm.sustained
+    assert plain.gemm.efficiency["bfloat16"] == pytest.approx(fitted / plain.gemm.sustained, abs=1e-4)
+    assert steady.gemm.efficiency["bfloat16"] == pytest.approx(fitted, abs=1e-4)
+    d = read(SWEEP)
+    sq = d[(d["m"] == d["n"]) & (d["n"] == d["k"])]
+    err = predict_times(steady, sq) / sq["time_s"].to_numpy() - 1
+    assert abs(np.median(err)) < 0.05

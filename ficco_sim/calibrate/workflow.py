@@ -184,6 +184,8 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
         cal.measured = kept_times(pd.concat([t[[c for c in ("m", "n", "k", "dtype", "time_s", "ops") if c in t]]
                                              for t in timed], ignore_index=True),
                                   ", ".join(str(p) for p in paths), base)
+    if base.name.endswith(":sustained"):
+        to_burst(cal, base)
     if out is not None and (cal.updates or cal.measured):
         cal.written.append(update_profile(base.path or gpu, out, cal.updates, force=force, measured=cal.measured))
     elif out is not None and not report_dir:
@@ -254,6 +256,27 @@ def _trace_gemms(traces: list, gpu: GpuProfile) -> pd.DataFrame:
     med["predicted_s"] = [float(gemm_times(gpu, r.m, r.n, r.k, r.dtype)) for r in med.itertuples()]
     med["err"] = med["predicted_s"] / med["time_s"] - 1.0
     return med.assign(abs_err=med["err"].abs())
+
+
+def to_burst(cal: Calibration, base: GpuProfile) -> None:
+    """GEMM numbers fitted against a ``<gpu>:sustained`` base (timings of the steady regime)
+    turned into the plain profile's (the burst regime), which keeps ``gemm.sustained``: the
+    efficiencies divided by it, kept times multiplied by it, so that ``OUT.yaml:sustained``
+    gives back what the timings say and the plain ``OUT.yaml`` what a burst of GEMMs gets (the
+    shipped profiles' convention; otherwise the steady clock would be counted twice)."""
+    s = base.gemm.sustained
+    for key, (value, kind, src) in list(cal.updates.items()):
+        if key.startswith("gemm.efficiency."):
+            if value / s > 1.0:
+                raise InputError("--gpu", key, f"{value:g} fitted at {base.name}'s steady rate is {value / s:.3g} of the "
+                                 f"peak at its burst rate (divided by gemm.sustained {s:g}): timings of a burst, not "
+                                 f"of the steady regime? calibrate them against {base.name[:-len(':sustained')]!r}")
+            cal.updates[key] = (round(value / s, 4), kind, f"{src}; fitted against {base.name} (the timings' steady "
+                                f"regime) and divided by gemm.sustained {s:g} into this profile's burst rate: "
+                                f"use OUT.yaml:sustained for the fitted one")
+    if cal.measured:
+        cal.measured = [(m, n, k, d, t * s, f"{src}, times {s:g} (gemm.sustained) into the burst regime")
+                        for m, n, k, d, t, src in cal.measured]
 
 
 def write_text(path: Path, df: pd.DataFrame) -> Path:
