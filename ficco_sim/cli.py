@@ -188,9 +188,9 @@ def cmd_simulate(args) -> int:
     from .simulate import simulate_many
     gpu, topo = resolve_topology(args)
     scenario = make_scenario(args, topo.num_gpus)
+    from .files import check_output
     for flag, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--output", args.output)):
-        if path and not Path(path).resolve().parent.is_dir():   # say so before simulating, not after
-            raise InputError(flag, None, f"{path}: its folder does not exist")
+        check_output(path, flag, figure=flag == "--gantt")       # say so before simulating, not after
     names = schedule_names(args.schedule)
     if not names or names == ["all"]:
         schedules = basic_schedules(scenario)

@@ -41,23 +41,56 @@ def atomic_path(path: str | Path, *, force: bool = True, make_dirs: bool = True)
     (with the permissions a plain ``open`` would give), on failure it is removed and ``path``
     is untouched. ``force=False`` refuses an existing file."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(str(p), None, "is a folder: give a file name")
     if p.exists() and not force:
         raise InputError(str(p), None, "exists; pass --force to overwrite it")
-    if not p.parent.exists():
-        if not make_dirs:
-            raise InputError(str(p), None, "its folder does not exist")
+    if not p.parent.exists() and not make_dirs:
+        raise InputError(str(p), None, "its folder does not exist")
+    with _naming(p):
         p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp" + p.suffix, dir=p.parent)
-    os.close(fd)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp" + p.suffix, dir=p.parent)
+        os.close(fd)
     try:
         yield Path(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, p)
+        with _naming(p):
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, p)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def _naming(p: Path) -> Iterator[None]:
+    """An operating-system error of writing ``p`` as an :class:`InputError` naming ``p`` (not
+    the temporary file beside it)."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError(str(p), None, f"cannot be written: {exc.strerror or exc}") from None
+
+
+# formats a Gantt chart or plot can be saved in (matplotlib's writers, from the file's suffix)
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
+
+
+def check_output(path: str | Path | None, flag: str, *, figure: bool = False) -> None:
+    """Refuse an output path before any work (and before anything else is written): its folder
+    must exist, it must not be a folder, and a ``figure`` must have a suffix matplotlib saves
+    (:data:`FIGURE_SUFFIXES`)."""
+    if not path:
+        return
+    p = Path(path)
+    if not p.resolve().parent.is_dir():
+        raise InputError(flag, None, f"{path}: its folder does not exist")
+    if p.is_dir():
+        raise InputError(flag, None, f"{path} is a folder: give a file name")
+    if figure and p.suffix.lower() not in FIGURE_SUFFIXES:
+        raise InputError(flag, None, f"{path}: a figure is saved as {', '.join(s[1:] for s in FIGURE_SUFFIXES)} "
+                         f"(from its suffix), not {p.suffix or 'a name without a suffix'}")
 
 
 def read_text(path: str | Path) -> str:

@@ -100,6 +100,9 @@ BAD = [
     (["predict", "collective", "--kind", "all-reduce", "--bytes", "1MiB", "--comm-engine", "dma"], "cannot reduce"),
     (["predict", "gemm", "--m", "0", "--n", "1", "--k", "1"], "--m"),
     (["simulate", "--schedule", "none", "-o", "{tmp}/nodir/out.csv"], "folder does not exist"),
+    (["simulate", "--schedule", "none", "-o", "{tmp}"], "is a folder"),
+    (["simulate", "--schedule", "none", "--gantt", "{tmp}/g.txt"], "a figure is saved as png"),
+    (["simulate", "--schedule", "none", "-o", "/proc/x.csv"], "/proc/x.csv: cannot be written"),
 ]
 
 
@@ -123,6 +126,17 @@ def test_output_is_not_half_written_on_error(capsys, tmp_path):
     out.write_text("precious\n")
     code, _, _ = run(capsys, "simulate", "--gpu", "nosuchgpu", "-o", str(out))
     assert code == 2 and out.read_text() == "precious\n"
+
+
+def test_a_bad_figure_name_is_refused_before_anything_is_written(capsys, tmp_path):
+    """``trace export --out e.json --gantt e.txt``: refused at once, ``e.json`` not written."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    traces = sorted(str(p) for p in (root / "traces").glob("cpu_ag_mm.rank*.json.gz"))
+    code, _, err = run(capsys, "trace", "export", *traces, "--out", str(tmp_path / "e.json"),
+                       "--gantt", str(tmp_path / "e.txt"))
+    assert code == 2 and "--gantt" in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())
 
 
 def test_help_teaches(capsys):

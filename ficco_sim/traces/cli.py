@@ -10,7 +10,6 @@ import argparse
 import json
 from pathlib import Path
 
-from ..errors import InputError
 
 HELP = """\
 Trace-driven simulation. Give one trace file per rank of the same run (or the
@@ -166,8 +165,8 @@ def _us(s: float | None) -> str:
 
 
 def _check_out(path: str | None, flag: str) -> None:
-    if path and not Path(path).parent.exists():
-        raise InputError(flag, None, f"folder {str(Path(path).parent)!r} does not exist")
+    from ..files import check_output
+    check_output(path, flag, figure=flag == "--gantt")
 
 
 def cmd_import(args) -> int:
