@@ -25,14 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from .errors import InputError
 from .hardware_specs import (SIMPLE, BlockShape, CommKernelSpec, Contention, DmaSpec, GemmModel, GemmTile,  # noqa: F401
                              HostSpec, LinkSpec, NVLS_MIN_BYTES, P2pRule, Protocol, Provenance, SmLimits)
+from .profile_reader import KIB, KINDS, Reader, check_block_fits, read_yaml  # noqa: F401
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "hw_profiles"
-KINDS = ("datasheet", "measured", "fitted", "derived", "assumption")
 # gemm.kernel: how the library's GEMM kernels hold SMs (GemmModel.persistent)
 KERNELS = ("waves", "persistent")
 # dispatch: how the block scheduler orders kernels waiting for SMs (ficco_sim.engine.dispatcher)
@@ -40,7 +38,6 @@ POLICIES = ("backfill", "strict", "fifo")
 # tfloat32: float32 operands multiplied on tensor cores at TF32 precision (PyTorch's allow_tf32)
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "tfloat32": 4, "float8": 1}
 
-KIB = 1024
 GB = 1e9
 
 
@@ -182,110 +179,7 @@ def load_gpu(name_or_path: str | Path | GpuProfile) -> GpuProfile:
     return _PROFILE_CACHE[key]
 
 
-def read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(str(path), None, f"cannot read: {exc.strerror}") from None
-    try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(str(path), None, f"malformed YAML{where}") from None
-
-
-class _Reader:
-    """Reads ``{value, kind, source}`` leaves from a parsed profile, remembering provenance."""
-
-    def __init__(self, data: Any, where: str):
-        if not isinstance(data, dict):
-            raise InputError(where, None, "a profile must be a YAML mapping")
-        self.data = data
-        self.where = where
-        self.sources: dict[str, Provenance] = {}
-
-    def node(self, path: str) -> Any:
-        cur: Any = self.data
-        for part in path.split("."):
-            if isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
-                cur = cur[int(part)]
-            elif isinstance(cur, dict) and part in cur:
-                cur = cur[part]
-            else:
-                raise InputError(self.where, path, "missing")
-        return cur
-
-    def has(self, path: str) -> bool:
-        try:
-            self.node(path)
-        except InputError:
-            return False
-        return True
-
-    def leaf(self, path: str) -> Any:
-        node = self.node(path)
-        if not isinstance(node, dict) or "value" not in node:
-            raise InputError(self.where, path, "must be a mapping with value, kind and source")
-        kind, source = node.get("kind"), node.get("source")
-        if kind not in KINDS:
-            raise InputError(self.where, f"{path}.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
-        if not isinstance(source, str) or not source.strip():
-            raise InputError(self.where, f"{path}.source", "every number must name its source")
-        self.sources[path] = Provenance(kind, source.strip())
-        return node["value"]
-
-    def number(self, path: str, *, scale: float = 1.0, positive: bool = True, integer: bool = False,
-               at_most: float | None = None) -> float:
-        value = self.leaf(path)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InputError(self.where, path, f"must be a finite number, got {value!r}")
-        if integer and int(value) != value:
-            raise InputError(self.where, path, f"must be an integer, got {value!r}")
-        if positive and not value > 0:
-            raise InputError(self.where, path, f"must be positive, got {value!r}")
-        if not positive and value < 0:
-            raise InputError(self.where, path, f"must not be negative, got {value!r}")
-        if at_most is not None and value > at_most:
-            raise InputError(self.where, path, f"must be at most {at_most}, got {value!r}")
-        # Absurd magnitudes (in the file's own units: GB/s, TFLOP/s, us, KiB, counts) are typos:
-        # an answer computed from them would be meaningless, or never come.
-        limit = 1e6 if integer else 1e9
-        if abs(value) > limit:
-            raise InputError(self.where, path, f"{value!r} is beyond any real device (at most {limit:g})")
-        if positive and not integer and value < 1e-9:
-            raise InputError(self.where, path, f"{value!r} is too small to be real (at least 1e-9)")
-        return int(value) if integer else float(value) * scale
-
-    def choice(self, path: str, options: tuple[str, ...]) -> str:
-        value = self.leaf(path)
-        if value not in options:
-            raise InputError(self.where, path, f"must be one of {', '.join(options)}, got {value!r}")
-        return str(value)
-
-    def block(self, path: str, limits: SmLimits | None = None) -> BlockShape:
-        b = BlockShape(
-            threads=self.number(f"{path}.threads", integer=True),
-            registers=self.number(f"{path}.registers", integer=True),
-            smem=int(self.number(f"{path}.smem_kib", scale=KIB, positive=False)),
-        )
-        if limits is not None:
-            check_block_fits(b, limits, self.where, path)
-        return b
-
-
-def check_block_fits(b: BlockShape, limits: SmLimits, where: str, path: str) -> None:
-    """A block that cannot fit on an empty SM would hang the dispatcher: reject it."""
-    if b.threads > limits.max_threads:
-        raise InputError(where, f"{path}.threads", f"{b.threads} exceeds the SM's {limits.max_threads} threads")
-    if b.threads * b.registers > limits.registers:
-        raise InputError(where, f"{path}.registers", "threads x registers exceed the SM's register file")
-    if b.smem > limits.max_smem_per_block or b.smem + limits.reserved_smem_per_block > limits.smem:
-        raise InputError(where, f"{path}.smem_kib",
-                         f"{b.smem / KIB:g} KiB exceeds the {limits.max_smem_per_block / KIB:g} KiB per-block limit")
-
-
-def _roofline_exponent(r: _Reader) -> float:
+def _roofline_exponent(r: Reader) -> float:
     """``gemm.roofline_exponent`` (absent: inf, the plain roofline); below 1 a wave would take
     longer than its math and its traffic one after the other."""
     if not r.has("gemm.roofline_exponent"):
@@ -306,7 +200,7 @@ def beyond_peak(m: Any, n: Any, k: Any, seconds: Any, peak: Any) -> Any:
     return 2.0 * m * n * k / seconds > FASTEST_MEASURED * peak
 
 
-def _measured_gemms(r: _Reader, peaks: Mapping[str, float]) -> dict[tuple[int, int, int, str], float]:
+def _measured_gemms(r: Reader, peaks: Mapping[str, float]) -> dict[tuple[int, int, int, str], float]:
     """``gemm.measured``: GEMMs the profile's owner timed, each ``{m, n, k, dtype, time_us}``
     (``time_us`` a sourced leaf: isolated, launch included, on every SM); absent: none."""
     from .workload import MAX_DIM     # workload imports this module
@@ -321,6 +215,7 @@ def _measured_gemms(r: _Reader, peaks: Mapping[str, float]) -> dict[tuple[int, i
         if not isinstance(entry, dict):
             raise InputError(r.where, p, "must be a mapping with m, n, k, dtype and time_us")
         dims = []
+        r.use(*(f"{p}.{d}" for d in ("m", "n", "k", "dtype")))
         for d in ("m", "n", "k"):
             v = entry.get(d)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_DIM:
@@ -341,7 +236,7 @@ def _measured_gemms(r: _Reader, peaks: Mapping[str, float]) -> dict[tuple[int, i
     return out
 
 
-def _protocols(r: _Reader) -> tuple[Protocol, ...]:
+def _protocols(r: Reader) -> tuple[Protocol, ...]:
     """``comm_kernel.protocols``: ``{name: {latency_us, efficiency}}``, and NCCL's channel rule
     as ``channel_bytes`` or ``channel_bytes_per_rank`` (at most one); absent: Simple only."""
     if not r.has("comm_kernel.protocols"):
@@ -363,7 +258,7 @@ def _protocols(r: _Reader) -> tuple[Protocol, ...]:
     return tuple(out)
 
 
-def _p2p(r: _Reader) -> P2pRule | None:
+def _p2p(r: Reader) -> P2pRule | None:
     """``comm_kernel.p2p``: NCCL's point-to-point channel rule (:class:`P2pRule`); absent: a
     grouped send runs on every channel of its kernel."""
     if not r.has("comm_kernel.p2p"):
@@ -379,7 +274,7 @@ def _p2p(r: _Reader) -> P2pRule | None:
 
 def parse_profile(data: Any, where: str) -> GpuProfile:
     """Validate a parsed profile mapping and build a :class:`GpuProfile` (SI units)."""
-    r = _Reader(data, where)
+    r = Reader(data, where)
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise InputError(where, "name", "must be a non-empty string")
@@ -491,6 +386,8 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
         sources=r.sources,
         path=where,
     )
+    r.use("name", "description", "vendor", "host.machine")     # what the profile is (validate reads host.machine)
+    r.check_unknown()
     return profile
 
 

@@ -313,6 +313,22 @@ from the GPU profile.
 """
 
 
+TOP_KEYS = ("name", "kind", "gpus", "defaults", "links", "description")
+DEFAULT_KEYS = ("bandwidth_gbps", "latency_us")
+LINK_KEYS = ("from", "to", "bandwidth_gbps", "latency_us", "bidirectional")
+
+
+def _known_keys(d: dict, known: tuple[str, ...], where: str, prefix: str) -> None:
+    """Refuse a key a topology file does not have (a misspelt one would be ignored and its
+    default used), naming the nearest known one."""
+    import difflib
+    for key in d:
+        if key not in known:
+            near = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {near[0]}?" if near else f"known: {', '.join(known)}"
+            raise InputError(where, f"{prefix}{key}", f"unknown field ({hint})")
+
+
 def _load_yaml_topology(path: Path) -> Topology:
     from .hardware import read_yaml
     where = str(path)
@@ -321,10 +337,12 @@ def _load_yaml_topology(path: Path) -> Topology:
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise InputError(where, None, "a topology must be a YAML mapping")
+    _known_keys(data, TOP_KEYS, where, "")
     n = _check_n(data.get("gpus"), where)
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise InputError(where, "defaults", "must be a mapping (bandwidth_gbps, latency_us)")
+    _known_keys(defaults, DEFAULT_KEYS, where, "defaults.")
     links = data.get("links")
     if not isinstance(links, list) or not links:
         raise InputError(where, "links", "must be a non-empty list")
@@ -334,6 +352,7 @@ def _load_yaml_topology(path: Path) -> Topology:
         f = f"links.{i}"
         if not isinstance(item, dict):
             raise InputError(where, f, "must be a mapping with from, to, bandwidth_gbps, latency_us")
+        _known_keys(item, LINK_KEYS, where, f"{f}.")
         a, b = item.get("from"), item.get("to")
         for key, node in (("from", a), ("to", b)):
             if not isinstance(node, str) or not (node.startswith("gpu") or node.startswith("sw")):

@@ -236,3 +236,25 @@ def test_a_collective_smaller_than_one_element_per_piece_is_refused(capsys):
     assert main(argv) == 2
     assert "16 B per rank" in capsys.readouterr().err
     assert main(argv[:-3] + ["16", "--comm-engine", "dma"]) == 0
+
+
+def test_a_misspelt_key_in_a_profile_or_topology_is_refused_not_ignored(capsys, tmp_path):
+    """``dispach: strict`` used to load as the default dispatcher; a link's ``bandwith_gbps``
+    was dropped for the file's default. Every key nothing reads is refused, the nearest known
+    one named."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "hw_profiles" / "h100.yaml").read_text()
+    cases = {
+        "dispatch.yaml": (text + "\ndispach: {value: strict, kind: assumption, source: a typo}\n", "did you mean dispatch?"),
+        "nested.yaml": (text.replace("  latency_us: {value: 0.337", "  latncy_us: {value: 0.337", 1), "link.latency_us"),
+        "extra.yaml": (text + "\nbogus_field: 1\n", "bogus_field: unknown field"),
+    }
+    for name, (body, needle) in cases.items():
+        (tmp_path / name).write_text(body)
+        code, _, err = run(capsys, "predict", "gemm", "--gpu", str(tmp_path / name), "--m", "64", "--n", "64", "--k", "64")
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (name, err)
+    (tmp_path / "t.yaml").write_text("gpus: 2\nlinks:\n  - {from: gpu0, to: gpu1, bandwith_gbps: 10}\n")
+    code, _, err = run(capsys, "predict", "collective", "--topology", str(tmp_path / "t.yaml"), "--kind", "all-reduce",
+                       "--bytes", "1MiB")
+    assert code == 2 and "links.0.bandwith_gbps: unknown field (did you mean bandwidth_gbps?)" in err

@@ -344,3 +344,19 @@ def test_a_gpu_trace_without_gpu_activity_says_so(tmp_path):
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 2, "dur": 3}]}))
     t = load_trace([f])
     assert not t.on_gpu and any("records no kernel" in n and "A100" in n for n in t.notes)
+
+
+def test_a_rank_file_cut_short_is_said_so(tmp_path):
+    """PARAM's 8-rank DLRM set with worker 3's events cut to their first half (its all-to-alls
+    gone): the import says the collectives do not pair up; the untouched set says nothing."""
+    files = sorted(REAL.glob("param_dlrm_v100_8ranks_worker*.json.gz"))
+    assert not any("pair up" in n for n in load_trace(files).notes)
+    cut = []
+    for f in files:
+        d = json.loads(gzip.decompress(f.read_bytes()))
+        if "worker3" in f.name:
+            d["traceEvents"] = d["traceEvents"][:len(d["traceEvents"]) // 2]
+        cut.append(tmp_path / f.name)
+        cut[-1].write_bytes(gzip.compress(json.dumps(d).encode()))
+    notes = [n for n in load_trace(cut).notes if "pair up" in n]
+    assert len(notes) == 1 and "rank 3 holds 0 all-to-all" in notes[0]

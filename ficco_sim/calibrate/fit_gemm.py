@@ -126,6 +126,12 @@ def fit_gemm(gpu: GpuProfile, rows: pd.DataFrame, *, holdout: str | Sequence[str
             raise InputError(gpu.path or gpu.name, "peak_tflops", f"no peak for dtype {d!r} found in the data")
     extra = (["launch_overhead"] if fit_launch else []) + (["roofline_exponent"] if fit_roofline else [])
     names = [f"efficiency.{d}" for d in dtypes] + ["k_overhead"] + extra
+    shapes = len(train[["m", "n", "k", "dtype"]].drop_duplicates())
+    if shapes < len(names):
+        raise InputError("--from", None, f"{shapes} GEMM shape(s) to fit on cannot pin {len(names)} parameters "
+                         f"({', '.join(names)}): time more shapes (a range of sizes)"
+                         + (", or keep the launch overhead (--no-launch)" if fit_launch else "")
+                         + (" (--holdout none fits on every group)" if test_g else ""))
     lo = [BOUNDS["efficiency"][0]] * len(dtypes) + [BOUNDS["k_overhead"][0]] + [BOUNDS[e][0] for e in extra]
     hi = [BOUNDS["efficiency"][1]] * len(dtypes) + [BOUNDS["k_overhead"][1]] + [BOUNDS[e][1] for e in extra]
     # Parameters in units of order 1 so the finite-difference steps mean the same for each.

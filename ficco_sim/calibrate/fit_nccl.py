@@ -340,6 +340,14 @@ def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topo
     if pinned:
         cal.notes.append(f"fitted at the edge of its range: {', '.join(pinned)}: the profile's links or GPU may not "
                          "be what these runs ran on (check --gpu / --base and --topology), or the runs are noisy")
+    zero = [k for k, v in params.items() if k in BOUNDS and BOUNDS[k][0] == 0 and v <= BOUNDS[k][1] * 1e-3]
+    if zero:
+        counts = sorted(big["gpus"].unique())
+        cal.notes.append(f"fitted at 0, the bottom of its range: {', '.join(PATHS[k] for k in zero)}: these rows take "
+                         "their time from the other terms (the call floor above all)" + (
+                             f"; every run is on {counts[0]} GPUs, where the per-step latencies add the same to every "
+                             "call as the floor does: runs at another GPU count tell them apart" if len(counts) == 1 else
+                             "") + "; a prediction at another GPU count or size may suffer")
     rows["predicted_s"] = predict(rows, with_fitted(profiles, params))
     rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
     table = cal.nccl_summary = summary(rows)
@@ -358,7 +366,9 @@ def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topo
     if "issue_us" not in params and (big["gpus_per_thread"] > 1).any():
         src += (f"; every run drove {int(big['gpus_per_thread'].iloc[0])} GPUs from one thread, so the issue time "
                 "per GPU is the base profile's (comm_kernel.issue_us) and the floor is fitted beside it")
+    at_zero = {PATHS[k] for k in zero}
     for path, value in profile_values(base, params).items():
-        cal.updates[path] = (value, "fitted", src)
+        cal.updates[path] = (value, "fitted", src + ("; at 0, the bottom of its range: these rows do not pin it"
+                                                     if path in at_zero else ""))
     if report_dir:
         cal.written.append(write_text(Path(report_dir) / f"{cal.gpu}_nccl_tests_points.csv", rows))

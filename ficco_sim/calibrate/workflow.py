@@ -137,6 +137,12 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     tables += [(str(p), ms.read_csv(p, str(p))) for p in paths
                if not is_trace(p) and str(p) not in logs and str(p) not in finder]
     fmts = [ms.file_format(df) for _, df in tables]
+    for (where, df), fmt in zip(tables, fmts):
+        if fmt == "unknown":      # say which file, before anything else is fitted or refused
+            raise InputError(where, None, f"unrecognised measurement file (columns {', '.join(map(str, df.columns[:8]))}"
+                             f"{' ...' if len(df.columns) > 8 else ''}): expected vidur gemm_times.csv or "
+                             "collective_times.csv columns, a ficco-sim benchmark CSV (kind, ..., time_s), "
+                             "nccl-tests output, a mamf-finder sweep or a profiler trace (ficco-sim formats)")
     if out is not None and not report_dir and not traces and not logs and not {"vidur_gemm", "bench"} & set(fmts):
         # say it before fitting: collective tables fit links, which are reported, not written
         raise InputError("--from", None, "collective tables fit link alpha-beta, which is reported (--report DIR: "

@@ -72,7 +72,17 @@ def trace_format(path: str | Path) -> str:
 def load_trace(paths: Sequence[str | Path], *, steps: Sequence[int] | None = None) -> Trace:
     """Import trace files (one per rank; a directory stands for the files in it) of one
     format, detected from their content. ``steps``: keep only the GPU work launched in
-    those profiler steps (``ProfilerStep#N``; Kineto traces)."""
+    those profiler steps (``ProfilerStep#N``; Kineto traces). Where the ranks' collectives
+    do not pair up, the trace says so in its notes."""
+    from .ops import unpaired_note
+    t = _load(paths, steps)
+    note = unpaired_note(t.ops)
+    if note and note not in t.notes:
+        t.notes.append(note)
+    return t
+
+
+def _load(paths: Sequence[str | Path], steps: Sequence[int] | None) -> Trace:
     if not paths:
         raise InputError("trace", None, "no trace files given")
     paths = expand_paths(paths)

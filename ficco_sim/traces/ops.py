@@ -252,6 +252,28 @@ def match_collectives(ops: list[TraceOp]) -> dict[str, tuple[int, list[TraceOp]]
     return out
 
 
+def unpaired_note(ops: list[TraceOp]) -> str | None:
+    """A note where every rank of a group is in the trace but the ranks do not hold as many
+    collectives of one kind in it: a rank's file cut short, or files of other runs or windows.
+    The unpaired ones are replayed as measured (:func:`match_collectives` leaves them out)."""
+    ranks = {o.rank for o in ops}
+    counts: dict[tuple, dict[int, int]] = {}
+    for o in ops:
+        if o.category == "comm" and o.collective:
+            per = counts.setdefault((o.collective, o.group or tuple(sorted(ranks))), {})
+            per[o.rank] = per.get(o.rank, 0) + 1
+    for (kind, grp), per in counts.items():
+        if len(grp) < 2 or not set(grp) <= ranks:
+            continue
+        have = {r: per.get(r, 0) for r in grp}
+        lo, hi = min(have, key=have.get), max(have, key=have.get)
+        if have[lo] != have[hi]:
+            return (f"collectives do not pair up across ranks: rank {lo} holds {have[lo]} {kind} of its group, rank "
+                    f"{hi} {have[hi]} (a rank's file cut short, or files of another run or window?); those without "
+                    "all their peers keep their measured times")
+    return None
+
+
 MAX_SPAN_S = 3600.0   # a replay spans at most an hour of measured time (else: timestamps are broken)
 
 
