@@ -135,7 +135,7 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
                    "(tokens per GPU for a2a-gemm) (default 16384)")
     p.add_argument("--n", type=positive_int("--n"), default=8192, help="columns of B and C per GPU (default 8192)")
     p.add_argument("--k", type=positive_int("--k"), default=8192, help="reduction dimension (default 8192)")
-    p.add_argument("--dtype", default="float16", help="float16 | bfloat16 | float32 | tfloat32 (default float16)")
+    p.add_argument("--dtype", default="float16", help="float16 | bfloat16 | float32 | tfloat32 | float8 (default float16)")
     p.add_argument("--gpus", type=positive_int("--gpus"), help="GPUs (default: the topology's)")
     p.add_argument("--skew", type=float, default=0.0, help="a2a-gemm: extra share of tokens sent to one hot "
                    "peer (0 = uniform routing; 2 = the hot peer gets 3x a normal share)")

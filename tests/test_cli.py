@@ -258,3 +258,13 @@ def test_a_misspelt_key_in_a_profile_or_topology_is_refused_not_ignored(capsys, 
     code, _, err = run(capsys, "predict", "collective", "--topology", str(tmp_path / "t.yaml"), "--kind", "all-reduce",
                        "--bytes", "1MiB")
     assert code == 2 and "links.0.bandwith_gbps: unknown field (did you mean bandwidth_gbps?)" in err
+
+
+def test_an_empty_trace_and_a_negative_time_are_said_plainly(capsys, tmp_path):
+    (tmp_path / "x.json").write_text("")
+    code, _, err = run(capsys, "trace", "import", str(tmp_path / "x.json"))
+    assert code == 2 and "x.json: empty file" in err
+    (tmp_path / "t.csv").write_text("kind,m,n,k,dtype,time_s\ngemm,1024,1024,1024,bfloat16,-0.001\n")
+    code, _, err = run(capsys, "calibrate", "--from", str(tmp_path / "t.csv"), "--gpu", "h100", "--out",
+                       str(tmp_path / "o.yaml"))
+    assert code == 2 and "got -0.001" in err and "np." not in err

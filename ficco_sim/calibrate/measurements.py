@@ -81,7 +81,9 @@ def _positive(df: pd.DataFrame, cols: Iterable[str], where: str) -> None:
             i = int(bad.to_numpy().argmax())
             what = "a positive integer" if c in INTEGERS else "a positive number"
             limit = f" up to {LIMITS[c]:.3g}" if c in LIMITS else ""
-            raise InputError(where, f"row {i + 2}: {c}", f"must be {what}{limit}, got {raw.iloc[i]!r}")
+            got = raw.iloc[i]
+            got = got.item() if isinstance(got, np.generic) else got     # -0.001, not np.float64(-0.001)
+            raise InputError(where, f"row {i + 2}: {c}", f"must be {what}{limit}, got {got!r}")
 
 
 def _text(df: pd.DataFrame, cols: Iterable[str], where: str) -> None:

@@ -129,7 +129,8 @@ def run_explore(args: argparse.Namespace) -> int:
     scenarios = default_scenarios() if args.scenarios is None else load_scenarios(args.scenarios)
     pairs = default_pairs(args.gpu, args.topology)
     if args.scenarios is None and not args.gpu and not args.topology:
-        how = {"confirm": f"ranked by the closed form, the {args.top} fastest per scenario confirmed by the "
+        how = {"confirm": "run by the discrete-event engine" if args.space == "presets" else
+                          f"ranked by the closed form, the {args.top} fastest per scenario confirmed by the "
                           "discrete-event engine",
                "des": "run by the discrete-event engine", "analytical": "run by the closed form"}[args.engine]
         con.print("[bold]Default study[/]: 12 layers of Llama-3-70B, Mixtral-8x7B and GPT-3 on 8 GPUs, "

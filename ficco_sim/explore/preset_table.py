@@ -56,7 +56,15 @@ def preset_rows(points: pd.DataFrame, scenarios: Sequence[Scenario]) -> pd.DataF
             else:
                 row["reason"] = f"{got.name} did not run (see points.csv)"
             rows.append(row)
-    return pd.DataFrame(rows)
+    if not rows:
+        return pd.DataFrame(rows)
+    # the study's order (its GPU / topology pairs, then its scenarios), whatever order the points came in
+    pairs = {p: i for i, p in enumerate(dict.fromkeys(zip(points["gpu"], points["topology"])))}
+    order = {s.key(): i for i, s in enumerate(scenarios)}
+    out = pd.DataFrame(rows)
+    out["_o"] = [(pairs.get((g, t), len(pairs)), order[sid]) for g, t, sid in
+                 zip(out["gpu"], out["topology"], out["scenario_id"])]
+    return out.sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
 
 
 def preset_wide(long: pd.DataFrame) -> pd.DataFrame:

@@ -55,6 +55,8 @@ def trace_format(path: str | Path) -> str:
         raise InputError(str(p), None, "is a directory; give its trace files (or the directory to load_trace)")
     with open(p, "rb") as fh:
         head = fh.read(4096)
+    if not head.strip():
+        raise InputError(str(p), None, "empty file: a trace is a Kineto / execution-trace JSON or a Chakra .et")
     if p.suffix == ".et" or (head[:1] not in (b"{", b"[", b"\x1f") and not head.lstrip()[:1] in (b"{", b"[")):
         return "chakra"
     if head[:2] == b"\x1f\x8b":

@@ -49,7 +49,9 @@ COMM_KERNEL = re.compile(r"^(void )?(nccl(Dev)?Kernel|ncclSymk|rccl|ncclKernel)|
 KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
     ("embedding", re.compile(r"fbgemm|split_embedding|embedding_|embedding_bag|bounds_check_indices|"
                              r"linearize_index|permute_pooled_embs|jagged", re.I)),
-    ("attention", re.compile(r"flash_?(fwd|bwd|attn)|flash::|fmha|attention|sdpa|xformers|mha_", re.I)),
+    # attn_fwd(.kd): AMD's / Triton's flash attention (rocprofiler names the code object, ``.kd``)
+    ("attention", re.compile(r"flash_?(fwd|bwd|attn)|flash::|fmha|attention|(^|_)attn_(fwd|bwd)|sdpa|xformers|mha_",
+                             re.I)),
     ("conv", re.compile(r"conv|scudnn|winograd|implicit_gemm|fprop|dgrad|wgrad|fft2d", re.I)),
     ("gemm", re.compile(r"nvjet|^(void )?bmm_|gemm|cutlass|xmma|matmul|_mm_|triton_tem_fused_\w*mm|"
                         r"(volta|turing|ampere|ada|hopper|sm\d\d)_[sdhi]?\w*gemm|cublas|hipblaslt|Cijk_|"
@@ -68,8 +70,9 @@ def kernel_class(name: str) -> str:
     ``attention``, ``embedding``, ``elementwise``, ``memory`` or ``opaque``.
 
     >>> [kernel_class(n) for n in ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN", "fbgemm_gpu::permute_2D_lengths_kernel",
-    ...  "void at::native::vectorized_elementwise_kernel<4>", "flash_fwd_kernel", "Cijk_Alik_Bljk_HB_MT256x128")]
-    ['gemm', 'embedding', 'elementwise', 'attention', 'gemm']
+    ...  "void at::native::vectorized_elementwise_kernel<4>", "flash_fwd_kernel", "Cijk_Alik_Bljk_HB_MT256x128",
+    ...  "attn_fwd.kd")]
+    ['gemm', 'embedding', 'elementwise', 'attention', 'gemm', 'attention']
     """
     name = name.strip()
     if COMM_KERNEL.search(name):
