@@ -12,8 +12,11 @@ With isolated, undecomposed compute ``T_comp`` and communication ``T_comm``:
 * ``cil_compute`` (contention inefficiency of compute): sum over pieces of (end - ready)
   / sum of isolated piece times - 1 (the worst GPU); waiting for SMs held by
   communication counts.
-* ``cil_comm``: sum of transfer durations (ready to end) / the same transfers' durations
-  with no compute in the graph (:func:`comm_only_graph`, same engine) - 1.
+* ``cil_comm``: the time some transfer of a GPU is under way (ready to end: the union of
+  their spans, summed over GPUs) / the same with no compute in the graph
+  (:func:`comm_only_graph`, same engine) - 1. A union, not a sum of spans: transfers a
+  GEMM's tiles release one at a time would, alone, all be ready at once and queue behind
+  one another, and a sum would count that queueing as time overlap saved.
 * ``exposed_comm``: makespan minus the time some compute kernel runs, on the worst GPU.
 
 All times in seconds.
@@ -48,11 +51,12 @@ def union_lengths(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def schedule_metrics(*, makespan, t_comp, t_comm, t_none, num_gpus: int, gemm_gpu, gemm_ready, gemm_start,
-                     gemm_end, gemm_iso, xfer_span, xfer_span_alone) -> dict[str, np.ndarray]:
+                     gemm_end, gemm_iso, xfer_gpu, xfer_ready, xfer_end, xfer_ready_alone,
+                     xfer_end_alone) -> dict[str, np.ndarray]:
     """Every metric for P rows at once. ``makespan, t_comp, t_comm, t_none``: (P,);
     ``gemm_*``: (P, G) per GEMM kernel (``gemm_gpu``: (G,) GPU ids; ``gemm_iso``: isolated
-    time, launch included); ``xfer_span``: (P, X) ready-to-end time of each transfer, and
-    ``xfer_span_alone`` the same transfers in the communication-only run."""
+    time, launch included); ``xfer_ready, xfer_end``: (P, X) of each transfer (``xfer_gpu``:
+    (X,) its source GPU), and ``*_alone`` the same transfers in the communication-only run."""
     makespan, t_comp, t_comm, t_none = (np.asarray(x, dtype=float) for x in (makespan, t_comp, t_comm, t_none))
     P = makespan.shape[0]
     serial = t_comp + t_comm
@@ -67,11 +71,12 @@ def schedule_metrics(*, makespan, t_comp, t_comm, t_none, num_gpus: int, gemm_gp
             cil_c = np.maximum(cil_c, actual / iso - 1.0)
         busy = union_lengths(gemm_start[:, gi], gemm_end[:, gi])
         exposed = np.maximum(exposed, makespan - busy)
-    if xfer_span.shape[1]:
-        num, den = xfer_span.sum(1), xfer_span_alone.sum(1)
-        cil_m = np.where(den > 0, num / np.where(den > 0, den, 1.0) - 1.0, 0.0)
-    else:
-        cil_m = np.zeros(P)
+    num, den = np.zeros(P), np.zeros(P)
+    for g in np.unique(np.asarray(xfer_gpu, dtype=np.int64)):
+        xi = np.flatnonzero(xfer_gpu == g)
+        num = num + union_lengths(xfer_ready[:, xi], xfer_end[:, xi])
+        den = den + union_lengths(xfer_ready_alone[:, xi], xfer_end_alone[:, xi])
+    cil_m = np.where(den > 0, num / np.where(den > 0, den, 1.0) - 1.0, 0.0)
     gain = serial - ideal
     return {"makespan": makespan, "t_comp_iso": t_comp, "t_comm_iso": t_comm, "serial": serial, "ideal": ideal,
             "ideal_speedup": _div(serial, ideal), "speedup": _div(t_none, makespan),
@@ -93,8 +98,9 @@ def compute_metrics(graph: TaskGraph, timeline: Timeline, gemm_iso: dict[str, fl
         num_gpus=graph.num_gpus, gemm_gpu=np.array([k.gpu for k in gemms], dtype=np.int64),
         gemm_ready=row([recs[k.id].ready for k in gemms]), gemm_start=row([recs[k.id].start for k in gemms]),
         gemm_end=row([recs[k.id].end for k in gemms]), gemm_iso=row([gemm_iso[k.id] for k in gemms]),
-        xfer_span=row([recs[t.id].end - recs[t.id].ready for t in xs]),
-        xfer_span_alone=row([alone[t.id].end - alone[t.id].ready for t in xs]))
+        xfer_gpu=np.array([t.src for t in xs], dtype=np.int64),
+        xfer_ready=row([recs[t.id].ready for t in xs]), xfer_end=row([recs[t.id].end for t in xs]),
+        xfer_ready_alone=row([alone[t.id].ready for t in xs]), xfer_end_alone=row([alone[t.id].end for t in xs]))
     return {k: float(v[0]) for k, v in out.items()}
 
 

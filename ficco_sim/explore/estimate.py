@@ -352,5 +352,5 @@ def template_metrics(tpl: Template, ev: dict, alone: Template, ev_alone: dict, n
         gemm_gpu=tpl.gpu_of[tpl.gemm_nodes], gemm_ready=vals[:, tpl.gemm_begin] - L,
         gemm_start=vals[:, tpl.gemm_begin], gemm_end=vals[:, tpl.gemm_nodes],
         gemm_iso=ev["iso"][:, tpl.gemm_nodes] + L,
-        xfer_span=vals[:, tpl.xfer_nodes] - vals[:, tpl.xfer_begin],
-        xfer_span_alone=ev_alone["vals"][:, alone.xfer_nodes] - ev_alone["vals"][:, alone.xfer_begin])
+        xfer_gpu=tpl.gpu_of[tpl.xfer_nodes], xfer_ready=vals[:, tpl.xfer_begin], xfer_end=vals[:, tpl.xfer_nodes],
+        xfer_ready_alone=ev_alone["vals"][:, alone.xfer_begin], xfer_end_alone=ev_alone["vals"][:, alone.xfer_nodes])
