@@ -116,6 +116,16 @@ MUTANTS = {
                         "a ring call's protocol picked from NCCL's own tuning table, not by the protocols' own costs"),
     "et-plus-launch-times": ("ficco_sim/traces/et_json.py", "        moved = _gpu_starts(trace)",
                              "        moved = 0", "a linked execution trace's GPU nodes read as timed at their launch"),
+    "cil-comm-union": ("ficco_sim/metrics.py",
+                       "        num = num + union_lengths(xfer_ready[:, xi], xfer_end[:, xi])\n"
+                       "        den = den + union_lengths(xfer_ready_alone[:, xi], xfer_end_alone[:, xi])",
+                       "        num = num + (xfer_end[:, xi] - xfer_ready[:, xi]).sum(1)\n"
+                       "        den = den + (xfer_end_alone[:, xi] - xfer_ready_alone[:, xi]).sum(1)",
+                       "cil_comm as the time some transfer is under way (a union), not a sum of spans"),
+    "sustained-to-burst": ("ficco_sim/calibrate/workflow.py", "        to_burst(cal, base)", "        pass",
+                           "a steady-clock calibration written at the burst rate"),
+    "profile-unknown-keys": ("ficco_sim/hardware.py", "    r.check_unknown()", "    pass",
+                             "a profile key nothing reads refused"),
     "trace-tf32": ("ficco_sim/traces/replay.py", '    if dtype == "float32" and any(t in op.name.lower() for t in TF32_KERNEL):',
                    "    if False:", "a traced float32 GEMM on a tensor-core kernel read as tfloat32"),
     "late-channel-handshake": ("ficco_sim/engine/des.py",
