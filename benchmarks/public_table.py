@@ -258,9 +258,10 @@ def main() -> None:
     from ficco_sim.files import write_text_atomic
     head = (f"# benchmarks/public_table.py; {stamp}; one row per published fact; "
             "error = (predicted - published) / published\n")
+    readme = with_readme_block(README.read_text(), readme_block(table, summ, stamp))   # refused before any write
     write_text_atomic(PUBLIC / "table.csv", head + table.to_csv(index=False, float_format="%.6g"), force=True)
     write_text_atomic(PUBLIC / "table.md", markdown(table, summ, stamp), force=True)
-    write_text_atomic(README, with_readme_block(README.read_text(), readme_block(table, summ, stamp)), force=True)
+    write_text_atomic(README, readme, force=True)
     print(summ.to_string(index=False))
     rel = table.loc[~table["used_for_fit"], "error"].abs().dropna()
     print(f"median |error| over {len(rel)} held-out facts with a relative error: {100 * np.median(rel):.1f}% "

@@ -43,6 +43,10 @@ def atomic_path(path: str | Path, *, force: bool = True, make_dirs: bool = True)
     p = Path(path)
     if p.is_dir():
         raise InputError(str(p), None, "is a folder: give a file name")
+    if p.exists() and not p.is_file():       # /dev/null, /dev/stdout, a pipe: written through, never replaced
+        with _naming(p):
+            yield p
+        return
     if p.exists() and not force:
         raise InputError(str(p), None, "exists; pass --force to overwrite it")
     if not p.parent.exists() and not make_dirs:
@@ -73,14 +77,20 @@ def _naming(p: Path) -> Iterator[None]:
         raise InputError(str(p), None, f"cannot be written: {exc.strerror or exc}") from None
 
 
-# formats a Gantt chart or plot can be saved in (matplotlib's writers, from the file's suffix)
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
+def figure_suffixes() -> tuple[str, ...]:
+    """The suffixes a Gantt chart or plot can be saved with: matplotlib's writers (no suffix:
+    PNG, as :func:`save_figure` saves it)."""
+    try:
+        from matplotlib.figure import Figure
+        return ("",) + tuple(f".{s}" for s in Figure().canvas.get_supported_filetypes())
+    except ImportError:        # the error comes when a figure is drawn
+        return ("", ".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 
 def check_output(path: str | Path | None, flag: str, *, figure: bool = False) -> None:
     """Refuse an output path before any work (and before anything else is written): its folder
     must exist, it must not be a folder, and a ``figure`` must have a suffix matplotlib saves
-    (:data:`FIGURE_SUFFIXES`)."""
+    (:func:`figure_suffixes`)."""
     if not path:
         return
     p = Path(path)
@@ -88,9 +98,9 @@ def check_output(path: str | Path | None, flag: str, *, figure: bool = False) ->
         raise InputError(flag, None, f"{path}: its folder does not exist")
     if p.is_dir():
         raise InputError(flag, None, f"{path} is a folder: give a file name")
-    if figure and p.suffix.lower() not in FIGURE_SUFFIXES:
-        raise InputError(flag, None, f"{path}: a figure is saved as {', '.join(s[1:] for s in FIGURE_SUFFIXES)} "
-                         f"(from its suffix), not {p.suffix or 'a name without a suffix'}")
+    if figure and p.suffix.lower() not in (known := figure_suffixes()):
+        raise InputError(flag, None, f"{path}: a figure is saved as {', '.join(s[1:] for s in known if s)} "
+                         f"(from its suffix), not {p.suffix}")
 
 
 def read_text(path: str | Path) -> str:

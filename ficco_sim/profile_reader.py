@@ -16,6 +16,8 @@ from .hardware_specs import BlockShape, Provenance, SmLimits
 
 KINDS = ("datasheet", "measured", "fitted", "derived", "assumption")
 KIB = 1024
+# entries profiles of earlier versions carry (calibrate wrote them) that ficco-sim now derives: read past
+RETIRED = {"comm_kernel.p2p.min_part_kib", "comm_kernel.p2p.max_part_kib"}
 
 
 def read_yaml(path: Path) -> Any:
@@ -49,28 +51,39 @@ class Reader:
 
     def check_unknown(self) -> None:
         """Refuse the first entry nothing read (a misspelt key would otherwise be ignored and
-        its default silently used), naming the nearest known key beside it."""
-        import difflib
+        its default silently used), named at its highest unknown level (``comm_kernel.nvsl``,
+        not a leaf below it) with the nearest known key beside it. Empty entries and the keys
+        of :data:`RETIRED` (numbers older profiles carry that ficco-sim now derives) pass."""
+        names = self.used | self.asked
+
+        def known_below(path: str) -> bool:
+            return any(u == path or u.startswith(f"{path}.") for u in names)
 
         def walk(node: Any, path: str) -> None:
-            if path in self.used:
+            if path in self.used or path in RETIRED or (isinstance(node, (dict, list)) and not node):
                 return
+            if path and not known_below(path):
+                self._unknown(path)
             if isinstance(node, dict) and not (path and "value" in node):
                 for k, v in node.items():
                     walk(v, f"{path}.{k}" if path else str(k))
-            elif isinstance(node, list) and node and all(isinstance(v, (dict, list)) for v in node):
+            elif isinstance(node, list) and all(isinstance(v, (dict, list)) for v in node):
                 for i, v in enumerate(node):
                     walk(v, f"{path}.{i}")
             elif path:
-                parent, _, key = path.rpartition(".")
-                names = self.used | self.asked
-                known = sorted({u[len(parent) + 1:].split(".")[0] for u in names if u.startswith(f"{parent}.")}
-                               if parent else {u.split(".")[0] for u in names})
-                known = [k for k in known if k != key and not k.isdigit()]
-                near = difflib.get_close_matches(key, known, n=1)
-                hint = f" (did you mean {near[0]}?)" if near else f" (known here: {', '.join(known)})" if known else ""
-                raise InputError(self.where, path, f"unknown field: ficco-sim reads no such entry{hint}")
+                self._unknown(path)
         walk(self.data, "")
+
+    def _unknown(self, path: str) -> None:
+        import difflib
+        parent, _, key = path.rpartition(".")
+        names = self.used | self.asked
+        known = sorted({u[len(parent) + 1:].split(".")[0] for u in names if u.startswith(f"{parent}.")}
+                       if parent else {u.split(".")[0] for u in names})
+        known = [k for k in known if k != key and not k.isdigit()]
+        near = difflib.get_close_matches(key, known, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else f" (known here: {', '.join(known)})" if known else ""
+        raise InputError(self.where, path, f"unknown field: ficco-sim reads no such entry{hint}")
 
     def node(self, path: str) -> Any:
         cur: Any = self.data

@@ -107,3 +107,22 @@ def test_calibrating_steady_timings_against_sustained_writes_the_burst_rate(tmp_
     sq = d[(d["m"] == d["n"]) & (d["n"] == d["k"])]
     err = predict_times(steady, sq) / sq["time_s"].to_numpy() - 1
     assert abs(np.median(err)) < 0.05
+
+
+def test_too_few_shapes_to_fit_are_still_kept_and_a_sustained_base_is_taken(tmp_path):
+    """Two timed GEMMs cannot pin three parameters: refused for a fit, kept with --keep-times
+    (the README's own example). And a table of another GPU name fitted against
+    ``--base h100:sustained`` (was refused with advice that counted the clock twice)."""
+    from ficco_sim.calibrate.workflow import calibrate_from_files
+    from ficco_sim.errors import InputError
+    two = tmp_path / "two.csv"
+    two.write_text("kind,m,n,k,dtype,time_s\ngemm,4096,4096,4096,bfloat16,0.00017\n"
+                   "gemm,8192,8192,8192,bfloat16,0.0013\n")
+    with pytest.raises(InputError, match="cannot pin 3 parameters"):
+        calibrate_from_files([two], "h100", out=tmp_path / "a.yaml")
+    cal = calibrate_from_files([two], "h100", out=tmp_path / "b.yaml", keep_times=True)
+    assert "gemm.efficiency" in cal.unfitted and len(load_gpu(str(tmp_path / "b.yaml")).gemm.measured) == 2
+    out = tmp_path / "c.yaml"
+    cal = calibrate_from_files([SWEEP], "h100", "h100:sustained", out=out)
+    assert load_gpu(f"{out}:sustained").gemm.efficiency["bfloat16"] == pytest.approx(
+        cal.gemm.params["efficiency.bfloat16"], abs=1e-4)

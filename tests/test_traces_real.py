@@ -360,3 +360,15 @@ def test_a_rank_file_cut_short_is_said_so(tmp_path):
         cut[-1].write_bytes(gzip.compress(json.dumps(d).encode()))
     notes = [n for n in load_trace(cut).notes if "pair up" in n]
     assert len(notes) == 1 and "rank 3 holds 0 all-to-all" in notes[0]
+
+
+def test_a_pipeline_s_sends_and_receives_are_not_unpaired():
+    """A 3-stage pipeline: the middle rank receives and sends, the ends do one of the two; its
+    point-to-point calls pair by peer, not by group, and no note says otherwise."""
+    from ficco_sim.traces.ops import TraceOp, unpaired_note
+    ops = [TraceOp(f"{r}.{i}", r, "s", "ncclKernel_SendRecv", "comm", "comm", float(i), 1.0, collective="send-recv",
+                   group=(0, 1, 2)) for r, n in ((0, 4), (1, 8), (2, 4)) for i in range(n)]
+    assert unpaired_note(ops) is None
+    ops += [TraceOp(f"ar{r}", r, "s", "ncclKernel_AllReduce", "comm", "comm", 9.0, 1.0, collective="all-reduce",
+                    group=(0, 1, 2)) for r in (0, 1)]
+    assert "rank 2 holds 0 all-reduce" in unpaired_note(ops)

@@ -113,9 +113,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     from .workflow import calibrate_device, calibrate_from_files
 
-    if args.base and str(args.base).endswith(":sustained"):
-        raise InputError("--base", None, f"{args.base!r}: calibrate writes a plain profile; base it on "
-                         f"{str(args.base)[:-len(':sustained')]!r} and use --gpu OUT.yaml:sustained for steady GEMMs")
     if args.files:
         if not args.gpu:
             raise InputError("--gpu", None, "--from needs --gpu to pick the rows (e.g. --gpu a100)")

@@ -104,6 +104,11 @@ def split_groups(groups: Sequence[str], holdout: str | Sequence[str] | None = "a
     return train, test
 
 
+class TooFewShapes(InputError):
+    """Fewer GEMM shapes than the fit has parameters: nothing can be fitted (timings can still
+    be kept, ``calibrate --keep-times``)."""
+
+
 def fit_gemm(gpu: GpuProfile, rows: pd.DataFrame, *, holdout: str | Sequence[str] | None = "auto",
              fit_launch: bool = True, dtypes: Sequence[str] | None = None, fit_roofline: bool = False) -> GemmFit:
     """Fit ``efficiency[dtype]`` (for each dtype in the rows), ``k_overhead`` and optionally
@@ -128,10 +133,10 @@ def fit_gemm(gpu: GpuProfile, rows: pd.DataFrame, *, holdout: str | Sequence[str
     names = [f"efficiency.{d}" for d in dtypes] + ["k_overhead"] + extra
     shapes = len(train[["m", "n", "k", "dtype"]].drop_duplicates())
     if shapes < len(names):
-        raise InputError("--from", None, f"{shapes} GEMM shape(s) to fit on cannot pin {len(names)} parameters "
-                         f"({', '.join(names)}): time more shapes (a range of sizes)"
-                         + (", or keep the launch overhead (--no-launch)" if fit_launch else "")
-                         + (" (--holdout none fits on every group)" if test_g else ""))
+        raise TooFewShapes("--from", None, f"{shapes} GEMM shape(s) to fit on cannot pin {len(names)} parameters "
+                           f"({', '.join(names)}): time more shapes (a range of sizes)"
+                           + (", or keep the launch overhead (--no-launch)" if fit_launch else "")
+                           + ("; --holdout with no group fits on every one" if test_g else ""))
     lo = [BOUNDS["efficiency"][0]] * len(dtypes) + [BOUNDS["k_overhead"][0]] + [BOUNDS[e][0] for e in extra]
     hi = [BOUNDS["efficiency"][1]] * len(dtypes) + [BOUNDS["k_overhead"][1]] + [BOUNDS[e][1] for e in extra]
     # Parameters in units of order 1 so the finite-difference steps mean the same for each.

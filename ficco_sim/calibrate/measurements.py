@@ -144,6 +144,7 @@ def gemm_rows(df: pd.DataFrame, where: str, gpu: str | None = None) -> pd.DataFr
                          f"({', '.join(sorted(VIDUR_GEMM))}) or a ficco-sim benchmark CSV")
     if gpu is not None:
         have = sorted(out["gpu"].unique())
+        gpu = gpu.removesuffix(":sustained")        # the rows of the GPU; the regime is the base's
         out = out[out["gpu"] == gpu.lower()]
         if out.empty:
             raise InputError(where, "gpu", f"no rows for gpu {gpu!r}; the file has {', '.join(have)}")

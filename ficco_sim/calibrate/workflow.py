@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..hardware import GpuProfile, beyond_peak, load_gpu, parse_profile
 from . import measurements as ms
 from . import fit_nccl, mamf, nccl_tests
-from .fit_gemm import GemmFit, fit_gemm, predict_times
+from .fit_gemm import GemmFit, TooFewShapes, fit_gemm, predict_times
 from .fit_links import LinkFits, fit_collectives, fit_contention, fit_copies
 from .report import error_summary, held_out_line, plot_predicted_vs_measured, write_points_csv
 from .writer import update_profile, write_profile
@@ -43,6 +43,8 @@ class Calibration:
     trace_gemms: pd.DataFrame | None = None    # a trace's GEMM operators that ran alone (traces.gemm_times)
     notes: list[str] = field(default_factory=list)   # what was left out of the inputs, or looks off, and why
     gemm_before: pd.Series | None = None     # the base profile's relative error on the GEMM rows, before the fit
+    keep_times: bool = False                  # the GEMM timings are kept (gemm.measured), fitted or not
+    unfit_rows: list[pd.DataFrame] = field(default_factory=list)   # GEMM timings too few to fit on, kept only
 
     def summary_rows(self) -> list[tuple[str, str, str]]:
         """(quantity, value, note) lines for the CLI table."""
@@ -120,7 +122,7 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     if base.gemm.measured:      # fit the model on the timings, not on a base's pinned shapes
         import dataclasses
         base = dataclasses.replace(base, gemm=dataclasses.replace(base.gemm, measured={}))
-    cal = Calibration(gpu=gpu)
+    cal = Calibration(gpu=gpu, keep_times=keep_times)
     traces = [str(p) for p in paths if is_trace(p)]
     if traces:
         _traces(cal, base, traces, report_dir)
@@ -172,7 +174,7 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
             raise InputError(where, None, "unrecognised measurement file: expected vidur gemm_times.csv, "
                              "collective_times.csv or a ficco-sim benchmark CSV")
     if keep_times:
-        timed = [cal.gemm.rows] if cal.gemm is not None else []
+        timed = ([cal.gemm.rows] if cal.gemm is not None else []) + cal.unfit_rows
         if cal.trace_gemms is not None and len(cal.trace_gemms):    # an operator's span, plus its launch
             traced = cal.trace_gemms.assign(time_s=cal.trace_gemms["time_s"] + base.launch_overhead)
             fast = traced[beyond_peak(traced["m"], traced["n"], traced["k"], traced["time_s"],
@@ -314,7 +316,14 @@ def kept_times(rows: pd.DataFrame, where: str, gpu: GpuProfile) -> list[tuple[in
 
 def _gemm(cal: Calibration, base: GpuProfile, rows: pd.DataFrame, where: str, holdout: Any, fit_launch: bool,
           report_dir: Any, fit_roofline: bool = False) -> None:
-    fit = fit_gemm(base, rows, holdout=holdout, fit_launch=fit_launch, fit_roofline=fit_roofline)
+    try:
+        fit = fit_gemm(base, rows, holdout=holdout, fit_launch=fit_launch, fit_roofline=fit_roofline)
+    except TooFewShapes as e:
+        if not cal.keep_times:
+            raise
+        cal.unfit_rows.append(rows)            # kept as timed (--keep-times); the model is the base's
+        cal.unfitted["gemm.efficiency"] = e.message
+        return
     cal.gemm_before = pd.Series(predict_times(base, rows) / rows["time_s"].to_numpy() - 1.0)
     summary = error_summary(fit.rows)
     src = gemm_source(fit, where, summary)

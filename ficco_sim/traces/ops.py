@@ -262,7 +262,9 @@ def unpaired_note(ops: list[TraceOp]) -> str | None:
     ranks = {o.rank for o in ops}
     counts: dict[tuple, dict[int, int]] = {}
     for o in ops:
-        if o.category == "comm" and o.collective:
+        # point-to-point calls pair by sender and receiver, not by group: a pipeline's middle stage
+        # holds twice its ends' sends and receives
+        if o.category == "comm" and o.collective and o.collective != "send-recv":
             per = counts.setdefault((o.collective, o.group or tuple(sorted(ranks))), {})
             per[o.rank] = per.get(o.rank, 0) + 1
     for (kind, grp), per in counts.items():
