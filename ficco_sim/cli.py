@@ -169,22 +169,8 @@ def resolve_topology(args):
     return gpu, topo
 
 
-def schedule_names(parts: list[str]) -> list[str]:
-    """Schedule and preset names from repeated / comma-separated options; a preset's knobs may
-    follow it after commas too (``te-pipeline:num_splits=8,num_sm=8``)."""
-    names: list[str] = []
-    for part in parts:
-        for item in filter(None, (x.strip() for x in part.split(","))):
-            if "=" in item and ":" not in item and names and ":" in names[-1]:
-                names[-1] += "," + item
-            else:
-                names.append(item)
-    return names
-
-
 def cmd_simulate(args) -> int:
-    from .schedules import basic_schedules, parse_schedule
-    from .schedules.presets import applicable, is_preset
+    from .schedules.selection import schedule_names, select_schedules
     from .simulate import simulate_many
     gpu, topo = resolve_topology(args)
     scenario = make_scenario(args, topo.num_gpus)
@@ -192,14 +178,9 @@ def cmd_simulate(args) -> int:
     for flag, path in (("--trace", args.trace), ("--gantt", args.gantt), ("--output", args.output)):
         check_output(path, flag, figure=flag == "--gantt")       # say so before simulating, not after
     names = schedule_names(args.schedule)
-    if not names or names == ["all"]:
-        schedules = basic_schedules(scenario)
-    elif names == ["presets"]:
-        schedules = ["none"] + [p for p, got in applicable(scenario, gpu, topo).items() if not isinstance(got, str)]
-    else:
-        schedules = ["none"] + [n if is_preset(n) else parse_schedule(n) for n in names if n != "none"]
+    schedules, left_out = select_schedules(names, scenario, gpu, topo)
     results = simulate_many(scenario, schedules, gpu, topo, engine=args.engine, policy=args.policy)
-    if names and "none" not in names and names not in (["all"], ["presets"]):
+    if names and "none" not in names and "all" not in names and names != ["presets"]:
         results = results[1:]
     if args.trace or args.gantt:
         from .traces.export import write_chrome_trace, write_gantt
@@ -217,6 +198,8 @@ def cmd_simulate(args) -> int:
     emit(rows, args.format, args.output, SIM_COLUMNS, title)
     if args.format == "table" and not args.output:
         print(legend(rows))
+    if left_out:
+        print(f"left out: {'; '.join(left_out)}", file=sys.stderr)
     return 0
 
 
@@ -230,6 +213,10 @@ def legend(rows: list[dict]) -> str:
     if any(r.get("of_ideal", 0) < 0 for r in rows):
         lines.append("A negative 'of ideal' is a schedule slower than no overlap: -1 means it lost as much as "
                      "the ideal would have gained.")
+    if any(r.get("of_ideal", 0) > 1 for r in rows):
+        lines.append("An 'of ideal' above 1: the ideal is none's, with its collective as the library runs it (NCCL "
+                     "on SMs); this schedule's own transfers alone (copy engines, direct copies) are faster than "
+                     "that collective, so it can pass it.")
     time = {r["schedule"]: r.get("makespan") for r in rows}
     if any(time.get(n.replace("-hi", "", 1)) == t for n, t in time.items() if "-hi" in n):
         lines.append("A '-hi' schedule as fast as its twin: the priority changed nothing here (the next GEMM "

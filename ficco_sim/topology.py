@@ -248,8 +248,8 @@ def builtin_link(kind: str, n: int, link: Any) -> tuple[float, float]:
                              "peers (profile link.peers)")
         if kind in ("fc", "ring"):
             return link.ports / link.peers * per_port, link.latency
-    if kind == "ring":
-        return max(1.0, link.ports / 2) * per_port, link.latency
+    if kind == "ring":      # two neighbours, or one (ring:2: both sides are the same GPU, all ports to it)
+        return max(1.0, link.ports / min(2, n - 1)) * per_port, link.latency
     if kind == "fc":
         return link.ports / (n - 1) * per_port, link.latency
     return link.ports * per_port, link.latency

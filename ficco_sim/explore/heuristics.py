@@ -125,8 +125,10 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
                   f"{pick['cil_comm']:.0%} slower beside the GEMM" if scenario.spec.independent else
                   f"its GEMM pieces lose {pick['dil_compute']:.0%} to decomposition and {pick['cil_compute']:.0%} "
                   "to contention")
+        past = (": its own transfers alone are faster than none's collective, whose time the ideal takes"
+                if pick["of_ideal"] > 1 else "")
         why.append(f"predicted {t['none'] / t[name]:.2f}x over no overlap ({pick['of_ideal']:.0%} of the ideal "
-                   f"{pick['ideal_speedup']:.2f}x); " + losses)
+                   f"{pick['ideal_speedup']:.2f}x{past}); " + losses)
     runner = sorted((c for c in t if c != name), key=t.get)[:2]
     why.append("next best: " + ", ".join(f"{c} ({t['none'] / t[c]:.2f}x)" for c in runner))
     return {"schedule": name, "reasons": why, "predicted": t, "rows": rows,

@@ -89,4 +89,5 @@ def preset_models(long: pd.DataFrame) -> pd.DataFrame:
     out = g.agg(layers=("scenario", "size"), applies=("applies", "sum"), t_none=("t_none", "sum"),
                 t_preset=("t_preset", "sum")).reset_index()
     out["speedup"] = out["t_none"] / out["t_preset"]
+    out["tokens"] = pd.to_numeric(out["tokens"]).astype("Int64")
     return out

@@ -172,6 +172,7 @@ def model_totals(summary: pd.DataFrame) -> pd.DataFrame:
     g = s.groupby(["gpu", "topology", "model", "tokens", "gpus"], sort=False)
     out = g.agg(pairs=("scenario", "size"), t_none=("t_none", "sum"), t_best=("makespan", "sum")).reset_index()
     out["speedup"] = out["t_none"] / out["t_best"]
+    out["tokens"] = pd.to_numeric(out["tokens"]).astype("Int64")    # 4096, not 4096.0 (user rows had made it float)
     return out[cols]
 
 

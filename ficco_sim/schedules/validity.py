@@ -34,6 +34,11 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
         if schedule.dim == "N":
             return "decomposition along N is not lowered (no communicated tensor is split along N)"
         return f"{scenario.kind} with A sharded along {scenario.shard_dim}: {scenario.spec.dim_reason}"
+    if schedule.granularity == "ficco" and not scenario.spec.independent and scenario.kind != "a2a-gemm":
+        shard = {"M": scenario.m, "K": scenario.k, "N": scenario.n}[scenario.shard_dim] // scenario.gpus
+        if shard < scenario.gpus:
+            return (f"ficco cuts each GPU's {shard} {scenario.shard_dim}-rows into {scenario.gpus} pieces: fewer "
+                    "rows than pieces (shard-* moves whole shards)")
     if schedule.smem and not schedule.overlapped:
         return "shared-memory shaping only matters when compute overlaps communication"
     if schedule.priority == "high" and schedule.engine == "dma":

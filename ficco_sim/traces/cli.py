@@ -234,10 +234,17 @@ def cmd_replay(args) -> int:
         print(f"  per rank           worst {worst[1] * 100:+.2f}% (rank {worst[0]}) of {len(r.rank_errors)} ranks")
     for n in r.graph.meta.get("notes", []):
         print(f"  note: {n}")
+    if args.source_gpu and t.device:
+        from ..hardware import load_gpu, profile_for_device
+        named = profile_for_device(t.device)
+        if named and load_gpu(named).name != load_gpu(args.source_gpu).name:
+            print(f"  note: the trace ran on {t.device!r} ({named}); replayed with {r.gpu}'s profile as --source-gpu "
+                  "says, its measured times kept (to move the trace to another GPU: trace whatif --gpu)")
     return 0
 
 
 def cmd_whatif(args) -> int:
+    from ..hardware import load_gpu
     from . import load_trace
     from .replay import DEFAULT_PAIR_SCHEDULES, find_pairs, pair_whatif, source_gpu, whatif
     t = load_trace(args.files, steps=args.steps)
@@ -253,9 +260,12 @@ def cmd_whatif(args) -> int:
         for p in find_pairs(t):
             entry = {"kind": p.kind, "rank": p.rank, "comm": p.comm.name, "gemm": p.gemm.name, "link": p.link,
                      "measured_s": p.measured, "scenario": p.scenario.label() if p.scenario else None,
-                     "why_not": p.why_not, "schedules": []}
+                     "why_not": p.why_not, "schedules": [],
+                     **({k: getattr(p.scenario, k) for k in ("gpus", "m", "n", "k", "dtype")} if p.scenario else {})}
             if p.scenario is not None:
-                for r in pair_whatif(p, schedules, pair_gpu, None):
+                # projected onto the trace only where the pair is simulated on the GPU the trace ran on
+                here = t.on_gpu and load_gpu(pair_gpu).name == source_gpu(t, args.source_gpu).name
+                for r in pair_whatif(p, schedules, pair_gpu, None, on_trace_gpu=here):
                     entry["schedules"].append(r.__dict__)
             out["pairs"].append(entry)
     if args.json:
@@ -280,7 +290,8 @@ def cmd_whatif(args) -> int:
                 print(f"    {r['schedule']:24s} invalid here: {r['note']}")
             else:
                 print(f"    {r['schedule']:24s} simulated {_us(r['makespan']):>14s}  speedup {r['speedup']:.3f}x  "
-                      f"projected on the trace {_us(r['projected'])}")
+                      + (f"projected on the trace {_us(r['projected'])}" if r["projected"] is not None else
+                         f"(simulated on {pair_gpu}, not the trace's GPU: not projected)"))
     return 0
 
 

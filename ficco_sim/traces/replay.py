@@ -362,14 +362,18 @@ class PairResult:
     schedule: str
     makespan: float | None     # simulated, seconds (None: schedule invalid here)
     speedup: float | None      # over the "none" schedule
-    projected: float | None    # measured pair time x simulated ratio to "none"
+    projected: float | None    # the measured pair time, plus what the schedule saves or costs in simulation
+    # (None where the pair is simulated on another GPU than the trace's: there is nothing to project onto)
     note: str = ""
 
 
 def pair_whatif(pair: Pair, schedules=DEFAULT_PAIR_SCHEDULES, gpu: str | GpuProfile = "h100",
-                topology: str | Topology | None = None) -> list[PairResult]:
+                topology: str | Topology | None = None, *, on_trace_gpu: bool = True) -> list[PairResult]:
     """Simulate the pair's scenario under ``schedules`` with the lead's lowering; the first
-    row is always ``none`` (collective, then GEMM)."""
+    row is always ``none`` (collective, then GEMM). ``projected``: the measured pair time
+    plus the simulated difference to ``none`` (what the model does not explain, a host's
+    gaps, stays as measured); not given when ``on_trace_gpu`` is False (the pair simulated on
+    another GPU than the trace ran on) or where the saving exceeds the measured time."""
     from ..schedules import invalid_reason, lower, parse_schedule
     if pair.scenario is None:
         raise InputError("trace", f"pair {pair.comm.id}", pair.why_not or "no scenario")
@@ -387,5 +391,6 @@ def pair_whatif(pair: Pair, schedules=DEFAULT_PAIR_SCHEDULES, gpu: str | GpuProf
             continue
         t = simulate_graph(lower(sc, sch, prof, topo), prof, topo).makespan
         base = t if base is None else base
-        out.append(PairResult(sch.name, t, base / t, pair.measured * t / base))
+        projected = pair.measured + (t - base)
+        out.append(PairResult(sch.name, t, base / t, projected if on_trace_gpu and projected > 0 else None))
     return out

@@ -1,0 +1,72 @@
+"""What two new users met following the README (2026-11-29), each now as they expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ficco_sim.cli import main
+from ficco_sim.hardware import load_gpu
+from ficco_sim.topology import load_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_ring_of_two_gives_its_one_neighbour_every_port():
+    """ring:2's two neighbours are the same GPU: half the ports to each had halved its link."""
+    gpu = load_gpu("h100")
+    bw = {k: load_topology(f"{k}:2", gpu).path_bandwidth(0, 1) for k in ("ring", "fc", "switch")}
+    assert bw["ring"] == bw["fc"] == bw["switch"]
+    assert load_topology("ring:8", gpu).path_bandwidth(0, 1) == pytest.approx(bw["ring"] / 2)
+
+
+def test_rows_too_few_for_ficco_pieces_leave_ficco_out_not_every_schedule(capsys):
+    """m = 32 on 8 GPUs: 4 rows a GPU cannot be cut into 8 FiCCO pieces; every schedule (none
+    too) used to fail on a 0-row GEMM."""
+    code, out, err = run(capsys, "simulate", "--topology", "switch:8", "--m", "32", "--n", "1024", "--k", "1024")
+    assert code == 0 and "shard-p2p-dma" in out and "ficco-a2a" not in out
+    assert "left out: ficco-a2a-sm (ficco cuts each GPU's 4 M-rows into 8 pieces" in err
+    code, _, err = run(capsys, "simulate", "--topology", "switch:8", "--m", "32", "--n", "1024", "--k", "1024",
+                       "--schedule", "ficco-a2a-dma")
+    assert code == 2 and "fewer rows than pieces" in err
+
+
+def test_all_and_more_schedules_together(capsys):
+    code, out, _ = run(capsys, "simulate", "--scenario", "gemm-rs", "--topology", "switch:4", "--m", "4096", "--n",
+                       "4096", "--k", "4096", "--schedule", "all,fused-dma", "--format", "csv")
+    assert code == 0 and "fused-dma" in out and "ficco-a2a-dma" in out and out.count(",none,des,") == 1
+
+
+def test_a_pair_simulated_on_another_gpu_is_not_projected_onto_the_trace(capsys):
+    """A CPU (gloo) trace's pair simulated on an H100: its time cannot be projected onto the
+    CPU's measured one (it read 7 ms for a 4 ms measured pair and 33 us simulated)."""
+    import json
+    traces = sorted(str(p) for p in (ROOT / "traces").glob("cpu_ag_mm.rank*.json.gz"))
+    code, out, _ = run(capsys, "trace", "whatif", *traces, "--pair-gpu", "h100", "--json")
+    assert code == 0
+    pairs = json.loads(out)["pairs"]
+    rows = [r for p in pairs for r in p["schedules"] if r["makespan"] is not None]
+    assert rows and all(r["projected"] is None for r in rows)
+    assert all(p["m"] > 0 for p in pairs if p["scenario"])
+
+
+def test_a_pair_on_its_own_gpu_is_projected_by_what_the_schedule_saves():
+    """Projected = measured + (simulated - simulated none): what the model does not explain
+    (a host's gaps, waits) stays as measured, not scaled by the simulated ratio."""
+    from ficco_sim.traces import load_trace
+    from ficco_sim.traces.replay import find_pairs, pair_whatif
+    t = load_trace([ROOT / "traces" / "real" / "hta_128ranks_sampled_rank0.json.gz"])
+    pair = next(p for p in find_pairs(t) if p.scenario is not None)
+    rows = pair_whatif(pair, gpu="a100")
+    base = rows[0].makespan
+    for r in rows:
+        if r.makespan is not None and r.projected is not None:
+            assert r.projected == pytest.approx(pair.measured + r.makespan - base)
+    assert all(r.projected is None for r in pair_whatif(pair, gpu="a100", on_trace_gpu=False))
