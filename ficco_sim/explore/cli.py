@@ -44,11 +44,12 @@ examples:
 RECOMMEND_HELP = """\
 Pick a schedule from operator sizes alone, in milliseconds, and say why: the closed-form engine
 predicts every candidate with contention weights and a margin fitted against the discrete-event
-optimum. The candidates are the families the FiCCO paper compares, decomposed along --shard-dim:
-no overlap; shard-level p2p and FiCCO a2a on SMs (normal and high priority) and on copy
-engines, FiCCO at every compute grouping (a GEMM beside an independent collective: side by
-side). Other families (shard-a2a, fused, grouped p2p, shaping, channels) are not candidates:
-`ficco-sim explore --space full` searches them all.
+optimum. The candidates, decomposed along --shard-dim: no overlap; shard-level p2p and a2a and
+FiCCO a2a on SMs (normal and high priority) and on copy engines, FiCCO at every compute
+grouping; for GEMM -> reduce-scatter the fused kernel (each tile sent as it is done, by an SM
+kernel or a copy engine); a GEMM beside an independent collective: side by side. Shaping,
+channel counts, SM margins and fused-st are not candidates: `ficco-sim explore --space full`
+searches them all.
 
 example:
   ficco-sim recommend --gpu mi300x --topology fc:8 --scenario ag-gemm --m 16384 --n 8192 --k 8192
