@@ -32,10 +32,10 @@ def test_rows_too_few_for_ficco_pieces_leave_ficco_out_not_every_schedule(capsys
     too) used to fail on a 0-row GEMM."""
     code, out, err = run(capsys, "simulate", "--topology", "switch:8", "--m", "32", "--n", "1024", "--k", "1024")
     assert code == 0 and "shard-p2p-dma" in out and "ficco-a2a" not in out
-    assert "left out: ficco-a2a-sm (ficco cuts each GPU's 4 M-rows into 8 pieces" in err
+    assert "left out: ficco-a2a-sm (ficco cuts each GPU's 4 M-rows into 8 pieces" in err and "no row" in err
     code, _, err = run(capsys, "simulate", "--topology", "switch:8", "--m", "32", "--n", "1024", "--k", "1024",
                        "--schedule", "ficco-a2a-dma")
-    assert code == 2 and "fewer rows than pieces" in err
+    assert code == 2 and "its last GEMM would have no row" in err
 
 
 def test_all_and_more_schedules_together(capsys):
@@ -70,3 +70,19 @@ def test_a_pair_on_its_own_gpu_is_projected_by_what_the_schedule_saves():
         if r.makespan is not None and r.projected is not None:
             assert r.projected == pytest.approx(pair.measured + r.makespan - base)
     assert all(r.projected is None for r in pair_whatif(pair, gpu="a100", on_trace_gpu=False))
+
+
+def test_all_along_k_decomposes_along_k_and_grouped_ficco_keeps_small_shards(capsys):
+    """``--shard-dim K`` with no schedule named ran ``none`` alone (the basic set taken along M,
+    every overlapped schedule refused); FiCCO computed 2 pieces at a time runs a GPU's 7 rows
+    (its last group gets one), where ungrouped it cannot (its last piece has none)."""
+    code, out, _ = run(capsys, "simulate", "--scenario", "ag-gemm", "--m", "64", "--n", "64", "--k", "64",
+                       "--shard-dim", "K", "--format", "csv")
+    assert code == 0 and "ficco-a2a-sm-dimK" in out and "shard-p2p-dma-dimK" in out
+    for kind in ("ag-gemm", "gemm-rs"):
+        code, _, err = run(capsys, "simulate", "--scenario", kind, "--m", "56", "--n", "64", "--k", "64",
+                           "--schedule", "ficco-a2a-sm-g2")
+        assert code == 0, err
+        code, _, err = run(capsys, "simulate", "--scenario", kind, "--m", "56", "--n", "64", "--k", "64",
+                           "--schedule", "ficco-a2a-sm")
+        assert code == 2 and "its last GEMM would have no row" in err

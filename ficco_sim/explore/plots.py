@@ -42,7 +42,7 @@ def write_plots(points: pd.DataFrame, summary: pd.DataFrame, out: Path) -> list[
     ok = points[points["status"] == "ok"]
     # one number per point: the DES's where it confirmed the closed form's (never their mean)
     ok = ok.assign(_des=ok["engine"] != "des").sort_values("_des", kind="stable").drop_duplicates(
-        ["gpu", "topology", "scenario", "schedule"])
+        ["gpu", "topology", "scenario_id", "schedule"])
     for (gpu, topo), grp in ok.groupby(["gpu", "topology"], sort=False):
         piv = grp.pivot_table(index="scenario", columns="schedule", values="speedup", sort=False)
         keep = piv.max().nlargest(MAX_BARS).index       # a full space has ~90 schedules: its fastest, readable

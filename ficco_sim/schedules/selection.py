@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..hardware import GpuProfile
 from ..topology import Topology
 from ..workload import Scenario
@@ -37,13 +39,20 @@ def select_schedules(names: list[str], scenario: Scenario, gpu: GpuProfile,
     left_out: list[str] = []
     if not names or "all" in names:
         schedules: list[Schedule | str] = []
-        for sch in basic_schedules(scenario):
+        for sch in basic_schedules(scenario):     # decomposed along the scenario's shard dimension
+            sch = replace(sch, dim=scenario.shard_dim) if sch.pattern else sch
             why = invalid_reason(scenario, sch, gpu, topo)
             schedules += [sch] if why is None else []
             left_out += [f"{sch.name} ({why})"] if why else []
-        basic = {s.name for s in schedules}
-        schedules += [n if is_preset(n) else parse_schedule(n) for n in dict.fromkeys(names)
-                      if n not in ("all", "none") and n not in basic]
+        seen = {s.name for s in schedules}
+        for n in dict.fromkeys(names):
+            if n in ("all", "none"):
+                continue
+            sch = n if is_preset(n) else parse_schedule(n)
+            key = sch if isinstance(sch, str) else sch.name
+            if key not in seen:
+                seen.add(key)
+                schedules.append(sch)
     elif names == ["presets"]:
         schedules = ["none"] + [p for p, got in applicable(scenario, gpu, topo).items() if not isinstance(got, str)]
     else:

@@ -36,9 +36,12 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
         return f"{scenario.kind} with A sharded along {scenario.shard_dim}: {scenario.spec.dim_reason}"
     if schedule.granularity == "ficco" and not scenario.spec.independent and scenario.kind != "a2a-gemm":
         shard = {"M": scenario.m, "K": scenario.k, "N": scenario.n}[scenario.shard_dim] // scenario.gpus
-        if shard < scenario.gpus:
-            return (f"ficco cuts each GPU's {shard} {scenario.shard_dim}-rows into {scenario.gpus} pieces: fewer "
-                    "rows than pieces (shard-* moves whole shards)")
+        g = max(1, schedule.group)
+        # the pieces share the rows evenly (some of 0 rows: a transfer of nothing is fine); a compute
+        # group's GEMM needs one row at least: the last group gets none when rows <= (groups - 1) x g
+        if shard <= (-(-scenario.gpus // g) - 1) * g:
+            return (f"ficco cuts each GPU's {shard} {scenario.shard_dim}-rows into {scenario.gpus} pieces computed "
+                    f"{g} at a time: its last GEMM would have no row (shard-* moves whole shards)")
     if schedule.smem and not schedule.overlapped:
         return "shared-memory shaping only matters when compute overlaps communication"
     if schedule.priority == "high" and schedule.engine == "dma":

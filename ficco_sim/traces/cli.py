@@ -237,7 +237,7 @@ def cmd_replay(args) -> int:
     if args.source_gpu and t.device:
         from ..hardware import load_gpu, profile_for_device
         named = profile_for_device(t.device)
-        if named and load_gpu(named).name != load_gpu(args.source_gpu).name:
+        if named and load_gpu(named).name != load_gpu(args.source_gpu).name.removesuffix(":sustained"):
             print(f"  note: the trace ran on {t.device!r} ({named}); replayed with {r.gpu}'s profile as --source-gpu "
                   "says, its measured times kept (to move the trace to another GPU: trace whatif --gpu)")
     return 0
@@ -255,7 +255,7 @@ def cmd_whatif(args) -> int:
                  "model_baseline_makespan_s": w.model_baseline.sim_makespan if w.model_baseline else None,
                  "whatif_makespan_s": w.variant.sim_makespan, "change": w.change, "notes": w.notes, "pairs": []}
     if not args.no_pairs:
-        pair_gpu = args.pair_gpu or args.gpu or source_gpu(t, args.source_gpu)
+        pair_gpu = load_gpu(args.pair_gpu or args.gpu or source_gpu(t, args.source_gpu))
         schedules = args.schedule or list(DEFAULT_PAIR_SCHEDULES)
         for p in find_pairs(t):
             entry = {"kind": p.kind, "rank": p.rank, "comm": p.comm.name, "gemm": p.gemm.name, "link": p.link,
@@ -264,7 +264,9 @@ def cmd_whatif(args) -> int:
                      **({k: getattr(p.scenario, k) for k in ("gpus", "m", "n", "k", "dtype")} if p.scenario else {})}
             if p.scenario is not None:
                 # projected onto the trace only where the pair is simulated on the GPU the trace ran on
-                here = t.on_gpu and load_gpu(pair_gpu).name == source_gpu(t, args.source_gpu).name
+                here = t.on_gpu and pair_gpu.name == source_gpu(t, args.source_gpu).name
+                entry["not_projected"] = ("" if here else "the trace ran on a CPU" if not t.on_gpu else
+                                          f"simulated on {pair_gpu.name}, not the trace's GPU")
                 for r in pair_whatif(p, schedules, pair_gpu, None, on_trace_gpu=here):
                     entry["schedules"].append(r.__dict__)
             out["pairs"].append(entry)
@@ -291,7 +293,7 @@ def cmd_whatif(args) -> int:
             else:
                 print(f"    {r['schedule']:24s} simulated {_us(r['makespan']):>14s}  speedup {r['speedup']:.3f}x  "
                       + (f"projected on the trace {_us(r['projected'])}" if r["projected"] is not None else
-                         f"(simulated on {pair_gpu}, not the trace's GPU: not projected)"))
+                         f"(not projected: {e['not_projected'] or 'the simulated saving exceeds the measured time'})"))
     return 0
 
 
