@@ -243,6 +243,9 @@ def cmd_predict(args) -> int:
     else:
         gpu, topo = resolve_topology(args)
         nbytes = parse_size(args.bytes, "--bytes")
+        if nbytes % 2:      # the collective moves float16 elements (as 3 B, less than one a piece, is refused)
+            raise InputError("--bytes", None, f"{nbytes} B per rank is not a whole number of float16 elements "
+                             "(2 B each)")
         t = collective_time(gpu, topo, args.kind, nbytes, engine=args.comm_engine, algorithm=args.algorithm,
                             sim=args.engine, gpus_per_thread=args.gpus_per_thread, tuner=args.tuner)
         from .schedules.collectives import pick_algorithm

@@ -38,6 +38,12 @@ def test_rows_too_few_for_ficco_pieces_leave_ficco_out_not_every_schedule(capsys
     assert code == 2 and "its last GEMM would have no row" in err
 
 
+def test_an_odd_size_is_refused_as_no_whole_number_of_elements(capsys):
+    """``--bytes 1001``: 500.5 float16 elements, read as 500 where 3 B was refused."""
+    code, _, err = run(capsys, "predict", "collective", "--kind", "reduce-scatter", "--bytes", "1001")
+    assert code == 2 and "not a whole number of float16 elements" in err
+
+
 def test_all_and_more_schedules_together(capsys):
     code, out, _ = run(capsys, "simulate", "--scenario", "gemm-rs", "--topology", "switch:4", "--m", "4096", "--n",
                        "4096", "--k", "4096", "--schedule", "all,fused-dma", "--format", "csv")
