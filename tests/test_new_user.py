@@ -92,3 +92,14 @@ def test_all_along_k_decomposes_along_k_and_grouped_ficco_keeps_small_shards(cap
         code, _, err = run(capsys, "simulate", "--scenario", kind, "--m", "56", "--n", "64", "--k", "64",
                            "--schedule", "ficco-a2a-sm")
         assert code == 2 and "its last GEMM would have no row" in err
+
+
+def test_a_latency_the_rows_press_to_zero_is_said(tmp_path):
+    """The 4 x H100 quiet runs, all at one GPU count, pin link and LL latency at 0: the
+    calibration says so in its notes and in the written source, where it wrote 0 silently."""
+    from ficco_sim.calibrate.workflow import calibrate_from_files
+    logs = sorted((ROOT / "validation" / "nccl-tests").glob("h100x4_quiet_*.txt"))
+    cal = calibrate_from_files(logs, "h100", out=tmp_path / "h.yaml")
+    note = next(n for n in cal.notes if n.startswith("fitted at 0"))
+    assert "link.latency_us" in note and "every run is on 4 GPUs" in note
+    assert "at 0, the bottom of its range" in cal.updates["link.latency_us"][2]

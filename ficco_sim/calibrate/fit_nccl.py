@@ -221,12 +221,15 @@ def fit(rows: pd.DataFrame, base: dict[str, GpuProfile] | None = None, evaluatio
     return {**fixed, **params}, loss(rows, params, base)
 
 
-def at_bounds(params: dict, rel: float = 1e-3) -> list[str]:
+def at_bounds(params: dict, rel: float = 1e-3, *, zero: bool = False) -> list[str]:
     """Profile paths of the fitted mechanisms that ended on a bound of :data:`BOUNDS` (a fit
-    pressed against its range explains the rows with something else than that mechanism).
+    pressed against its range explains the rows with something else than that mechanism);
+    ``zero``: those pressed to a lower bound of 0 instead (the rows would take less than none).
 
     >>> at_bounds({"launch_us": 30.0, "ll_us": 1.2, "sm_share": 0.5})
     ['comm_kernel.launch_us', 'comm_kernel.channel_bandwidth_gbps']
+    >>> at_bounds({"link_us": 0.0, "ll_us": 1.2, "sm_share": 0.5}, zero=True)
+    ['link.latency_us']
     """
     out = []
     for k, v in params.items():
@@ -234,7 +237,8 @@ def at_bounds(params: dict, rel: float = 1e-3) -> list[str]:
             continue
         lo, hi = BOUNDS[k]
         span = (hi - lo) * rel
-        if v >= hi - span or (lo > 0 and v <= lo + span):
+        low = v <= lo + span
+        if (lo == 0 and low) if zero else (v >= hi - span or (lo > 0 and low)):
             out.append(PATHS[k])
     return out
 
@@ -340,10 +344,10 @@ def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topo
     if pinned:
         cal.notes.append(f"fitted at the edge of its range: {', '.join(pinned)}: the profile's links or GPU may not "
                          "be what these runs ran on (check --gpu / --base and --topology), or the runs are noisy")
-    zero = [k for k, v in params.items() if k in BOUNDS and BOUNDS[k][0] == 0 and v <= BOUNDS[k][1] * 1e-3]
+    zero = at_bounds(params, zero=True)
     if zero:
         counts = sorted(big["gpus"].unique())
-        cal.notes.append(f"fitted at 0, the bottom of its range: {', '.join(PATHS[k] for k in zero)}: these rows take "
+        cal.notes.append(f"fitted at 0, the bottom of its range: {', '.join(zero)}: these rows take "
                          "their time from the other terms (the call floor above all)" + (
                              f"; every run is on {counts[0]} GPUs, where the per-step latencies add the same to every "
                              "call as the floor does: runs at another GPU count tell them apart" if len(counts) == 1 else
@@ -366,9 +370,8 @@ def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topo
     if "issue_us" not in params and (big["gpus_per_thread"] > 1).any():
         src += (f"; every run drove {int(big['gpus_per_thread'].iloc[0])} GPUs from one thread, so the issue time "
                 "per GPU is the base profile's (comm_kernel.issue_us) and the floor is fitted beside it")
-    at_zero = {PATHS[k] for k in zero}
     for path, value in profile_values(base, params).items():
         cal.updates[path] = (value, "fitted", src + ("; at 0, the bottom of its range: these rows do not pin it"
-                                                     if path in at_zero else ""))
+                                                     if path in zero else ""))
     if report_dir:
         cal.written.append(write_text(Path(report_dir) / f"{cal.gpu}_nccl_tests_points.csv", rows))

@@ -257,16 +257,17 @@ def cmd_whatif(args) -> int:
     if not args.no_pairs:
         pair_gpu = load_gpu(args.pair_gpu or args.gpu or source_gpu(t, args.source_gpu))
         schedules = args.schedule or list(DEFAULT_PAIR_SCHEDULES)
+        # projected onto the trace only where the pairs are simulated on the GPU the trace ran on
+        here = t.on_gpu and pair_gpu.name == source_gpu(t, args.source_gpu).name
+        not_projected = ("" if here else "the trace ran on a CPU" if not t.on_gpu else
+                         f"simulated on {pair_gpu.name}, not the trace's GPU")
         for p in find_pairs(t):
             entry = {"kind": p.kind, "rank": p.rank, "comm": p.comm.name, "gemm": p.gemm.name, "link": p.link,
                      "measured_s": p.measured, "scenario": p.scenario.label() if p.scenario else None,
                      "why_not": p.why_not, "schedules": [],
                      **({k: getattr(p.scenario, k) for k in ("gpus", "m", "n", "k", "dtype")} if p.scenario else {})}
             if p.scenario is not None:
-                # projected onto the trace only where the pair is simulated on the GPU the trace ran on
-                here = t.on_gpu and pair_gpu.name == source_gpu(t, args.source_gpu).name
-                entry["not_projected"] = ("" if here else "the trace ran on a CPU" if not t.on_gpu else
-                                          f"simulated on {pair_gpu.name}, not the trace's GPU")
+                entry["not_projected"] = not_projected
                 for r in pair_whatif(p, schedules, pair_gpu, None, on_trace_gpu=here):
                     entry["schedules"].append(r.__dict__)
             out["pairs"].append(entry)
