@@ -85,7 +85,7 @@ def _simplicity(name: str, prefer_high: bool) -> tuple:
     s = parse_schedule(name)
     gran = ("none", "par", "shard", "ficco", "fused").index(s.granularity)
     high = (s.priority == "high") != prefer_high
-    return (gran, -s.group, s.engine == "sm", high, s.margin > 0)
+    return (gran, -s.group, s.engine == "sm", high, s.margin > 0, s.smem > 0)
 
 
 def predictions(scenarios: Sequence[Scenario], gpu: GpuProfile | str, topology: Topology | str,
@@ -121,8 +121,8 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
     if name == "none":
         why.append("no overlapped candidate is predicted to beat communication then compute")
     else:
-        losses = (f"its GEMM runs {pick['cil_compute']:.0%} slower beside the collective, which runs "
-                  f"{pick['cil_comm']:.0%} slower beside the GEMM" if scenario.spec.independent else
+        losses = (f"its GEMM runs {_share(pick['cil_compute'])} slower beside the collective, which runs "
+                  f"{_share(pick['cil_comm'])} slower beside the GEMM" if scenario.spec.independent else
                   f"its GEMM pieces lose {pick['dil_compute']:.0%} to decomposition and {pick['cil_compute']:.0%} "
                   "to contention")
         past = (": its own transfers alone are faster than none's collective, whose time the ideal takes"
@@ -134,6 +134,11 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
     return {"schedule": name, "reasons": why, "predicted": t, "rows": rows,
             "t_comp": base["t_comp_iso"], "t_comm": base["t_comm_iso"], "t_none": base["makespan"],
             "presets": preset_answers(scenario, gpu, topo)}
+
+
+def _share(x: float) -> str:
+    """A fraction as a whole percentage, rounding error below it shown as 0% (not -0%)."""
+    return f"{(0.0 if abs(x) < 0.005 else x):.0%}"
 
 
 def losses(m: dict) -> list[tuple[str, float]]:

@@ -124,7 +124,7 @@ def enumerate_space(scenario: Scenario, gpu: GpuProfile | str, topology: Topolog
     if level == "basic":
         cands = [replace(s, dim=scenario.shard_dim) if s.pattern else s for s in basic_schedules(scenario)]
     elif level == "candidates":
-        cands = _heuristic_candidates(scenario)
+        cands = _heuristic_candidates(scenario, gpu)
     else:
         cands = _candidates(scenario, gpu)
     shaping = smem_sizes(scenario, gpu) if any(s.smem for s in cands) else []     # (only shaped points ask)
@@ -171,15 +171,24 @@ def _candidates(scenario: Scenario, gpu: GpuProfile) -> list[Schedule]:
     return out
 
 
-def _heuristic_candidates(scenario: Scenario) -> list[Schedule]:
+def _heuristic_candidates(scenario: Scenario, gpu: GpuProfile) -> list[Schedule]:
     """What ``recommend`` chooses among: no overlap; shard-level p2p and a2a and FiCCO a2a, on
     SMs at normal and high priority and on copy engines, FiCCO at every compute grouping; all
     decomposed along the scenario's shard dimension; and, for GEMM -> reduce-scatter, the
-    fused kernel sending each tile as it is done, by an SM kernel or a copy engine."""
+    fused kernel sending each tile as it is done, by an SM kernel or a copy engine. A GEMM
+    beside an independent collective: side by side on SMs (normal and high priority, alone,
+    with the GEMM shaped by extra shared memory, or kept off the SMs the collective needs)
+    or on copy engines. (Shaping, margins and channel counts are left out of the dependent
+    schedules: the DES's best over them too is within 5% of these candidates' in every one of
+    the library's 312 cases, ``benchmarks/recommend_space.py``.)"""
     out = [Schedule("none")]
     if scenario.spec.independent:
-        return out + [Schedule("par", engine="sm"), Schedule("par", engine="sm", priority="high"),
-                      Schedule("par", engine="dma")]
+        margin = margin_for(gpu)
+        for prio in ("normal", "high"):
+            out.append(Schedule("par", engine="sm", priority=prio))
+            out += [Schedule("par", engine="sm", priority=prio, smem=z) for z in smem_sizes(scenario, gpu)]
+            out.append(Schedule("par", engine="sm", priority=prio, margin=margin))
+        return out + [Schedule("par", engine="dma")]
     dim = scenario.shard_dim
     if scenario.kind == "gemm-rs":
         # (not fused-st, the GEMM's own blocks storing: the closed form reads it up to 4x slow on MI300X,
