@@ -133,3 +133,19 @@ def test_flux_on_8_h100_is_slower_than_gemm_then_nccl_because_blocks_pull_tiles_
     assert simulate(sc, "flux", gpu, "switch:8").makespan > plain
     fast = dataclasses.replace(gpu, gemm=dataclasses.replace(gpu.gemm, peer_rate=math.inf))
     assert simulate(sc, "flux", fast, "switch:8").makespan < plain
+
+
+def test_cui_pericas_shapes_just_enough_for_a_retiring_gemm_block_to_hand_its_sm_to_the_collective():
+    """The bug: at smem_kib=0 the preset took the least shaping that drops one GEMM block per SM
+    (and the size a FiCCO piece would need, though a GEMM beside a collective is never cut): on
+    8 x MI250X that is 1 KiB (4 -> 3 blocks per CU), after which a retiring block still frees too
+    little LDS for a collective block, so the DES ran it as plain priority; the preset now takes
+    the least shaping after which a retiring block hands over its SM (6 KiB there, 2 KiB on A100),
+    and says so where there is nothing to shape (one H100 GEMM block holds an SM)."""
+    sc = Scenario("ar-par-gemm", 8, 2048, 2048, 2048, "bfloat16")
+    got = resolve(sc, "cui-pericas", "mi250x", "fc:8")
+    assert got.name == "par-sm-hi-smem6k"
+    t = {s: simulate(sc, s, "mi250x", "fc:8").makespan for s in (got.name, "par-sm-hi", "par-sm-hi-smem1k")}
+    assert t[got.name] < 0.95 * t["par-sm-hi"] and t["par-sm-hi-smem1k"] == pytest.approx(t["par-sm-hi"], rel=1e-3)
+    assert resolve(sc, "cui-pericas", "a100", "switch:8").name == "par-sm-hi-smem2k"
+    assert "nothing to shape" in applicable(sc, "h100", "switch:8")["cui-pericas"]

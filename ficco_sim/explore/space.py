@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..errors import InputError
-from ..gemm_model import blocks_per_sm, plan_gemm
+from ..gemm_model import block_needs, blocks_beside, blocks_per_sm, plan_gemm
 from ..hardware import GpuProfile, load_gpu
 from ..schedules import Schedule, basic_schedules, invalid_reason, parse_schedule
 from ..schedules.validity import margin_for
@@ -69,9 +69,20 @@ def fits_every_tile(gpu: GpuProfile, extra: int) -> str | None:
     return None
 
 
+def _shaping_to(gpu: GpuProfile, base, target: int) -> int | None:
+    """The least extra shared memory (whole KiB) that leaves blocks like ``base`` ``target``
+    per SM, or None (no whole KiB lands there within the block limit)."""
+    need = gpu.sm.smem // (target + 1) + 1 - base.smem - gpu.sm.reserved_smem_per_block
+    x = max(1024, math.ceil(need / 1024) * 1024)
+    ok = base.smem + x <= gpu.sm.max_smem_per_block and blocks_per_sm(gpu.sm, replace(base, smem=base.smem + x)) == target
+    return x if ok else None
+
+
 def smem_sizes(scenario: Scenario, gpu: GpuProfile) -> list[int]:
     """Extra shared memory per compute block (bytes, whole KiB) that lowers the whole
-    GEMM's resident blocks per SM to each smaller count (from the profile's limits).
+    GEMM's resident blocks per SM to each smaller count (from the profile's limits): the
+    two least, and the least after which a retiring GEMM block hands its SM to the
+    communication kernel (:func:`handoff_shaping`) where that is a third.
 
     >>> smem_sizes(Scenario("ag-gemm", 8, 1024, 1024, 1024), load_gpu("h100"))
     [16384]
@@ -79,20 +90,47 @@ def smem_sizes(scenario: Scenario, gpu: GpuProfile) -> list[int]:
     shape = max(scenario.gemm_shapes(), key=lambda g: g.m)
     if not shape.m:
         return []
-    # The whole GEMM's tile and a FiCCO piece's (m / N^2 rows), which may pick a smaller tile.
+    # The whole GEMM's tile and a FiCCO piece's (m / N^2 rows), which may pick a smaller tile;
+    # a GEMM beside an independent collective is never cut: its own tile alone.
     piece_m = max(1, shape.m // scenario.gpus ** 2)
     sizes: set[int] = set()
-    for m in (shape.m, piece_m):
+    for m in (shape.m,) if scenario.spec.independent else (shape.m, piece_m):
         plan = plan_gemm(gpu, m, shape.n, shape.k, shape.dtype)
-        base = plan.block
         for target in range(plan.occupancy - 1, 0, -1):
-            # smallest extra x (whole KiB) with blocks_per_sm(base + x) == target
-            need = gpu.sm.smem // (target + 1) + 1 - base.smem - gpu.sm.reserved_smem_per_block
-            x = max(1024, math.ceil(need / 1024) * 1024)
-            if base.smem + x <= gpu.sm.max_smem_per_block and \
-                    blocks_per_sm(gpu.sm, replace(base, smem=base.smem + x)) == target:
+            x = _shaping_to(gpu, plan.block, target)
+            if x is not None:
                 sizes.add(x)
-    return sorted(sizes)[:2]
+    least, room = sorted(sizes)[:2], handoff_shaping(scenario, gpu)
+    return sorted(least + ([room] if room and room not in least else []))
+
+
+def handoff_shaping(scenario: Scenario, gpu: GpuProfile) -> int | None:
+    """The least extra shared memory per GEMM block (bytes, whole KiB) after which one of the
+    whole GEMM's blocks retiring from a full SM leaves room for a block of the communication
+    kernel, which a higher-priority collective then takes before the GEMM's next block (the
+    resource-aware shaping of Cui & Pericas; the dispatcher's hand-off); 0 when the unshaped
+    GEMM hands off already, None when no shaping makes it.
+
+    >>> s = Scenario("ar-par-gemm", 8, 2048, 2048, 2048, "bfloat16")
+    >>> handoff_shaping(s, load_gpu("mi250x")), handoff_shaping(s, load_gpu("a100")), handoff_shaping(s, load_gpu("h100"))
+    (6144, 2048, 0)
+    """
+    shape = max(scenario.gemm_shapes(), key=lambda g: g.m)
+    if not shape.m:
+        return None
+    plan = plan_gemm(gpu, shape.m, shape.n, shape.k, shape.dtype)
+    comm = block_needs(gpu.sm, gpu.comm_kernel.block)
+
+    def hands_off(block, occupancy: int) -> bool:
+        return blocks_beside(gpu.sm, comm, block_needs(gpu.sm, block), occupancy - 1) >= 1
+
+    if hands_off(plan.block, plan.occupancy):
+        return 0
+    for target in range(plan.occupancy - 1, 0, -1):
+        x = _shaping_to(gpu, plan.block, target)
+        if x is not None and hands_off(replace(plan.block, smem=plan.block.smem + x), target):
+            return x
+    return None
 
 
 def _own_reason(scenario: Scenario, s: Schedule, gpu: GpuProfile, steps: int, shaping: list[int]) -> str | None:

@@ -136,12 +136,15 @@ def _cui(sc: Scenario, gpu: GpuProfile, kn: dict) -> Schedule | str:
         return (f"Cui & Pericàs shape a GEMM running beside an independent collective; {sc.kind} is dependent "
                 "(ficco-bespoke, te-pipeline)")
     smem = kn["smem_kib"] * 1024
-    if not smem:   # the smallest shaping that leaves one GEMM block per SM fewer (room for the collective)
-        from ..explore.space import smem_sizes
-        sizes = smem_sizes(sc, gpu)
-        if not sizes:
-            return f"the GEMM already holds one block per SM on {gpu.name}: there is no occupancy to shape"
-        smem = sizes[0]
+    if not smem:   # the least shaping after which a retiring GEMM block hands its SM to the collective
+        from ..explore.space import handoff_shaping
+        smem = handoff_shaping(sc, gpu)
+        if smem is None:
+            return (f"no shaping of the GEMM's blocks on {gpu.name} frees an SM for a block of the collective as one "
+                    "of them retires: there is no occupancy to shape")
+        if smem == 0:
+            return (f"one GEMM block retiring on {gpu.name} already frees its SM for a block of the collective: "
+                    "nothing to shape (par-sm-hi)")
     from ..explore.space import fits_every_tile
     return fits_every_tile(gpu, smem) or Schedule("par", engine="sm", priority="high", smem=smem)
 
@@ -197,8 +200,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            _ficco),
     Preset("cui-pericas", "Cui & Pericàs, resource-aware overlap (arXiv 2606.09200)",
            "a GEMM shaped with extra shared memory per block beside a high-priority collective",
-           (Knob("smem_kib", 0, "extra shared memory per GEMM block (KiB); 0: the least that leaves one GEMM block "
-                 "per SM fewer; tune it with explore --space full"),),
+           (Knob("smem_kib", 0, "extra shared memory per GEMM block (KiB); 0: the least after which one GEMM "
+                 "block retiring frees its SM for a block of the collective; tune it with explore --space full"),),
            ("arXiv 2606.09200: shared-memory occupancy shaping plus a high-priority communication stream, up to "
             "25.5% lower time than naive concurrency",), _cui),
 )}
