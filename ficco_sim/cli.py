@@ -208,8 +208,9 @@ def legend(rows: list[dict]) -> str:
     lines = ["speedup: none's time / this time. ideal: (compute + comm) / max(compute, comm), both isolated. "
              "of ideal: share of the ideal gain reached, (t_none - t) / (t_none - t_ideal).",
              "DIL comp: extra GEMM time from how the schedule runs it, alone: cut into pieces, shaped with "
-             "extra shared memory or kept off SMs (sum of its kernels' isolated times / the whole GEMM's - 1). CIL: slowdown of GEMM pieces / transfers from running together (overlapped / "
-             "isolated - 1). exposed: time with no GEMM running."]
+             "extra shared memory or kept off SMs (sum of its kernels' isolated times / the whole GEMM's - 1). "
+             "CIL: slowdown of GEMM pieces / transfers from running together (overlapped / isolated - 1). "
+             "exposed: time with no GEMM running."]
     if any(r.get("of_ideal", 0) < 0 for r in rows):
         lines.append("A negative 'of ideal' is a schedule slower than no overlap: -1 means it lost as much as "
                      "the ideal would have gained.")

@@ -74,6 +74,16 @@ def blocks_beside(limits: SmLimits, need, resident_need, count):
     return np.where(need > 0, free // np.maximum(need, 1), limits.max_blocks).min(-1)
 
 
+def hands_off(limits: SmLimits, need, resident_need, resident, persistent=False):
+    """Whether a kernel needing ``need`` gets an SM holding ``resident`` blocks needing
+    ``resident_need`` as one of them retires (a higher-priority kernel takes the freed room
+    before the resident kernel's next block): the room of one block fewer fits one of its
+    blocks; never beside a persistent kernel, whose blocks pass the SM from tile to tile.
+    Arrays broadcast."""
+    room = blocks_beside(limits, need, resident_need, np.maximum(np.asarray(resident) - 1, 0)) > 0
+    return room & ~np.asarray(persistent, dtype=bool)
+
+
 @dataclass(frozen=True)
 class GemmShape:
     """The GEMM a kernel computes, as the cost model sees it: C[m, n] (+)= A[m, k] @ B[k, n]

@@ -83,6 +83,9 @@ def test_beside_an_independent_collective_recommend_weighs_shaping_and_sm_margin
     assert "smem" in pick
     des = {s: simulate(sc, s, "mi250x", "fc:8").makespan for s in (pick, "par-sm", "par-sm-hi", "par-dma")}
     assert des[pick] < 0.95 * min(des[s] for s in ("par-sm", "par-sm-hi", "par-dma"))
+    # a GEMM beside a collective is never cut: no shaping sized for a piece's tile (H100's whole GEMM
+    # holds one block per SM: nothing to shape; a FiCCO piece's tile would have offered 16 KiB)
+    assert not any("smem" in s.name for s in candidate_schedules(sc, "h100", "switch:8"))
     # shaping that changes nothing (no smaller residency exists) is no candidate
     assert not any("smem" in s.name for s in candidate_schedules(Scenario("ar-par-gemm", 8, 4096, 4096, 4096,
                                                                           "bfloat16"), "mi300x", "fc:8"))

@@ -141,11 +141,29 @@ def test_cui_pericas_shapes_just_enough_for_a_retiring_gemm_block_to_hand_its_sm
     8 x MI250X that is 1 KiB (4 -> 3 blocks per CU), after which a retiring block still frees too
     little LDS for a collective block, so the DES ran it as plain priority; the preset now takes
     the least shaping after which a retiring block hands over its SM (6 KiB there, 2 KiB on A100),
-    and says so where there is nothing to shape (one H100 GEMM block holds an SM)."""
+    and says so where there is nothing to shape: a persistent GEMM (H100) passes its SMs from tile
+    to tile, and on MI250X a 4096^3 GEMM's one block per CU frees the CU as it retires."""
     sc = Scenario("ar-par-gemm", 8, 2048, 2048, 2048, "bfloat16")
     got = resolve(sc, "cui-pericas", "mi250x", "fc:8")
     assert got.name == "par-sm-hi-smem6k"
     t = {s: simulate(sc, s, "mi250x", "fc:8").makespan for s in (got.name, "par-sm-hi", "par-sm-hi-smem1k")}
     assert t[got.name] < 0.95 * t["par-sm-hi"] and t["par-sm-hi-smem1k"] == pytest.approx(t["par-sm-hi"], rel=1e-3)
     assert resolve(sc, "cui-pericas", "a100", "switch:8").name == "par-sm-hi-smem2k"
-    assert "nothing to shape" in applicable(sc, "h100", "switch:8")["cui-pericas"]
+    assert "persistent" in applicable(sc, "h100", "switch:8")["cui-pericas"]
+    big = Scenario("ar-par-gemm", 8, 4096, 4096, 4096, "bfloat16")
+    assert "nothing to shape" in applicable(big, "mi250x", "fc:8")["cui-pericas"]
+
+
+def test_a_collective_block_too_large_for_the_two_least_shapings_gets_the_one_that_hands_off():
+    """A calibrated GPU whose collective block takes 48 KiB of LDS: on MI250X-like CUs a GEMM block of
+    16 KiB (4 per CU) hands off only at one block per CU (17 KiB extra), past the two least shapings
+    (1 and 6 KiB); the preset and recommend's candidates both take it."""
+    g = load_gpu("mi250x")
+    big = dataclasses.replace(g, comm_kernel=dataclasses.replace(
+        g.comm_kernel, block=dataclasses.replace(g.comm_kernel.block, smem=48 * 1024)))
+    sc = Scenario("ar-par-gemm", 8, 2048, 2048, 2048, "bfloat16")
+    from ficco_sim.explore.heuristics import candidate_schedules
+    from ficco_sim.explore.space import smem_sizes
+    assert smem_sizes(sc, big) == [1024, 6144, 17 * 1024]
+    assert resolve(sc, "cui-pericas", big, "fc:8").name == "par-sm-hi-smem17k"
+    assert "par-sm-hi-smem17k" in {s.name for s in candidate_schedules(sc, big, "fc:8")}

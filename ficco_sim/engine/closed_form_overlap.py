@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..gemm_model import blocks_beside, waves_time
+from ..gemm_model import blocks_beside, hands_off, waves_time
 from ..hardware import GpuProfile
 from ..schedules.builder import reduce_grid
 
@@ -366,10 +366,10 @@ def comm_release(tpl: "Template", gpu: GpuProfile, vals: np.ndarray, resident: d
     s = vals[:, ck.begin]                                                  # (P, C)
     run = _running(tpl, vals, s, ck.gemms, resident)
     lightest = run["count"] - (run["used"] > run["full"])                  # blocks on the lightest SMs it holds
-    handoff = blocks_beside(gpu.sm, ck.need, run["need"], np.maximum(lightest - 1, 0)) > 0
     kept = np.append(ck.gemm_persistent, False)[run["j"]]
+    handoff = hands_off(gpu.sm, ck.need, run["need"], lightest, kept)
     gemm_prio = np.append(ck.gemm_priority, 0)[run["j"]]
-    high = (ck.priority[None, :] > gemm_prio) & handoff & ~kept
+    high = (ck.priority[None, :] > gemm_prio) & handoff
     wait = run["on"] & (_slots(gpu, run, ck.need, ck.occupancy, False) <= 0)
     frac = np.where(_slots(gpu, run, ck.need, ck.occupancy, True) > 0, run["last_at"], 1.0)
     first = np.append(ck.gemm_order, np.iinfo(np.int64).max)[run["j"]] < ck.order[None, :]

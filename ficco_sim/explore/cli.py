@@ -236,8 +236,8 @@ def _print_summary(con, summary, points) -> None:
                   f"{r.cil_compute:.0%}", f"{r.cil_comm:.0%}", f"{r.exposed_comm * 1e3:.3f}", f"{r.t_none * 1e3:.3f}")
     con.print(t)
     con.print("speedup: none's time / best time. ideal: (compute + comm) / max(compute, comm), isolated. "
-              "of ideal: share of that gain reached. DIL: extra GEMM time from how the schedule runs it, alone (pieces, "
-              "shaping, SM margins); "
+              "of ideal: share of that gain reached. DIL: extra GEMM time from how the schedule runs it, "
+              "alone (pieces, shaping, SM margins); "
               "CIL: slowdown of GEMM pieces / transfers by running together; exposed: time with no GEMM running.")
     bad = points[points["status"] != "ok"] if "status" in points else points.iloc[:0]
     if len(bad):

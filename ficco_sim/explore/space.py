@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..errors import InputError
-from ..gemm_model import block_needs, blocks_beside, blocks_per_sm, plan_gemm
+from ..gemm_model import block_needs, blocks_beside, blocks_per_sm, hands_off, plan_gemm
 from ..hardware import GpuProfile, load_gpu
 from ..schedules import Schedule, basic_schedules, invalid_reason, parse_schedule
 from ..schedules.validity import margin_for
@@ -74,8 +74,8 @@ def _shaping_to(gpu: GpuProfile, base, target: int) -> int | None:
     per SM, or None (no whole KiB lands there within the block limit)."""
     need = gpu.sm.smem // (target + 1) + 1 - base.smem - gpu.sm.reserved_smem_per_block
     x = max(1024, math.ceil(need / 1024) * 1024)
-    ok = base.smem + x <= gpu.sm.max_smem_per_block and blocks_per_sm(gpu.sm, replace(base, smem=base.smem + x)) == target
-    return x if ok else None
+    fits = base.smem + x <= gpu.sm.max_smem_per_block
+    return x if fits and blocks_per_sm(gpu.sm, replace(base, smem=base.smem + x)) == target else None
 
 
 def smem_sizes(scenario: Scenario, gpu: GpuProfile) -> list[int]:
@@ -108,28 +108,42 @@ def handoff_shaping(scenario: Scenario, gpu: GpuProfile) -> int | None:
     """The least extra shared memory per GEMM block (bytes, whole KiB) after which one of the
     whole GEMM's blocks retiring from a full SM leaves room for a block of the communication
     kernel, which a higher-priority collective then takes before the GEMM's next block (the
-    resource-aware shaping of Cui & Pericas; the dispatcher's hand-off); 0 when the unshaped
-    GEMM hands off already, None when no shaping makes it.
+    resource-aware shaping of Cui & Pericas; :func:`~ficco_sim.gemm_model.hands_off`, the
+    engines' rule); 0 when the unshaped GEMM leaves room already (an SM it does not fill, or
+    a retiring block's), None when no shaping makes any (a persistent GEMM never hands off).
 
     >>> s = Scenario("ar-par-gemm", 8, 2048, 2048, 2048, "bfloat16")
-    >>> handoff_shaping(s, load_gpu("mi250x")), handoff_shaping(s, load_gpu("a100")), handoff_shaping(s, load_gpu("h100"))
-    (6144, 2048, 0)
+    >>> [handoff_shaping(s, load_gpu(g)) for g in ("mi250x", "a100", "h100")]
+    [6144, 2048, None]
     """
     shape = max(scenario.gemm_shapes(), key=lambda g: g.m)
-    if not shape.m:
+    if not shape.m or gpu.gemm.persistent_for(shape.dtype):
         return None
     plan = plan_gemm(gpu, shape.m, shape.n, shape.k, shape.dtype)
     comm = block_needs(gpu.sm, gpu.comm_kernel.block)
-
-    def hands_off(block, occupancy: int) -> bool:
-        return blocks_beside(gpu.sm, comm, block_needs(gpu.sm, block), occupancy - 1) >= 1
-
-    if hands_off(plan.block, plan.occupancy):
+    lightest = min(plan.occupancy, plan.grid // gpu.num_sms)     # blocks on the SMs it fills least
+    if blocks_beside(gpu.sm, comm, block_needs(gpu.sm, plan.block), lightest) >= 1 or \
+            hands_off(gpu.sm, comm, block_needs(gpu.sm, plan.block), plan.occupancy):
         return 0
     for target in range(plan.occupancy - 1, 0, -1):
         x = _shaping_to(gpu, plan.block, target)
-        if x is not None and hands_off(replace(plan.block, smem=plan.block.smem + x), target):
+        if x is not None and hands_off(gpu.sm, comm, block_needs(gpu.sm, replace(plan.block, smem=plan.block.smem + x)),
+                                       target):
             return x
+    return None
+
+
+def fits_the_tile(scenario: Scenario, gpu: GpuProfile, extra: int) -> str | None:
+    """Why ``extra`` bytes cannot be added to the GEMM's blocks, or None: a GEMM beside an
+    independent collective is never cut, so its own tile alone must take them; a dependent
+    scenario's pieces may pick any tile (:func:`fits_every_tile`)."""
+    if not scenario.spec.independent:
+        return fits_every_tile(gpu, extra)
+    shape = max(scenario.gemm_shapes(), key=lambda g: g.m)
+    tile = plan_gemm(gpu, shape.m, shape.n, shape.k, shape.dtype).tile
+    smem = tile.block.smem + extra
+    if smem > gpu.sm.max_smem_per_block or blocks_per_sm(gpu.sm, replace(tile.block, smem=smem)) < 1:
+        return f"{extra // 1024} KiB extra leaves no room for the GEMM's {tile.m}x{tile.n} block"
     return None
 
 
@@ -138,10 +152,9 @@ def _own_reason(scenario: Scenario, s: Schedule, gpu: GpuProfile, steps: int, sh
         return f"group of {s.group} steps exceeds the {steps} steps of {s.granularity}-{s.pattern}"
     if s.smem and s.engine == "dma":
         return "shaping makes room for SM communication blocks; copy engines use no SM"
-    if s.smem and fits_every_tile(gpu, s.smem) is None and s.smem not in shaping:
-        return "this extra shared memory does not change the GEMM's resident blocks per SM"
     if s.smem:
-        return fits_every_tile(gpu, s.smem)
+        return fits_the_tile(scenario, gpu, s.smem) or (
+            None if s.smem in shaping else "this extra shared memory does not change the GEMM's resident blocks per SM")
     if s.channels is not None and s.channels >= gpu.comm_kernel.channels:
         return f"channels must be below the default {gpu.comm_kernel.channels} to be a distinct point"
     return None

@@ -139,14 +139,17 @@ def _cui(sc: Scenario, gpu: GpuProfile, kn: dict) -> Schedule | str:
     if not smem:   # the least shaping after which a retiring GEMM block hands its SM to the collective
         from ..explore.space import handoff_shaping
         smem = handoff_shaping(sc, gpu)
+        if smem is None and gpu.gemm.persistent_for(sc.dtype):
+            return (f"{gpu.name}'s GEMM is a persistent kernel: its blocks pass each SM from tile to tile, so none "
+                    "retiring frees one for the collective, shaped or not")
         if smem is None:
             return (f"no shaping of the GEMM's blocks on {gpu.name} frees an SM for a block of the collective as one "
                     "of them retires: there is no occupancy to shape")
         if smem == 0:
-            return (f"one GEMM block retiring on {gpu.name} already frees its SM for a block of the collective: "
-                    "nothing to shape (par-sm-hi)")
-    from ..explore.space import fits_every_tile
-    return fits_every_tile(gpu, smem) or Schedule("par", engine="sm", priority="high", smem=smem)
+            return (f"the GEMM on {gpu.name} already leaves room for a block of the collective (an SM it does not "
+                    "fill, or one block's as it retires): nothing to shape (par-sm-hi)")
+    from ..explore.space import fits_the_tile
+    return fits_the_tile(sc, gpu, smem) or Schedule("par", engine="sm", priority="high", smem=smem)
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
