@@ -130,9 +130,13 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     from .workload import KINDS
     p.add_argument("--scenario", default="ag-gemm", choices=list(KINDS),
                    help="ag-gemm: all-gather A along M then GEMM; gemm-rs: GEMM then reduce-scatter along M; "
-                        "a2a-gemm: MoE all-to-all dispatch then expert GEMM (default ag-gemm)")
+                        "a2a-gemm: MoE all-to-all dispatch then expert GEMM; ag-par-gemm / a2a-par-gemm / "
+                        "ar-par-gemm: every GPU's whole m x n x k GEMM beside an independent all-gather / "
+                        "all-to-all / all-reduce of an m x k tensor (n sets the compute against the bytes) "
+                        "(default ag-gemm)")
     p.add_argument("--m", type=positive_int("--m"), default=16384, help="rows of A and C over all GPUs "
-                   "(tokens per GPU for a2a-gemm) (default 16384)")
+                   "(tokens per GPU for a2a-gemm; each GPU's own GEMM rows for the *-par-gemm kinds) "
+                   "(default 16384)")
     p.add_argument("--n", type=positive_int("--n"), default=8192, help="columns of B and C per GPU (default 8192)")
     p.add_argument("--k", type=positive_int("--k"), default=8192, help="reduction dimension (default 8192)")
     p.add_argument("--dtype", default="float16", help="float16 | bfloat16 | float32 | tfloat32 | float8 (default float16)")
@@ -154,8 +158,13 @@ def make_scenario(args, gpus: int):
         if args.skew < 0:
             raise InputError("--skew", None, f"must not be negative, got {args.skew}")
         routing = skewed_routing(gpus, args.m, args.skew)
-    return Scenario(args.scenario, gpus, args.m, args.n, args.k, args.dtype, routing=routing,
-                    shard_dim=getattr(args, "shard_dim", "M"))
+    try:
+        return Scenario(args.scenario, gpus, args.m, args.n, args.k, args.dtype, routing=routing,
+                        shard_dim=getattr(args, "shard_dim", "M"))
+    except InputError as e:     # a size or option of the command line: name its flag
+        if e.where == "scenario" and e.field in ("m", "n", "k", "dtype", "shard_dim"):
+            raise InputError(f"--{e.field.replace('_', '-')}", None, e.message) from None
+        raise
 
 
 def resolve_topology(args):
@@ -180,7 +189,7 @@ def cmd_simulate(args) -> int:
     names = schedule_names(args.schedule)
     schedules, left_out = select_schedules(names, scenario, gpu, topo)
     results = simulate_many(scenario, schedules, gpu, topo, engine=args.engine, policy=args.policy)
-    if names and "none" not in names and "all" not in names and names != ["presets"]:
+    if names and "none" not in names and "all" not in names and "presets" not in names:
         results = results[1:]
     if args.trace or args.gantt:
         from .traces.export import write_chrome_trace, write_gantt
@@ -192,9 +201,10 @@ def cmd_simulate(args) -> int:
                         f"{topo.name}")
     title = f"{scenario.label()} on {gpu.name} {topo.name} ({args.engine})"
     rows = [dict(r.row(), preset=r.preset) for r in results]
-    for row in rows:
-        if row["preset"]:
-            row["schedule"] = f"{row['preset']} = {row['schedule']}"
+    if args.format == "table":      # a table names a preset beside its schedule; csv / json keep the
+        for row in rows:            # schedule's own name (the preset has its column)
+            if row["preset"]:
+                row["schedule"] = f"{row['preset']} = {row['schedule']}"
     emit(rows, args.format, args.output, SIM_COLUMNS, title)
     if args.format == "table" and not args.output:
         print(legend(rows))

@@ -20,6 +20,9 @@ class InputError(ValueError):
         self.message = message
         super().__init__(self.line())
 
+    def __reduce__(self):       # pickled whole (a worker process raises it to the parent)
+        return (type(self), (self.where, self.field, self.message))
+
     def line(self) -> str:
         parts = [p for p in (self.where, self.field) if p]
         return ": ".join(parts + [self.message])

@@ -78,10 +78,17 @@ def schedule_metrics(*, makespan, t_comp, t_comm, t_none, num_gpus: int, gemm_gp
         den = den + union_lengths(xfer_ready_alone[:, xi], xfer_end_alone[:, xi])
     cil_m = np.where(den > 0, num / np.where(den > 0, den, 1.0) - 1.0, 0.0)
     gain = serial - ideal
+    of_ideal = np.where(gain > 0, (serial - makespan) / np.where(gain > 0, gain, 1.0), np.nan)
     return {"makespan": makespan, "t_comp_iso": t_comp, "t_comm_iso": t_comm, "serial": serial, "ideal": ideal,
-            "ideal_speedup": _div(serial, ideal), "speedup": _div(t_none, makespan),
-            "of_ideal": np.where(gain > 0, (serial - makespan) / np.where(gain > 0, gain, 1.0), np.nan),
-            "dil_compute": dil, "cil_compute": cil_c, "cil_comm": cil_m, "exposed_comm": exposed}
+            "ideal_speedup": _div(serial, ideal), "speedup": _div(t_none, makespan), "of_ideal": _snapped(of_ideal),
+            "dil_compute": _snapped(dil), "cil_compute": _snapped(cil_c), "cil_comm": _snapped(cil_m),
+            "exposed_comm": exposed}
+
+
+def _snapped(ratio: np.ndarray) -> np.ndarray:
+    """A ratio with rounding error (|x| < 1e-9: sums of times that cancel) as exactly 0, so a
+    schedule that loses nothing does not print -0.000 or -0%."""
+    return np.where(np.abs(ratio) < 1e-9, 0.0, ratio)
 
 
 def compute_metrics(graph: TaskGraph, timeline: Timeline, gemm_iso: dict[str, float], *, t_comp: float,

@@ -33,6 +33,8 @@ all-reduce, the whole send buffer for all-to-all).
 
 from __future__ import annotations
 
+import numbers
+
 import hashlib
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -67,8 +69,9 @@ MAX_DIM = 2 ** 24        # rows or columns of one GEMM operand (16.7M): beyond, 
 
 
 def _positive_int(v: object, where: str, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:    # numpy's integers too
         raise InputError(where, name, f"must be a positive integer, got {v!r}")
+    v = int(v)
     limit = MAX_GPUS if name == "gpus" else MAX_DIM
     if v > limit:
         raise InputError(where, name, f"{v} is beyond what one simulation answers (at most {limit})")
@@ -96,7 +99,7 @@ class Scenario:
         where = self.name or "scenario"
         spec = scenario_kind(self.kind, where)
         for attr in ("gpus", "m", "n", "k"):
-            _positive_int(getattr(self, attr), where, attr)
+            object.__setattr__(self, attr, _positive_int(getattr(self, attr), where, attr))
         if self.gpus < 2:
             raise InputError(where, "gpus", f"need at least 2 GPUs, got {self.gpus}")
         if self.dtype not in DTYPE_BYTES:

@@ -103,3 +103,69 @@ def test_a_latency_the_rows_press_to_zero_is_said(tmp_path):
     note = next(n for n in cal.notes if n.startswith("fitted at 0"))
     assert "link.latency_us" in note and "every run is on 4 GPUs" in note
     assert "at 0, the bottom of its range" in cal.updates["link.latency_us"][2]
+
+
+# --- a third user's read (2026-11-29): a GEMM beside an independent collective ---------------------
+
+def test_recommend_shows_the_closed_form_number_simulate_gives_and_names_a_missing_heuristics_file(capsys):
+    """recommend printed its pick's speedup from the heuristic's ranking weights (SM term 0): 1.46x
+    where `simulate --engine analytical` gives 1.37x; a --heuristics path that does not exist was
+    ignored silently (the profile's rule answered instead)."""
+    import re
+    from ficco_sim import Scenario, simulate
+    code, out, _ = run(capsys, "recommend", "--gpu", "h100", "--topology", "switch:8", "--scenario", "ar-par-gemm",
+                       "--m", "4096", "--n", "4096", "--k", "4096")
+    pick = out.split()[0]
+    shown = float(re.search(r"predicted ([0-9.]+)x over no overlap", out).group(1))
+    sc = Scenario("ar-par-gemm", 8, 4096, 4096, 4096)
+    engine = simulate(sc, pick, "h100", "switch:8", engine="analytical").metrics["speedup"]
+    assert code == 0 and shown == pytest.approx(engine, abs=0.006)
+    code, _, err = run(capsys, "recommend", "--scenario", "ag-gemm", "--m", "4096", "--n", "4096", "--k", "4096",
+                       "--heuristics", "/no/such/file.json")
+    assert code == 2 and err.strip() == "ficco-sim: error: --heuristics: /no/such/file.json: no such file"
+
+
+def test_presets_combine_with_other_names_and_csv_keeps_schedule_names(capsys):
+    """`--schedule presets,par-sm` was refused ('presets' is no schedule); csv / json wrote
+    'te-bulk = par-sm-c16-m16' in the schedule column (the preset has its own); `none` printed
+    of ideal -0.000."""
+    import io
+    import pandas as pd
+    code, out, _ = run(capsys, "simulate", "--scenario", "ar-par-gemm", "--m", "4096", "--n", "4096", "--k", "4096",
+                       "--schedule", "presets,par-sm", "--format", "csv")
+    d = pd.read_csv(io.StringIO(out))
+    assert code == 0 and list(d["schedule"]) == ["none", "none", "par-sm-c16-m16", "par-dma", "par-sm"]
+    assert list(d["preset"].fillna("")) == ["", "nccl", "te-bulk", "conccl", ""]
+    assert (d.loc[d["schedule"] == "none", ["of_ideal", "cil_comm", "dil_compute"]] == 0.0).all().all()
+    assert not (d[["of_ideal", "dil_compute", "cil_compute", "cil_comm"]] < 0).any().any()
+
+
+def test_a_schedule_name_takes_each_modifier_once_and_no_more_channels_than_fit():
+    from ficco_sim.errors import InputError
+    from ficco_sim.schedules import invalid_reason, parse_schedule
+    from ficco_sim import Scenario
+    for name in ("par-sm-hi-hi", "ficco-a2a-sm-g2-g4", "shard-p2p-sm-c8-c16"):
+        with pytest.raises(InputError, match="each modifier once"):
+            parse_schedule(name)
+    sc = Scenario("ar-par-gemm", 8, 4096, 4096, 4096)
+    why = invalid_reason(sc, parse_schedule("par-sm-c1000"), load_gpu("h100"), load_topology("switch:8"))
+    assert why and "run all at once" in why
+    assert invalid_reason(sc, parse_schedule("par-sm-c32"), load_gpu("h100"), load_topology("switch:8")) is None
+
+
+def test_numpy_sizes_are_sizes_and_an_input_error_crosses_processes():
+    """A pandas-driven sweep passes numpy integers (refused: 'got np.int64(8)'); a worker's
+    InputError could not be unpickled in the parent (a broken process pool, not the message)."""
+    import pickle
+    import numpy as np
+    from ficco_sim import Scenario
+    from ficco_sim.errors import InputError
+    sc = Scenario("ar-par-gemm", np.int64(8), np.int64(4096), np.int32(4096), 4096)
+    assert sc.gpus == 8 and type(sc.m) is int and type(sc.n) is int
+    e = pickle.loads(pickle.dumps(InputError("--m", None, "m=4096 must divide evenly over 3 GPUs")))
+    assert e.line() == "--m: m=4096 must divide evenly over 3 GPUs"
+
+
+def test_a_size_the_gpus_cannot_split_names_its_flag(capsys):
+    code, _, err = run(capsys, "simulate", "--topology", "switch:3", "--m", "4096")
+    assert code == 2 and err.startswith("ficco-sim: error: --m: m=4096 must divide evenly over 3 GPUs")

@@ -279,7 +279,8 @@ def run_recommend(args: argparse.Namespace) -> int:
     con.print(f"[bold]{rec['schedule']}[/] for {sc.label()} on {args.gpu} {topo}")
     for w in rec["reasons"]:
         con.print(f"  - {w}")
-    con.print(f"  no overlap {rec['t_none'] * 1e3:.3f} ms (closed-form engine); decided in {ms:.0f} ms")
+    con.print(f"  no overlap {rec['t_none'] * 1e3:.3f} ms (closed-form engine); decided in {ms:.0f} ms; the "
+              f"discrete-event reference: ficco-sim simulate ... --schedule {rec['schedule']},none", highlight=False)
     con.print("[bold]in the libraries' terms[/] (presets at their defaults; `ficco-sim list`):")
     for line in preset_lines(rec["presets"]):
         con.print(f"  - {line}", highlight=False)

@@ -36,7 +36,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..contention import Weights
+from ..contention import PROFILE, Weights
 from ..errors import InputError
 from ..files import write_text_atomic
 from ..hardware import GpuProfile, load_gpu
@@ -111,9 +111,12 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
     h = heuristic or load_heuristic()
     gpu = load_gpu(gpu)
     topo = load_topology(topology, gpu)
-    rows = predictions([scenario], gpu, topo, h.weights)[0]
+    ranked = predictions([scenario], gpu, topo, h.weights)[0]
+    name = h.choose({r["schedule"]: r["makespan"] for r in ranked}, gpu.gemm.persistent)
+    # the fitted weights rank the candidates; the numbers shown are the closed form's with the
+    # profile's rule (`simulate --engine analytical`), as the presets' below
+    rows = ranked if h.weights == PROFILE else predictions([scenario], gpu, topo)[0]
     t = {r["schedule"]: r["makespan"] for r in rows}
-    name = h.choose(t, gpu.gemm.persistent)
     by = {r["schedule"]: r for r in rows}
     base, pick = by["none"], by[name]
     why = [f"comm/compute ratio {base['t_comm_iso'] / base['t_comp_iso']:.2f} (compute "
@@ -129,9 +132,10 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
                 if pick["of_ideal"] > 1 else "")
         why.append(f"predicted {t['none'] / t[name]:.2f}x over no overlap ({pick['of_ideal']:.0%} of the ideal "
                    f"{pick['ideal_speedup']:.2f}x{past}); " + losses)
-    runner = sorted((c for c in t if c != name), key=t.get)[:2]
+    order = {r["schedule"]: r["makespan"] for r in ranked}
+    runner = sorted((c for c in t if c != name), key=order.get)[:2]
     why.append("next best: " + ", ".join(f"{c} ({t['none'] / t[c]:.2f}x)" for c in runner))
-    return {"schedule": name, "reasons": why, "predicted": t, "rows": rows,
+    return {"schedule": name, "reasons": why, "predicted": t, "rows": rows, "ranked": ranked,
             "t_comp": base["t_comp_iso"], "t_comm": base["t_comm_iso"], "t_none": base["makespan"],
             "presets": preset_answers(scenario, gpu, topo)}
 
@@ -332,13 +336,18 @@ def fit_and_save(path: str | Path = THRESHOLDS_FILE, cases=None, oracle_path: st
 
 
 def load_heuristic(path: str | Path = THRESHOLDS_FILE) -> Heuristic:
-    """Knobs from ``path`` (shipped: ``heuristics.json``); the profile's rule if none."""
+    """Knobs from ``path`` (shipped: ``heuristics.json``; the profile's rule if it was never
+    fitted); a file a user names must exist."""
     p = Path(path)
     if not p.exists():
+        if p != Path(THRESHOLDS_FILE):
+            raise InputError("--heuristics", None, f"{p}: no such file")
         return Heuristic()
     try:
         th = json.loads(p.read_text())["thresholds"]
         return Heuristic(float(th["sm"]), float(th["hbm"]), float(th["margin"]), bool(th["prefer_high"]))
+    except json.JSONDecodeError as e:
+        raise InputError(str(p), None, f"not a heuristics file (JSON): line {e.lineno} column {e.colno}: {e.msg}") from None
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(str(p), "thresholds", f"not a heuristics file: {e}") from None
 

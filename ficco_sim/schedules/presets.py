@@ -78,17 +78,23 @@ def _te_common(kn: dict) -> dict:
     return {"channels": kn["num_sm"], "margin": kn["num_sm"] if kn["set_sm_margin"] else 0}
 
 
+# TransformerEngine's userbuffers overlap of each dependent kind (it has none for an MoE all-to-all)
+TE_FOR = {"ag-gemm": "te-ring-exchange", "gemm-rs": "te-pipeline or te-ring-exchange",
+          "a2a-gemm": "TransformerEngine has no all-to-all overlap"}
+
+
 def _te_bulk(sc: Scenario, gpu: GpuProfile, kn: dict) -> Schedule | str:
     if not sc.spec.independent:
         return (f"bulk overlaps a collective independent of the GEMM (dgrad all-gather beside wgrad); {sc.kind} "
-                "is dependent: te-pipeline or te-ring-exchange")
+                f"is dependent: {TE_FOR.get(sc.kind, 'te-pipeline or te-ring-exchange')}")
     return Schedule("par", engine="sm", **_te_common(kn))
 
 
 def _te_pipeline(sc: Scenario, gpu: GpuProfile, kn: dict) -> Schedule | str:
+    if sc.spec.independent:
+        return f"TransformerEngine pipelines GEMM -> reduce-scatter; {sc.kind} is independent: te-bulk"
     if sc.kind != "gemm-rs":
-        return (f"TransformerEngine pipelines GEMM -> reduce-scatter; {sc.kind}: its all-gather overlaps use "
-                "te-ring-exchange")
+        return f"TransformerEngine pipelines GEMM -> reduce-scatter; {sc.kind}: {TE_FOR.get(sc.kind, 'te-ring-exchange')}"
     if kn["atomic_gemm"]:
         return Schedule("fused", engine="sm", **_te_common(kn))
     splits = kn["num_splits"]
@@ -134,7 +140,7 @@ def _ficco(sc: Scenario, gpu: GpuProfile, kn: dict) -> Schedule | str:
 def _cui(sc: Scenario, gpu: GpuProfile, kn: dict) -> Schedule | str:
     if not sc.spec.independent:
         return (f"Cui & Pericàs shape a GEMM running beside an independent collective; {sc.kind} is dependent "
-                "(ficco-bespoke, te-pipeline)")
+                f"(ficco-bespoke{', te-pipeline' if sc.kind == 'gemm-rs' else ''})")
     smem = kn["smem_kib"] * 1024
     if not smem:   # the least shaping after which a retiring GEMM block hands its SM to the collective
         from ..explore.space import handoff_shaping

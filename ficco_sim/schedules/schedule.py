@@ -146,11 +146,16 @@ def parse_schedule(name: str | Schedule) -> Schedule:
         kw["pattern"] = rest.pop(0)
     if rest and rest[0] in ENGINES:
         kw["engine"] = rest.pop(0)
+    seen: dict[str, str] = {}
     for tok in rest:
         m = _MOD.match(tok)
         if not m:
             raise InputError("--schedule", None, f"{name!r}: unknown part {tok!r} "
                              "(modifiers: hi, smem<N>k, g<N>, dimK, c<N>, m<N>, gf)")
+        what = tok if tok in ("hi", "gf") else next(i for i in (2, 4, 5, 6, 7) if m.group(i))
+        if what in seen:
+            raise InputError("--schedule", None, f"{name!r}: {tok!r} repeats {seen[what]!r} (each modifier once)")
+        seen[what] = tok
         if tok == "hi":
             kw["priority"] = "high"
         elif tok == "gf":

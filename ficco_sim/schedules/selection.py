@@ -35,26 +35,25 @@ def select_schedules(names: list[str], scenario: Scenario, gpu: GpuProfile,
                      topo: Topology) -> tuple[list[Schedule | str], list[str]]:
     """(schedules to run, ``none`` first; what ``all`` left out, with why). ``all`` (or no
     name) is the basic set less what this scenario cannot run (a GPU's rows too few for FiCCO's
-    pieces), plus whatever else is named beside it; ``presets`` every preset that applies."""
+    pieces); ``presets`` every preset that applies; either with whatever else is named beside it."""
     left_out: list[str] = []
+    schedules: list[Schedule | str] = ["none"]
     if not names or "all" in names:
-        schedules: list[Schedule | str] = []
+        schedules = []
         for sch in basic_schedules(scenario):     # decomposed along the scenario's shard dimension
             sch = replace(sch, dim=scenario.shard_dim) if sch.pattern else sch
             why = invalid_reason(scenario, sch, gpu, topo)
             schedules += [sch] if why is None else []
             left_out += [f"{sch.name} ({why})"] if why else []
-        seen = {s.name for s in schedules}
-        for n in dict.fromkeys(names):
-            if n in ("all", "none"):
-                continue
-            sch = n if is_preset(n) else parse_schedule(n)
-            key = sch if isinstance(sch, str) else sch.name
-            if key not in seen:
-                seen.add(key)
-                schedules.append(sch)
-    elif names == ["presets"]:
-        schedules = ["none"] + [p for p, got in applicable(scenario, gpu, topo).items() if not isinstance(got, str)]
-    else:
-        schedules = ["none"] + [n if is_preset(n) else parse_schedule(n) for n in names if n != "none"]
+    if "presets" in names:
+        schedules += [p for p, got in applicable(scenario, gpu, topo).items() if not isinstance(got, str)]
+    seen = {s if isinstance(s, str) else s.name for s in schedules}
+    for n in dict.fromkeys(names):
+        if n in ("all", "none", "presets"):
+            continue
+        sch = n if is_preset(n) else parse_schedule(n)
+        key = sch if isinstance(sch, str) else sch.name
+        if key not in seen:
+            seen.add(key)
+            schedules.append(sch)
     return schedules, left_out

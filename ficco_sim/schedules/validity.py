@@ -48,6 +48,11 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
         return "copy engines ignore stream priority"
     if schedule.channels is not None and schedule.engine != "sm":
         return "channels apply to SM communication only"
+    if schedule.channels is not None:
+        room = gpu.num_sms * max(1, blocks_per_sm(gpu.sm, gpu.comm_kernel.block))
+        if schedule.channels > room:
+            return (f"{schedule.channels} channels: a collective's channel blocks run all at once, and {gpu.name} "
+                    f"holds at most {room} of them")
     if schedule.priority == "high" and schedule.engine == "st":
         return "a fused GEMM stores from its own blocks: there is no communication stream to prioritise"
     if schedule.margin and (schedule.engine != "sm" or not schedule.overlapped):
