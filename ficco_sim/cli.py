@@ -416,7 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "reduce-scatter/all-reduce, the send buffer for all-to-all, the message for send-recv "
                    "(e.g. 64MiB)")
     c.add_argument("--comm-engine", default="sm", choices=["sm", "dma"],
-                   help="SM kernels (default, as NCCL/RCCL) or copy engines")
+                   help="SM kernels (default, as NCCL/RCCL) or copy engines (a reduce-scatter or all-reduce: "
+                        "the copies, then a reduction kernel on SMs adds what arrived)")
     c.add_argument("--algorithm", default="auto", choices=["auto", "ring", "direct", "nvls"],
                    help="auto (default: as NCCL/RCCL would on this topology and GPU count), ring, direct, or nvls "
                    "(all-reduce reduced and multicast by the switch: NVLink SHARP on H100/H200 NVSwitch)")

@@ -152,7 +152,9 @@ def hbm_traffic(m, n, k, dtype: str, accumulate: bool = False):
 def _efficiency(gpu: GpuProfile, dtype: str) -> float:
     eff = gpu.gemm.efficiency.get(dtype)
     if eff is None:
-        raise InputError(gpu.path or gpu.name, "gemm.efficiency", f"no efficiency for dtype {dtype!r}")
+        have = ", ".join(sorted(gpu.gemm.efficiency))
+        raise InputError(f"dtype {dtype}", None, f"{gpu.name} has no {dtype} GEMM rate (gemm.efficiency in "
+                         f"{gpu.path or gpu.name} lists {have})")
     return eff
 
 

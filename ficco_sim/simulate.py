@@ -226,8 +226,6 @@ def _collective_checked(gpu: GpuProfile, topo: Topology, kind: str, nbytes: int,
     if nbytes // e // pieces == 0:
         raise InputError("--bytes", None, f"{nbytes} B is less than one {dtype} element per piece: {kind} "
                          f"over {n} GPUs needs at least {pieces * e} B per rank")
-    if kind == "all-reduce" and engine == "dma":
-        raise InputError("--comm-engine", None, "copy engines cannot reduce; all-reduce runs on SMs")
     return algo
 
 

@@ -169,3 +169,17 @@ def test_numpy_sizes_are_sizes_and_an_input_error_crosses_processes():
 def test_a_size_the_gpus_cannot_split_names_its_flag(capsys):
     code, _, err = run(capsys, "simulate", "--topology", "switch:3", "--m", "4096")
     assert code == 2 and err.startswith("ficco-sim: error: --m: m=4096 must divide evenly over 3 GPUs")
+
+
+def test_copy_engine_all_reduce_is_the_copies_then_a_reduction_kernel_in_predict_as_in_schedules(capsys):
+    """`predict collective --kind all-reduce --comm-engine dma` was refused ('copy engines cannot
+    reduce') while `simulate --schedule par-dma` ran the same all-reduce (copies, then an SM kernel
+    adding what arrived): one rule for both."""
+    from ficco_sim.simulate import collective_time
+    ar = collective_time("a100", "switch:8", "all-reduce", 64 << 20, engine="dma")
+    rs = collective_time("a100", "switch:8", "reduce-scatter", 64 << 20, engine="dma")
+    assert rs < ar < 3 * rs
+    assert collective_time("a100", "switch:8", "all-reduce", 64 << 20, engine="dma", sim="analytical") == \
+        pytest.approx(ar, rel=0.02)
+    code, _, err = run(capsys, "simulate", "--gpu", "a100", "--dtype", "float8", "--m", "4096")
+    assert code == 2 and "a100 has no float8 GEMM rate" in err and "lists bfloat16" in err
