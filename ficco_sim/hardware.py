@@ -66,6 +66,7 @@ class GpuProfile:
     host_bandwidth: float = 0.0   # host link (PCIe / CPU fabric) per direction, B/s (0: not known)
     host: HostSpec | None = None  # ranks are processes sharing one host's cores (the CPU replay)
     dispatch: str = "backfill"    # the block scheduler's policy (:data:`POLICIES`; ``dispatch`` in the YAML)
+    hbm_capacity: float = 0.0     # device memory, bytes (``hbm.capacity_gb``, read as GiB; 0: not known)
 
     @property
     def hbm_effective(self) -> float:
@@ -323,6 +324,7 @@ def parse_profile(data: Any, where: str) -> GpuProfile:
         host_bandwidth=r.number("host_link_gbps", scale=GB) if r.has("host_link_gbps") else 0.0,
         hbm_bandwidth=r.number("hbm.bandwidth_gbps", scale=GB),
         hbm_efficiency=r.number("hbm.efficiency", at_most=1.0),
+        hbm_capacity=r.number("hbm.capacity_gb", scale=2 ** 30) if r.has("hbm.capacity_gb") else 0.0,
         dma=DmaSpec(
             engines=r.number("dma.engines", integer=True),
             bandwidth=r.number("dma.bandwidth_gbps", scale=GB),

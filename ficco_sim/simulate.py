@@ -125,6 +125,7 @@ def simulate(scenario: Scenario, schedule: Schedule | str = "none", gpu: GpuProf
     same numbers to 1e-9: the tests' reference for the templates)."""
     gpu = load_gpu(gpu)
     topo = _default_topology(topology, scenario, gpu)
+    scenario.check_fits(gpu)
     preset = str(schedule) if is_preset(schedule) else ""
     schedule = resolve(scenario, schedule, gpu, topo)
     if _templated(engine, whole_graph, gpu):
@@ -153,6 +154,7 @@ def simulate_many(scenario: Scenario, schedules: Iterable[Schedule | str], gpu: 
     """:func:`simulate` for several schedules, sharing the baseline."""
     gpu = load_gpu(gpu)
     topo = _default_topology(topology, scenario, gpu)
+    scenario.check_fits(gpu)
     schedules = list(schedules)
     none = next((i for i, s in enumerate(schedules) if resolve(scenario, s, gpu, topo) == Schedule("none")), None)
     out: dict[int, Result] = {}

@@ -150,6 +150,19 @@ class Scenario:
         """The undecomposed GEMM each GPU runs."""
         return self.spec.gemms(self)
 
+    def check_fits(self, gpu) -> None:
+        """Refuse sizes whose GEMM operands alone (A, B and C of the largest GEMM a GPU runs)
+        exceed ``gpu``'s device memory (``hbm.capacity_gb``; nothing checked where unknown): a
+        lower bound of what a GPU holds, so nothing that runs is refused."""
+        cap = getattr(gpu, "hbm_capacity", 0.0)
+        if not cap:
+            return
+        need = max(((g.m * g.k + g.k * g.n + g.m * g.n) * self.element_bytes for g in self.gemm_shapes()), default=0)
+        if need > cap:
+            raise InputError(self.name or "scenario", "m, n, k",
+                             f"the {self.dtype} operands of one GPU's GEMM alone take {need / 2 ** 30:.1f} GiB, more "
+                             f"than {gpu.name}'s {cap / 2 ** 30:.0f} GiB of device memory")
+
     def structure(self) -> tuple:
         """What the lowering's structure depends on beyond scale: scenarios with equal
         structure lower to task graphs that are exact scaled copies of each other (piece

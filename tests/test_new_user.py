@@ -183,3 +183,17 @@ def test_copy_engine_all_reduce_is_the_copies_then_a_reduction_kernel_in_predict
         pytest.approx(ar, rel=0.02)
     code, _, err = run(capsys, "simulate", "--gpu", "a100", "--dtype", "float8", "--m", "4096")
     assert code == 2 and "a100 has no float8 GEMM rate" in err and "lists bfloat16" in err
+
+
+def test_sizes_whose_gemm_cannot_fit_the_gpu_are_refused_and_every_profile_names_its_memory(capsys):
+    """A 1M x 64K x 64K fp16 GEMM (264 GiB of operands a GPU) ran on an 80 GB H100, and an 8M-row
+    one ran past two minutes in the DES: sizes no GPU of the profile can hold are one line, exit 2.
+    Every GPU profile but the CPU's states its device memory with a datasheet source."""
+    from ficco_sim.hardware import available_profiles
+    code, _, err = run(capsys, "simulate", "--scenario", "ar-par-gemm", "--m", "1048576", "--n", "65536",
+                       "--k", "65536")
+    assert code == 2 and "264.0 GiB, more than h100's 80 GiB of device memory" in err
+    for name in available_profiles():
+        gpu = load_gpu(name)
+        if name != "cpu":
+            assert gpu.hbm_capacity >= 32 * 2 ** 30 and gpu.provenance("hbm.capacity_gb").kind == "datasheet"

@@ -111,6 +111,7 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
     h = heuristic or load_heuristic()
     gpu = load_gpu(gpu)
     topo = load_topology(topology, gpu)
+    scenario.check_fits(gpu)
     ranked = predictions([scenario], gpu, topo, h.weights)[0]
     name = h.choose({r["schedule"]: r["makespan"] for r in ranked}, gpu.gemm.persistent)
     # the fitted weights rank the candidates; the numbers shown are the closed form's with the
