@@ -6,11 +6,12 @@
    the space, with an SM margin, with half the channels, with both).
 2. A GEMM beside an independent collective (all-reduce, all-gather, all-to-all; seven GEMM
    shapes; 8 GPUs of H100, A100, A40, MI300X, MI250X): the same against the whole ``full``
-   space of side-by-side points, and how far ``recommend``'s pick sits from the DES's best.
+   space of side-by-side points, and how far ``recommend``'s pick sits from the DES's best;
+   then again with the GEMM issued first (``recommend --gemm-first``, every point ``-gf``).
 
 Every number is a DES (or closed-form, for the pick) run made here.
 
-    python benchmarks/recommend_space.py [--jobs 2]      # ~3 min on 2 cores
+    python benchmarks/recommend_space.py [--jobs 2]      # ~4 min on 2 cores
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ def side_cases() -> list[tuple[Scenario, str, str]]:
             for kind in ("ar-par-gemm", "ag-par-gemm", "a2a-par-gemm") for m, n, k in SIDE_SHAPES]
 
 
-def _left_out(sc: Scenario, gpu, topo, cands: list) -> list[str]:
+def _left_out(sc: Scenario, gpu, topo, cands: list, gemm_first: bool = False) -> list[str]:
     """The valid points of the full space that are variants of the SM candidates (dependent
-    kinds: shaped, with a margin, with half the channels), or every valid point (independent)."""
-    full = {p.schedule.name for p in enumerate_space(sc, gpu, topo, level="full") if p.valid}
+    kinds: shaped, with a margin, with half the channels), or every valid point (independent;
+    ``gemm_first``: each with the GEMM issued first)."""
+    full = {(replace(p.schedule, gemm_first=True) if gemm_first and p.schedule.granularity == "par"
+             else p.schedule).name for p in enumerate_space(sc, gpu, topo, level="full") if p.valid}
     names = {c.name for c in cands}
     if sc.spec.independent:
         return sorted(full - names)
@@ -64,16 +67,17 @@ def _left_out(sc: Scenario, gpu, topo, cands: list) -> list[str]:
 
 
 def case_row(case) -> dict:
-    sc, gpu_name, topo_name = case
+    sc, gpu_name, topo_name, gemm_first = case
     gpu = load_gpu(gpu_name)
     topo = load_topology(topo_name, gpu)
-    cands = candidate_schedules(sc, gpu, topo)
-    extra = _left_out(sc, gpu, topo, cands)
+    cands = candidate_schedules(sc, gpu, topo, gemm_first=gemm_first)
+    extra = _left_out(sc, gpu, topo, cands, gemm_first)
     t = {r.schedule.name: r.makespan for r in simulate_many(sc, [c.name for c in cands] + extra, gpu, topo)}
     inside = min(t[c.name] for c in cands)
     best = min(t, key=t.get)
-    pick = recommend(sc, gpu, topo)["schedule"]
-    return {"case": sc.label(), "kind": sc.kind, "independent": sc.spec.independent, "gpu": gpu_name,
+    pick = recommend(sc, gpu, topo, gemm_first=gemm_first)["schedule"]
+    return {"case": sc.label(), "kind": sc.kind, "independent": sc.spec.independent, "gemm_first": gemm_first,
+            "gpu": gpu_name,
             "topology": topo_name, "candidates": len(cands), "left_out": len(extra), "best": best,
             "best_left_out": best not in {c.name for c in cands},
             "candidates_loss": inside / t[best] - 1.0, "pick": pick, "pick_loss": t[pick] / t[best] - 1.0}
@@ -84,7 +88,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="local worker processes (default %(default)s)")
     ap.add_argument("--csv", help="write one row per case here")
     args = ap.parse_args()
-    cases = training_cases() + side_cases()
+    cases = ([(*c, False) for c in training_cases()] + [(*c, False) for c in side_cases()]
+             + [(*c, True) for c in side_cases()])
     t0 = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         df = pd.DataFrame(list(pool.map(case_row, cases, chunksize=4)))
@@ -94,7 +99,8 @@ def main() -> None:
               "pick worst"):
         table.add_column(c, justify="right")
     for label, part in (("GEMM with its collective (library)", df[~df.independent]),
-                        ("GEMM beside a collective", df[df.independent])):
+                        ("GEMM beside a collective", df[df.independent & ~df.gemm_first]),
+                        ("the same, GEMM issued first (--gemm-first)", df[df.gemm_first])):
         table.add_row(f"{label}: {len(part)}", str(int(part.left_out.sum())), str(int(part.best_left_out.sum())),
                       str(int((part.candidates_loss > 0.05).sum())), f"{part.candidates_loss.max():.1%}",
                       f"{(part.pick_loss <= 0.05).mean():.0%}", f"{part.pick_loss.max():.1%}")

@@ -89,3 +89,21 @@ def test_beside_an_independent_collective_recommend_weighs_shaping_and_sm_margin
     # shaping that changes nothing (no smaller residency exists) is no candidate
     assert not any("smem" in s.name for s in candidate_schedules(Scenario("ar-par-gemm", 8, 4096, 4096, 4096,
                                                                           "bfloat16"), "mi300x", "fc:8"))
+
+
+def test_with_the_gemm_issued_first_recommend_weighs_what_lets_the_collective_in():
+    """DDP's gradient all-reduce fires while the backward GEMMs run: with the GEMM issued first a
+    plain or high-priority collective starves on A40 (the DES: 1.01x) while shaping or an SM margin
+    lets it in (1.47x); `--gemm-first` makes every side-by-side candidate and preset `-gf`, and the
+    pick is one that lets the collective in. Refused for a GEMM with its own collective."""
+    from ficco_sim.errors import InputError
+    sc = Scenario("ar-par-gemm", 8, 4096, 4096, 4096)
+    names = {s.name for s in candidate_schedules(sc, "a40", "ring:8", gemm_first=True)}
+    assert "par-sm-hi-smem2k-gf" in names and all(n == "none" or n.endswith("-gf") for n in names)
+    rec = recommend(sc, "a40", "ring:8", gemm_first=True)
+    assert rec["schedule"].endswith("-gf") and ("smem" in rec["schedule"] or "-m" in rec["schedule"])
+    des = {s: simulate(sc, s, "a40", "ring:8").makespan for s in (rec["schedule"], "par-sm-hi-gf")}
+    assert des[rec["schedule"]] < 0.8 * des["par-sm-hi-gf"]
+    assert all(a["schedule"].endswith("-gf") for a in rec["presets"] if "schedule" in a and a["preset"] != "nccl")
+    with pytest.raises(InputError, match="--gemm-first"):
+        candidate_schedules(Scenario("ag-gemm", 8, 4096, 4096, 4096), "a40", "ring:8", gemm_first=True)

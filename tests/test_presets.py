@@ -154,16 +154,14 @@ def test_cui_pericas_shapes_just_enough_for_a_retiring_gemm_block_to_hand_its_sm
     assert "nothing to shape" in applicable(big, "mi250x", "fc:8")["cui-pericas"]
 
 
-def test_a_collective_block_too_large_for_the_two_least_shapings_gets_the_one_that_hands_off():
-    """A calibrated GPU whose collective block takes 48 KiB of LDS: on MI250X-like CUs a GEMM block of
-    16 KiB (4 per CU) hands off only at one block per CU (17 KiB extra), past the two least shapings
-    (1 and 6 KiB); the preset and recommend's candidates both take it."""
+def test_a_collective_block_only_a_shaping_too_large_for_every_tile_lets_in_is_refused_with_the_tile():
+    """A calibrated GPU whose collective block takes 48 KiB of LDS: on MI250X-like CUs a 16 KiB GEMM
+    block (4 per CU) hands off only at one block per CU, 17 KiB extra, which the profile's 256x128
+    tile cannot hold: the preset says so rather than picking a size that lets nothing in."""
     g = load_gpu("mi250x")
     big = dataclasses.replace(g, comm_kernel=dataclasses.replace(
         g.comm_kernel, block=dataclasses.replace(g.comm_kernel.block, smem=48 * 1024)))
     sc = Scenario("ar-par-gemm", 8, 2048, 2048, 2048, "bfloat16")
-    from ficco_sim.explore.heuristics import candidate_schedules
-    from ficco_sim.explore.space import smem_sizes
-    assert smem_sizes(sc, big) == [1024, 6144, 17 * 1024]
-    assert resolve(sc, "cui-pericas", big, "fc:8").name == "par-sm-hi-smem17k"
-    assert "par-sm-hi-smem17k" in {s.name for s in candidate_schedules(sc, big, "fc:8")}
+    from ficco_sim.explore.space import handoff_shaping
+    assert handoff_shaping(sc, big) == 17 * 1024
+    assert "17 KiB extra leaves no room for the 256x128 GEMM block" in applicable(sc, big, "fc:8")["cui-pericas"]

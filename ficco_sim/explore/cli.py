@@ -53,8 +53,9 @@ SMs the collective needs) or on copy engines. Channel counts and fused-st are no
 shaping and SM margins of the dependent schedules (with them the DES's best gains under 5% in
 every library case): `ficco-sim explore --space full` searches them all.
 
-example:
+examples:
   ficco-sim recommend --gpu mi300x --topology fc:8 --scenario ag-gemm --m 16384 --n 8192 --k 8192
+  ficco-sim recommend --gpu a100 --scenario ar-par-gemm --m 4096 --n 4096 --k 4096 --gemm-first
 """
 
 
@@ -111,6 +112,11 @@ def add_recommend_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--shard-dim", default="M", choices=["M", "K"],
                    help="ag-gemm: M (default) or K (weight gradients: tokens are K)")
     p.add_argument("--heuristics", default=None, help="thresholds file (default: the shipped one)")
+    p.add_argument("--gemm-first", action="store_true",
+                   help="*-par-gemm: the GEMM is already running when the collective is issued (e.g. DDP's "
+                        "gradient all-reduce fired during backward compute); the side-by-side candidates and "
+                        "presets issue it first (-gf), where occupancy shaping and SM margins decide whether the "
+                        "collective gets SMs at all. Default: the collective is issued first")
     p.set_defaults(func=run_recommend)
     return p
 
@@ -274,7 +280,7 @@ def run_recommend(args: argparse.Namespace) -> int:
     sc = Scenario(args.scenario, gpus, args.m, args.n, args.k, args.dtype, shard_dim=args.shard_dim)
     h = load_heuristic(args.heuristics) if args.heuristics else load_heuristic()
     t0 = time.perf_counter()
-    rec = recommend(sc, args.gpu, topo, h)
+    rec = recommend(sc, args.gpu, topo, h, gemm_first=args.gemm_first)
     ms = (time.perf_counter() - t0) * 1e3
     con.print(f"[bold]{rec['schedule']}[/] for {sc.label()} on {args.gpu} {topo}")
     for w in rec["reasons"]:

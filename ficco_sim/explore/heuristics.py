@@ -30,7 +30,7 @@ import datetime as _dt
 import itertools
 import json
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -52,11 +52,18 @@ FAMILIES = {"llama3-405b": "llama", "llama3-70b": "llama", "llama-70b": "llama",
             "mixtral-8x22b": "mixtral", "gpt3-175b": "gpt"}
 
 
-def candidate_schedules(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | str) -> list[Schedule]:
+def candidate_schedules(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | str, *,
+                        gemm_first: bool = False) -> list[Schedule]:
     """The schedules the heuristic can pick (the oracle is taken over the same set): the valid
-    points of the space's ``candidates`` level, so every pick is one ``simulate`` accepts."""
+    points of the space's ``candidates`` level, so every pick is one ``simulate`` accepts.
+    ``gemm_first``: a GEMM beside an independent collective is already running when the
+    collective is issued (the side-by-side candidates issue it first: ``-gf``)."""
     from .space import valid_schedules
-    return valid_schedules(scenario, gpu, topology, level="candidates")
+    cands = valid_schedules(scenario, gpu, topology, level="candidates")
+    if gemm_first and not scenario.spec.independent:
+        raise InputError("--gemm-first", None, f"a launch order of a GEMM beside an independent collective; "
+                         f"{scenario.kind} is dependent")
+    return [replace(s, gemm_first=True) if gemm_first and s.granularity == "par" else s for s in cands]
 
 
 @dataclass(frozen=True)
@@ -89,14 +96,14 @@ def _simplicity(name: str, prefer_high: bool) -> tuple:
 
 
 def predictions(scenarios: Sequence[Scenario], gpu: GpuProfile | str, topology: Topology | str,
-                weights: Weights = Weights()) -> list[list[dict]]:
+                weights: Weights = Weights(), *, gemm_first: bool = False) -> list[list[dict]]:
     """Closed-form rows of every candidate of every scenario (one list per scenario),
     batched: scenarios with the same candidate set share one estimate call."""
     gpu = load_gpu(gpu)
     topo = load_topology(topology, gpu)
     by_cands: dict[tuple, list[int]] = defaultdict(list)
     for i, sc in enumerate(scenarios):
-        by_cands[tuple(s.name for s in candidate_schedules(sc, gpu, topo))].append(i)
+        by_cands[tuple(s.name for s in candidate_schedules(sc, gpu, topo, gemm_first=gemm_first))].append(i)
     out: list[list[dict]] = [[] for _ in scenarios]
     for cands, idx in by_cands.items():
         rows = estimate_many([scenarios[i] for i in idx], cands, gpu, topo, weights=weights)
@@ -106,17 +113,18 @@ def predictions(scenarios: Sequence[Scenario], gpu: GpuProfile | str, topology: 
 
 
 def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | str,
-              heuristic: Heuristic | None = None) -> dict:
-    """The heuristic's pick for one scenario, with the closed-form rows and the reasons."""
+              heuristic: Heuristic | None = None, *, gemm_first: bool = False) -> dict:
+    """The heuristic's pick for one scenario, with the closed-form rows and the reasons.
+    ``gemm_first``: see :func:`candidate_schedules` (the presets are issued so too)."""
     h = heuristic or load_heuristic()
     gpu = load_gpu(gpu)
     topo = load_topology(topology, gpu)
     scenario.check_fits(gpu)
-    ranked = predictions([scenario], gpu, topo, h.weights)[0]
+    ranked = predictions([scenario], gpu, topo, h.weights, gemm_first=gemm_first)[0]
     name = h.choose({r["schedule"]: r["makespan"] for r in ranked}, gpu.gemm.persistent)
     # the fitted weights rank the candidates; the numbers shown are the closed form's with the
     # profile's rule (`simulate --engine analytical`), as the presets' below
-    rows = ranked if h.weights == PROFILE else predictions([scenario], gpu, topo)[0]
+    rows = ranked if h.weights == PROFILE else predictions([scenario], gpu, topo, gemm_first=gemm_first)[0]
     t = {r["schedule"]: r["makespan"] for r in rows}
     by = {r["schedule"]: r for r in rows}
     base, pick = by["none"], by[name]
@@ -138,7 +146,7 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
     why.append("next best: " + ", ".join(f"{c} ({t['none'] / t[c]:.2f}x)" for c in runner))
     return {"schedule": name, "reasons": why, "predicted": t, "rows": rows, "ranked": ranked,
             "t_comp": base["t_comp_iso"], "t_comm": base["t_comm_iso"], "t_none": base["makespan"],
-            "presets": preset_answers(scenario, gpu, topo)}
+            "presets": preset_answers(scenario, gpu, topo, gemm_first=gemm_first)}
 
 
 def _share(x: float) -> str:
@@ -163,17 +171,20 @@ def _loss_text(m: dict) -> str:
     return ", ".join(shown) or "nothing measurable"
 
 
-def preset_answers(scenario: Scenario, gpu: GpuProfile, topo: Topology) -> list[dict]:
+def preset_answers(scenario: Scenario, gpu: GpuProfile, topo: Topology, *, gemm_first: bool = False) -> list[dict]:
     """Every preset at its defaults (closed form), best first: its schedule, its speedup over
-    no overlap and what it loses; presets that do not apply, with the reason, last."""
+    no overlap and what it loses; presets that do not apply, with the reason, last.
+    ``gemm_first``: side-by-side presets with the GEMM issued first."""
     from ..schedules.presets import PRESETS, applicable
     from ..simulate import baseline, simulate
     got = applicable(scenario, gpu, topo)
     base = baseline(scenario, gpu, topo, engine="analytical")
     out = []
     for p in [p for p, s in got.items() if not isinstance(s, str)]:
+        s = got[p]
         try:
-            r = simulate(scenario, p, gpu, topo, engine="analytical", base=base)
+            r = simulate(scenario, replace(s, gemm_first=True) if gemm_first and s.granularity == "par" else p, gpu,
+                         topo, engine="analytical", base=base)
         except InputError as e:    # e.g. a shaping no tile of this GPU can hold
             got[p] = e.message
             continue

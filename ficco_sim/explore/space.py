@@ -61,7 +61,8 @@ def group_sizes(steps: int) -> list[int]:
 
 def fits_every_tile(gpu: GpuProfile, extra: int) -> str | None:
     """Why ``extra`` bytes cannot be added to every GEMM tile the library may pick, or None
-    (a piece may pick any tile of the profile)."""
+    (a piece may pick any tile of the profile; and a GEMM beside a collective is evaluated
+    from a template compiled at another size of its structure, whose tile may differ)."""
     for tile in gpu.gemm.tiles:
         smem = tile.block.smem + extra
         if smem > gpu.sm.max_smem_per_block or blocks_per_sm(gpu.sm, replace(tile.block, smem=smem)) < 1:
@@ -81,8 +82,7 @@ def _shaping_to(gpu: GpuProfile, base, target: int) -> int | None:
 def smem_sizes(scenario: Scenario, gpu: GpuProfile) -> list[int]:
     """Extra shared memory per compute block (bytes, whole KiB) that lowers the whole
     GEMM's resident blocks per SM to each smaller count (from the profile's limits): the
-    two least, and the least after which a retiring GEMM block hands its SM to the
-    communication kernel (:func:`handoff_shaping`) where that is a third.
+    two least (on the shipped profiles :func:`handoff_shaping` is always one of them).
 
     >>> smem_sizes(Scenario("ag-gemm", 8, 1024, 1024, 1024), load_gpu("h100"))
     [16384]
@@ -100,8 +100,7 @@ def smem_sizes(scenario: Scenario, gpu: GpuProfile) -> list[int]:
             x = _shaping_to(gpu, plan.block, target)
             if x is not None:
                 sizes.add(x)
-    least, room = sorted(sizes)[:2], handoff_shaping(scenario, gpu)
-    return sorted(least + ([room] if room and room not in least else []))
+    return sorted(sizes)[:2]
 
 
 def handoff_shaping(scenario: Scenario, gpu: GpuProfile) -> int | None:
@@ -133,27 +132,13 @@ def handoff_shaping(scenario: Scenario, gpu: GpuProfile) -> int | None:
     return None
 
 
-def fits_the_tile(scenario: Scenario, gpu: GpuProfile, extra: int) -> str | None:
-    """Why ``extra`` bytes cannot be added to the GEMM's blocks, or None: a GEMM beside an
-    independent collective is never cut, so its own tile alone must take them; a dependent
-    scenario's pieces may pick any tile (:func:`fits_every_tile`)."""
-    if not scenario.spec.independent:
-        return fits_every_tile(gpu, extra)
-    shape = max(scenario.gemm_shapes(), key=lambda g: g.m)
-    tile = plan_gemm(gpu, shape.m, shape.n, shape.k, shape.dtype).tile
-    smem = tile.block.smem + extra
-    if smem > gpu.sm.max_smem_per_block or blocks_per_sm(gpu.sm, replace(tile.block, smem=smem)) < 1:
-        return f"{extra // 1024} KiB extra leaves no room for the GEMM's {tile.m}x{tile.n} block"
-    return None
-
-
 def _own_reason(scenario: Scenario, s: Schedule, gpu: GpuProfile, steps: int, shaping: list[int]) -> str | None:
     if s.overlapped and s.group > steps:
         return f"group of {s.group} steps exceeds the {steps} steps of {s.granularity}-{s.pattern}"
     if s.smem and s.engine == "dma":
         return "shaping makes room for SM communication blocks; copy engines use no SM"
     if s.smem:
-        return fits_the_tile(scenario, gpu, s.smem) or (
+        return fits_every_tile(gpu, s.smem) or (
             None if s.smem in shaping else "this extra shared memory does not change the GEMM's resident blocks per SM")
     if s.channels is not None and s.channels >= gpu.comm_kernel.channels:
         return f"channels must be below the default {gpu.comm_kernel.channels} to be a distinct point"

@@ -154,8 +154,8 @@ def _cui(sc: Scenario, gpu: GpuProfile, kn: dict) -> Schedule | str:
         if smem == 0:
             return (f"the GEMM on {gpu.name} already leaves room for a block of the collective (an SM it does not "
                     "fill, or one block's as it retires): nothing to shape (par-sm-hi)")
-    from ..explore.space import fits_the_tile
-    return fits_the_tile(sc, gpu, smem) or Schedule("par", engine="sm", priority="high", smem=smem)
+    from ..explore.space import fits_every_tile
+    return fits_every_tile(gpu, smem) or Schedule("par", engine="sm", priority="high", smem=smem)
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (
