@@ -122,9 +122,9 @@ def issue_thread_rows() -> list[dict]:
         out.append(_row("NCCL issue threads", f"{n}xA100 ring all-reduce 8-128 B, 1 channel, -g {n}: time (us)", us,
                         t * 1e6, RING_LATENCY_URL, cmd))
     t = collective_time("a100", "switch:2", "send-recv", 8, tuner="rank")
+    cmd = "ficco-sim predict collective --gpu a100 --topology switch:2 --kind send-recv --bytes 8 --tuner rank"
     out.append(_row("NCCL issue threads", "2xA100 send-recv, small messages, a thread per GPU: time (us)", SENDRECV_US,
-                    t * 1e6, SENDRECV_URL,
-                    "ficco-sim predict collective --gpu a100 --topology switch:2 --kind send-recv --bytes 8 --tuner rank"))
+                    t * 1e6, SENDRECV_URL, cmd))
     return out
 
 
@@ -283,7 +283,8 @@ def main() -> None:
         for name, argv in SOURCES.items():
             print(f"regenerating {name}: python {' '.join(argv)}", flush=True)
             subprocess.run([sys.executable, *argv], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    rows = nccl_rows() + h200_rows() + issue_thread_rows() + dil_rows() + overlap_rows() + flux_rows() + kraken_rows() + ficco_rows()
+    rows = (nccl_rows() + h200_rows() + issue_thread_rows() + dil_rows() + overlap_rows() + flux_rows()
+            + kraken_rows() + ficco_rows())
     table = pd.DataFrame(rows, columns=COLUMNS)
     summ = summary(table)
     stamp = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ} on {socket.gethostname()}"

@@ -359,7 +359,8 @@ def load_heuristic(path: str | Path = THRESHOLDS_FILE) -> Heuristic:
         th = json.loads(p.read_text())["thresholds"]
         return Heuristic(float(th["sm"]), float(th["hbm"]), float(th["margin"]), bool(th["prefer_high"]))
     except json.JSONDecodeError as e:
-        raise InputError(str(p), None, f"not a heuristics file (JSON): line {e.lineno} column {e.colno}: {e.msg}") from None
+        raise InputError(str(p), None,
+                         f"not a heuristics file (JSON): line {e.lineno} column {e.colno}: {e.msg}") from None
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(str(p), "thresholds", f"not a heuristics file: {e}") from None
 

@@ -94,7 +94,8 @@ def _te_pipeline(sc: Scenario, gpu: GpuProfile, kn: dict) -> Schedule | str:
     if sc.spec.independent:
         return f"TransformerEngine pipelines GEMM -> reduce-scatter; {sc.kind} is independent: te-bulk"
     if sc.kind != "gemm-rs":
-        return f"TransformerEngine pipelines GEMM -> reduce-scatter; {sc.kind}: {TE_FOR.get(sc.kind, 'te-ring-exchange')}"
+        instead = TE_FOR.get(sc.kind, "te-ring-exchange")
+        return f"TransformerEngine pipelines GEMM -> reduce-scatter; {sc.kind}: {instead}"
     if kn["atomic_gemm"]:
         return Schedule("fused", engine="sm", **_te_common(kn))
     splits = kn["num_splits"]
