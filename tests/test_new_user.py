@@ -197,3 +197,44 @@ def test_sizes_whose_gemm_cannot_fit_the_gpu_are_refused_and_every_profile_names
         gpu = load_gpu(name)
         if name != "cpu":
             assert gpu.hbm_capacity >= 32 * 2 ** 30 and gpu.provenance("hbm.capacity_gb").kind == "datasheet"
+
+
+def test_recommend_says_when_a_runner_up_reads_faster_and_prints_a_des_command_that_runs(capsys):
+    """The pick follows the fitted weights, the numbers the profile's rule: where a runner-up reads
+    faster it says so (it printed 'next best' slower-looking than the pick, in weight order); the
+    discrete-event command it prints had a literal '...'."""
+    code, out, _ = run(capsys, "recommend", "--gpu", "a40", "--topology", "ring:8", "--scenario", "a2a-par-gemm",
+                       "--m", "8192", "--n", "8192", "--k", "8192", "--dtype", "bfloat16")
+    assert code == 0 and "next best: par-dma (1.49x)" in out and "par-dma reads faster here" in out
+    des = out.split("discrete-event reference: ")[1].split("\n")[0].split()
+    assert des[:2] == ["ficco-sim", "simulate"] and "..." not in des
+    code, out, _ = run(capsys, *des[1:])
+    assert code == 0 and "par-sm-hi" in out
+    code, _, err = run(capsys, "recommend", "--topology", "switch:3", "--scenario", "ag-gemm", "--m", "4096",
+                       "--n", "4096", "--k", "4096")
+    assert code == 2 and "--m: m=4096 must divide evenly over 3 GPUs" in err
+
+
+def test_explore_marks_sizes_no_gpu_holds_as_errors_on_every_engine(tmp_path, capsys):
+    """explore's closed-form path answered 'ok' for a GEMM of 264 GiB of operands that simulate and
+    recommend refuse."""
+    import pandas as pd
+    f = tmp_path / "big.yaml"
+    f.write_text("scenarios:\n  - {name: big, kind: ar-par-gemm, gpus: 8, m: 1048576, n: 65536, k: 65536}\n")
+    code, _, _ = run(capsys, "explore", "--scenarios", str(f), "--gpu", "h100", "--topology", "switch:8",
+                     "--engine", "analytical", "--space", "basic", "--out", str(tmp_path / "o"), "--quiet")
+    d = pd.read_csv(tmp_path / "o" / "points.csv")
+    assert (d["status"] != "ok").all() and d["reason"].str.contains("device memory").all()
+
+
+def test_v100_keeps_the_shaping_that_hands_its_sm_to_the_collective():
+    """On V100 the hand-off size (33 KiB) is past the two least (9, 17 KiB) and every tile holds it:
+    it stays a point of the space and a candidate, as the cui-pericas preset maps to it."""
+    from ficco_sim import Scenario
+    from ficco_sim.explore.heuristics import candidate_schedules
+    from ficco_sim.explore.space import smem_sizes
+    from ficco_sim.schedules.presets import resolve
+    sc = Scenario("ar-par-gemm", 8, 16384, 1024, 8192)
+    assert smem_sizes(sc, load_gpu("v100")) == [9216, 17408, 33792]
+    assert resolve(sc, "cui-pericas", "v100", "switch:8").name == "par-sm-hi-smem33k"
+    assert "par-sm-hi-smem33k" in {s.name for s in candidate_schedules(sc, "v100", "switch:8")}

@@ -277,7 +277,12 @@ def run_recommend(args: argparse.Namespace) -> int:
     gpus = load_topology(topo, args.gpu).num_gpus
     if args.gpus is not None and args.gpus != gpus:
         raise InputError("--gpus", None, f"{args.gpus} GPUs but topology {topo} has {gpus}")
-    sc = Scenario(args.scenario, gpus, args.m, args.n, args.k, args.dtype, shard_dim=args.shard_dim)
+    try:
+        sc = Scenario(args.scenario, gpus, args.m, args.n, args.k, args.dtype, shard_dim=args.shard_dim)
+    except InputError as e:     # a size or option of the command line: name its flag
+        if e.where == "scenario" and e.field in ("m", "n", "k", "dtype", "shard_dim"):
+            raise InputError(f"--{e.field.replace('_', '-')}", None, e.message) from None
+        raise
     h = load_heuristic(args.heuristics) if args.heuristics else load_heuristic()
     t0 = time.perf_counter()
     rec = recommend(sc, args.gpu, topo, h, gemm_first=args.gemm_first)
@@ -285,8 +290,11 @@ def run_recommend(args: argparse.Namespace) -> int:
     con.print(f"[bold]{rec['schedule']}[/] for {sc.label()} on {args.gpu} {topo}")
     for w in rec["reasons"]:
         con.print(f"  - {w}")
+    des = (f"ficco-sim simulate --gpu {args.gpu} --topology {topo} --scenario {args.scenario} --m {args.m} "
+           f"--n {args.n} --k {args.k} --dtype {args.dtype}"
+           + (f" --shard-dim {args.shard_dim}" if args.shard_dim != "M" else "") + f" --schedule {rec['schedule']},none")
     con.print(f"  no overlap {rec['t_none'] * 1e3:.3f} ms (closed-form engine); decided in {ms:.0f} ms; the "
-              f"discrete-event reference: ficco-sim simulate ... --schedule {rec['schedule']},none", highlight=False)
+              f"discrete-event reference: {des}", highlight=False, soft_wrap=True)
     con.print("[bold]in the libraries' terms[/] (presets at their defaults; `ficco-sim list`):")
     for line in preset_lines(rec["presets"]):
         con.print(f"  - {line}", highlight=False)

@@ -141,9 +141,11 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
                 if pick["of_ideal"] > 1 else "")
         why.append(f"predicted {t['none'] / t[name]:.2f}x over no overlap ({pick['of_ideal']:.0%} of the ideal "
                    f"{pick['ideal_speedup']:.2f}x{past}); " + losses)
-    order = {r["schedule"]: r["makespan"] for r in ranked}
-    runner = sorted((c for c in t if c != name), key=order.get)[:2]
+    runner = sorted((c for c in t if c != name), key=t.get)[:2]
     why.append("next best: " + ", ".join(f"{c} ({t['none'] / t[c]:.2f}x)" for c in runner))
+    if runner and t[runner[0]] < t[name]:
+        why.append(f"{runner[0]} reads faster here, but the pick follows the contention weights fitted against "
+                   "the discrete-event engine, which rank it first; simulate both to settle it")
     return {"schedule": name, "reasons": why, "predicted": t, "rows": rows, "ranked": ranked,
             "t_comp": base["t_comp_iso"], "t_comm": base["t_comm_iso"], "t_none": base["makespan"],
             "presets": preset_answers(scenario, gpu, topo, gemm_first=gemm_first)}

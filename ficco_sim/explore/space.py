@@ -82,7 +82,9 @@ def _shaping_to(gpu: GpuProfile, base, target: int) -> int | None:
 def smem_sizes(scenario: Scenario, gpu: GpuProfile) -> list[int]:
     """Extra shared memory per compute block (bytes, whole KiB) that lowers the whole
     GEMM's resident blocks per SM to each smaller count (from the profile's limits): the
-    two least (on the shipped profiles :func:`handoff_shaping` is always one of them).
+    two least, and the least after which a retiring GEMM block hands its SM to the
+    communication kernel (:func:`handoff_shaping`) where that is a third every tile holds
+    (33 KiB on V100).
 
     >>> smem_sizes(Scenario("ag-gemm", 8, 1024, 1024, 1024), load_gpu("h100"))
     [16384]
@@ -100,7 +102,9 @@ def smem_sizes(scenario: Scenario, gpu: GpuProfile) -> list[int]:
             x = _shaping_to(gpu, plan.block, target)
             if x is not None:
                 sizes.add(x)
-    return sorted(sizes)[:2]
+    least, room = sorted(sizes)[:2], handoff_shaping(scenario, gpu)
+    keep = room and room not in least and fits_every_tile(gpu, room) is None
+    return sorted(least + ([room] if keep else []))
 
 
 def handoff_shaping(scenario: Scenario, gpu: GpuProfile) -> int | None:

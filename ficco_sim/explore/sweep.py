@@ -96,6 +96,8 @@ def run_job(job: Job) -> list[dict]:
     if job.engine in ("analytical", "rank"):
         many = estimate_many if job.engine == "analytical" else rank_many
         try:
+            for s in job.scenarios:
+                s.check_fits(gpu)
             got = many(job.scenarios, job.schedules, gpu, topo)
             return [dict(r, status="ok", reason="", **tag) for r in got]
         except InputError:
@@ -103,6 +105,7 @@ def run_job(job: Job) -> list[dict]:
         for s in job.scenarios:
             for sch in job.schedules:
                 try:
+                    s.check_fits(gpu)
                     rows.append(dict(many([s], [sch], gpu, topo)[0], status="ok", reason="", **tag))
                 except Exception as e:  # noqa: BLE001 -- recorded, not hidden
                     rows.append(_failed(s, sch, job, e))
