@@ -149,7 +149,7 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
 
 
 def make_scenario(args, gpus: int):
-    from .workload import Scenario, skewed_routing
+    from .workload import skewed_routing
     from .workload import scenario_kind
     routing = None
     if args.skew:
@@ -158,13 +158,9 @@ def make_scenario(args, gpus: int):
         if args.skew < 0:
             raise InputError("--skew", None, f"must not be negative, got {args.skew}")
         routing = skewed_routing(gpus, args.m, args.skew)
-    try:
-        return Scenario(args.scenario, gpus, args.m, args.n, args.k, args.dtype, routing=routing,
-                        shard_dim=getattr(args, "shard_dim", "M"))
-    except InputError as e:     # a size or option of the command line: name its flag
-        if e.where == "scenario" and e.field in ("m", "n", "k", "dtype", "shard_dim"):
-            raise InputError(f"--{e.field.replace('_', '-')}", None, e.message) from None
-        raise
+    from .workload import scenario_from_flags
+    return scenario_from_flags(args.scenario, gpus, args.m, args.n, args.k, args.dtype, routing=routing,
+                               shard_dim=getattr(args, "shard_dim", "M"))
 
 
 def resolve_topology(args):

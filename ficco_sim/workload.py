@@ -338,3 +338,14 @@ def skewed_routing(gpus: int, tokens: int, skew: float) -> tuple[tuple[int, ...]
         counts[(p + 1) % gpus] += tokens - sum(counts)
         rows.append(tuple(counts))
     return tuple(rows)
+
+
+def scenario_from_flags(*args, **kw) -> Scenario:
+    """A :class:`Scenario` from command-line values: a refused size or option names its flag
+    (``--m``), not the scenario's field."""
+    try:
+        return Scenario(*args, **kw)
+    except InputError as e:
+        if e.where == "scenario" and e.field in ("m", "n", "k", "dtype", "shard_dim"):
+            raise InputError(f"--{e.field.replace('_', '-')}", None, e.message) from None
+        raise

@@ -269,7 +269,6 @@ def _print_invalid(con, invalid: list[dict]) -> None:
 def run_recommend(args: argparse.Namespace) -> int:
     import sys
     from rich.console import Console
-    from ..workload import Scenario
     from .heuristics import load_heuristic, preset_lines, recommend
     con = Console(width=None if sys.stdout.isatty() else 200)     # piped: a line per reason, unwrapped
     from ..topology import load_topology
@@ -277,12 +276,8 @@ def run_recommend(args: argparse.Namespace) -> int:
     gpus = load_topology(topo, args.gpu).num_gpus
     if args.gpus is not None and args.gpus != gpus:
         raise InputError("--gpus", None, f"{args.gpus} GPUs but topology {topo} has {gpus}")
-    try:
-        sc = Scenario(args.scenario, gpus, args.m, args.n, args.k, args.dtype, shard_dim=args.shard_dim)
-    except InputError as e:     # a size or option of the command line: name its flag
-        if e.where == "scenario" and e.field in ("m", "n", "k", "dtype", "shard_dim"):
-            raise InputError(f"--{e.field.replace('_', '-')}", None, e.message) from None
-        raise
+    from ..workload import scenario_from_flags
+    sc = scenario_from_flags(args.scenario, gpus, args.m, args.n, args.k, args.dtype, shard_dim=args.shard_dim)
     h = load_heuristic(args.heuristics) if args.heuristics else load_heuristic()
     t0 = time.perf_counter()
     rec = recommend(sc, args.gpu, topo, h, gemm_first=args.gemm_first)

@@ -123,10 +123,9 @@ def handoff_shaping(scenario: Scenario, gpu: GpuProfile) -> int | None:
     if not shape.m or gpu.gemm.persistent_for(shape.dtype):
         return None
     plan = plan_gemm(gpu, shape.m, shape.n, shape.k, shape.dtype)
-    comm = block_needs(gpu.sm, gpu.comm_kernel.block)
+    comm, need = block_needs(gpu.sm, gpu.comm_kernel.block), block_needs(gpu.sm, plan.block)
     lightest = min(plan.occupancy, plan.grid // gpu.num_sms)     # blocks on the SMs it fills least
-    if blocks_beside(gpu.sm, comm, block_needs(gpu.sm, plan.block), lightest) >= 1 or \
-            hands_off(gpu.sm, comm, block_needs(gpu.sm, plan.block), plan.occupancy):
+    if blocks_beside(gpu.sm, comm, need, lightest) >= 1 or hands_off(gpu.sm, comm, need, plan.occupancy):
         return 0
     for target in range(plan.occupancy - 1, 0, -1):
         x = _shaping_to(gpu, plan.block, target)

@@ -103,9 +103,13 @@ def run_job(job: Job) -> list[dict]:
         except InputError:
             pass  # fall back to one scenario at a time to locate the bad points
         for s in job.scenarios:
+            try:
+                s.check_fits(gpu)
+            except InputError as e:      # every point of a scenario no GPU holds
+                rows += [_failed(s, sch, job, e) for sch in job.schedules]
+                continue
             for sch in job.schedules:
                 try:
-                    s.check_fits(gpu)
                     rows.append(dict(many([s], [sch], gpu, topo)[0], status="ok", reason="", **tag))
                 except Exception as e:  # noqa: BLE001 -- recorded, not hidden
                     rows.append(_failed(s, sch, job, e))
