@@ -12,7 +12,9 @@ small-message latencies on A100 quoted from NCCL's issue threads (nccl-tests#123
 decomposition loss on the Vidur GEMM tables (held-out fits), ConCCL's and Cui &
 Pericàs' independent-overlap figures, arXiv 2507.03114's compute slowdown, bytedance/flux#90 (and
 flux#100, the runs Flux's block rate is fitted on), PyTorch async-TP against GEMM + NCCL on 8×H100
-(meta-pytorch/kraken#19, #2), and
+(meta-pytorch/kraken#19, #2), all-gather then GEMM on 8×H100 as yifuwang/symm-mem-recipes timed it
+(cuBLAS alone, NCCL then cuBLAS, a fused Triton kernel), a GEMM beside an independent all-gather on
+8×H100 (pytorch/pytorch#172714: one after the other, side by side, NCCL on copy engines), and
 the FiCCO paper's headline speedups (the best DES-confirmed speedup over the built-in library on
 8×MI300X: the paper's scenario list is not public). A row whose source a shipped number was fitted
 on says ``used_for_fit`` and is left out of the medians. ``error`` is relative, (predicted -
@@ -43,6 +45,7 @@ SOURCES = {      # file -> the command that regenerates it
     "flux_issue90.csv": ["benchmarks/flux_issue90.py", "--csv", "validation/public/flux_issue90.csv"],
     "peer_rate_fit.txt": ["benchmarks/fit_peer_rate.py", "--out", "validation/public/peer_rate_fit.txt"],
     "kraken.csv": ["benchmarks/kraken_prs.py", "--csv", "validation/public/kraken.csv"],
+    "overlap_prs.csv": ["benchmarks/overlap_prs.py", "--csv", "validation/public/overlap_prs.csv"],
 }
 VIDUR = "https://github.com/microsoft/vidur (data/profiling/compute/*/gemm_times.csv, MIT)"
 CONCCL = "https://arxiv.org/abs/2412.14335"
@@ -53,7 +56,11 @@ COLUMNS = ["source", "fact", "published", "predicted", "error", "abs_error", "us
 
 
 def _read(name: str) -> pd.DataFrame:
-    return pd.read_csv(PUBLIC / name, comment="#")
+    """A source's CSV without its leading ``#`` stamp lines (a ``#`` inside a value is data:
+    ``comment="#"`` would cut the row there)."""
+    with open(PUBLIC / name, encoding="utf-8") as f:
+        stamps = next(i for i, line in enumerate(f) if not line.startswith("#"))
+    return pd.read_csv(PUBLIC / name, skiprows=stamps)
 
 
 def _row(source, fact, published, predicted, url, command, *, used_for_fit=False, relative=True) -> dict:
@@ -203,6 +210,14 @@ def kraken_rows() -> list[dict]:
     return out
 
 
+def prs_rows() -> list[dict]:
+    """yifuwang/symm-mem-recipes (all-gather then GEMM: cuBLAS alone, NCCL then cuBLAS, fused)
+    and pytorch/pytorch#172714 (a GEMM beside an independent all-gather) on 8 x H100."""
+    cmd = "python benchmarks/overlap_prs.py"
+    return [_row(r.source, f"8xH100 {r.case}, {r.what} ({r.schedule}): time (ms)", r.published_ms, r.model_ms,
+                 r.source_url, cmd, used_for_fit=bool(r.used_for_fit)) for r in _read("overlap_prs.csv").itertuples()]
+
+
 def ficco_rows() -> list[dict]:
     from ficco_sim.explore.study import default_scenarios, run_study
     scs = [s for s in default_scenarios() if s.gpus == 8]
@@ -284,7 +299,7 @@ def main() -> None:
             print(f"regenerating {name}: python {' '.join(argv)}", flush=True)
             subprocess.run([sys.executable, *argv], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     rows = (nccl_rows() + h200_rows() + issue_thread_rows() + dil_rows() + overlap_rows() + flux_rows()
-            + kraken_rows() + ficco_rows())
+            + kraken_rows() + prs_rows() + ficco_rows())
     table = pd.DataFrame(rows, columns=COLUMNS)
     summ = summary(table)
     stamp = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ} on {socket.gethostname()}"

@@ -402,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = psub.add_parser("collective", help="one collective alone over every GPU of a topology")
     c.add_argument("--gpu", default="h100", help="profile name or YAML path (default h100)")
     c.add_argument("--topology", help="ring:N | fc:N | switch:N | name | YAML path (default switch:8)")
-    c.add_argument("--gpus", type=positive_int("--gpus"), help="GPUs of a parametric topology (default: its N)")
+    c.add_argument("--gpus", type=positive_int("--gpus"), help="GPUs of switch:N when no --topology is given")
     c.add_argument("--kind", required=True, choices=["all-gather", "reduce-scatter", "all-reduce", "all-to-all",
                                                        "send-recv"],
                    help="the collective; all-to-all and send-recv are grouped point-to-point calls, each send on the "

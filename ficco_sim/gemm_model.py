@@ -443,7 +443,10 @@ def describe(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") ->
     blocks loop over tiles and keep their SMs, else ``waves``), and its waves' math and HBM time
     each alone, which :func:`roofline` combines (``bound``: which is larger, or ``ridge`` within
     25%: where the roofline exponent costs most); ``source``: ``measured`` where the profile
-    timed this shape (``gemm.measured``: the time is that), else ``model``."""
+    timed this shape (``gemm.measured``: the time is that), else ``model``. Operands that
+    cannot fit the GPU's memory are refused (:func:`~ficco_sim.workload.check_memory`)."""
+    from .workload import check_memory
+    check_memory(gpu, (m * k + k * n + m * n) * DTYPE_BYTES[dtype], "--m, --n, --k", None, f"the {dtype} operands")
     plan = plan_gemm(gpu, m, n, k, dtype)
     t = isolated_time(gpu, plan)
     waves = math.ceil(plan.grid / (gpu.num_sms * plan.occupancy))

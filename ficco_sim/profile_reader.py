@@ -22,9 +22,13 @@ RETIRED = {"comm_kernel.p2p.min_part_kib", "comm_kernel.p2p.max_part_kib"}
 
 def read_yaml(path: Path) -> Any:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(str(path), None, f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise InputError(str(path), None, f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line}): "
+                         "save it as UTF-8") from None
     try:
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:

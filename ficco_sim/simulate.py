@@ -325,6 +325,10 @@ def collective_time(gpu: GpuProfile | str, topology: Topology | str, kind: str, 
     if isinstance(gpus_per_thread, bool) or not isinstance(gpus_per_thread, int) or gpus_per_thread < 1:
         raise InputError("--gpus-per-thread", None, f"must be a positive integer, got {gpus_per_thread!r}")
     topo = load_topology(topology, gpu)
+    from .workload import check_memory
+    # a rank holds its input, and an all-gather's output is every rank's
+    check_memory(gpu, nbytes * (topo.num_gpus if kind == "all-gather" else 1), "--bytes", None,
+                 f"a rank's {kind} buffers")
     issue = (gpus_per_thread - 1) * gpu.comm_kernel.issue
     if sim == "des":     # a symmetric collective: lowered and simulated for one GPU
         folded = collective_folded(gpu, topo, kind, nbytes, engine=engine, algorithm=algorithm)

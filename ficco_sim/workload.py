@@ -64,6 +64,16 @@ class Collective:
     gpus: int
 
 
+def check_memory(gpu, need: float, where: str, field: str | None, what: str) -> None:
+    """Refuse ``need`` bytes a GPU must hold at once (``what`` they are) beyond ``gpu``'s device
+    memory (``hbm.capacity_gb``; nothing checked where unknown): callers pass a lower bound of
+    what the work holds, so nothing that runs is refused."""
+    cap = getattr(gpu, "hbm_capacity", 0.0)
+    if cap and need > cap:
+        raise InputError(where, field, f"{what} alone take {need / 2 ** 30:.1f} GiB, more than {gpu.name}'s "
+                         f"{cap / 2 ** 30:.0f} GiB of device memory")
+
+
 MAX_GPUS = 1024          # one simulated system (topology too); beyond this no engine here answers in reasonable time
 MAX_DIM = 2 ** 24        # rows or columns of one GEMM operand (16.7M): beyond, a typo, not a layer
 
@@ -152,16 +162,9 @@ class Scenario:
 
     def check_fits(self, gpu) -> None:
         """Refuse sizes whose GEMM operands alone (A, B and C of the largest GEMM a GPU runs)
-        exceed ``gpu``'s device memory (``hbm.capacity_gb``; nothing checked where unknown): a
-        lower bound of what a GPU holds, so nothing that runs is refused."""
-        cap = getattr(gpu, "hbm_capacity", 0.0)
-        if not cap:
-            return
+        exceed ``gpu``'s device memory (:func:`check_memory`)."""
         need = max(((g.m * g.k + g.k * g.n + g.m * g.n) * self.element_bytes for g in self.gemm_shapes()), default=0)
-        if need > cap:
-            raise InputError(self.name or "scenario", "m, n, k",
-                             f"the {self.dtype} operands of one GPU's GEMM alone take {need / 2 ** 30:.1f} GiB, more "
-                             f"than {gpu.name}'s {cap / 2 ** 30:.0f} GiB of device memory")
+        check_memory(gpu, need, self.name or "scenario", "m, n, k", f"the {self.dtype} operands of one GPU's GEMM")
 
     def structure(self) -> tuple:
         """What the lowering's structure depends on beyond scale: scenarios with equal

@@ -289,6 +289,31 @@ def test_a_file_of_gemm_timings_alone_calibrates(tmp_path):
     assert info.value.field == "bytes" and not (tmp_path / "b.yaml").exists()
 
 
+@needs_vidur
+def test_long_gemm_timings_keep_the_launch_and_milliseconds_are_refused(tmp_path):
+    """A user's timings of real A100 GEMMs that all take over a millisecond (Vidur's Qwen-72B,
+    tp 1) cannot tell a launch apart: it is kept as the base's, with a note (fitted, it ran to
+    its 100 us bound and made small GEMMs 12x slow); the same rows in milliseconds are refused,
+    naming the column, before anything is written; a fitted parameter on its bound is a note."""
+    v = pd.read_csv(VIDUR / "gemm_times.csv")
+    v = v[(v["gpu"] == "a100") & (v["model"] == "Qwen/Qwen-72B") & (v["tp"] == 1) & (v["time_ms_median"] >= 1.0)]
+    rows = v.head(40).assign(kind="gemm", dtype="float16", time_s=v["time_ms_median"] / 1e3)
+    cols = ["kind", "m", "n", "k", "dtype", "time_s"]
+    mine = tmp_path / "mine.csv"
+    rows[cols].to_csv(mine, index=False)
+    cal = calibrate_from_files([mine], "a100", holdout=None, out=tmp_path / "mine.yaml")
+    assert "launch_overhead_us" not in cal.updates and any("launch_overhead_us kept" in n for n in cal.notes)
+    assert load_gpu(tmp_path / "mine.yaml").launch_overhead == load_gpu("a100").launch_overhead
+    ms = tmp_path / "ms.csv"
+    rows.assign(time_s=rows["time_s"] * 1e3)[cols].to_csv(ms, index=False)
+    with pytest.raises(InputError, match="were these ms or us") as info:
+        calibrate_from_files([ms], "a100", holdout=None, out=tmp_path / "ms.yaml")
+    assert info.value.field == "time_s" and not (tmp_path / "ms.yaml").exists()
+    from ficco_sim.calibrate.fit_gemm import pinned
+    assert pinned({"efficiency.float16": 0.5, "k_overhead": 4096.0, "roofline_exponent": 64.0}) == \
+        ["gemm.k_overhead", "gemm.roofline_exponent"]
+
+
 REAL = Path(__file__).resolve().parents[1] / "traces" / "real"
 
 
@@ -317,6 +342,27 @@ def test_keep_times_from_a_real_trace(tmp_path):
     assert "TF32" in a100.unfitted["gemm.measured"] and 0 < len(load_gpu(tmp_path / "a.yaml").gemm.measured)
     # its CUTLASS tensorop_s1688 kernels multiply float32 operands at TF32: read so, and kept
     assert (a100.trace_gemms["dtype"] == "tfloat32").sum() >= 100
+
+
+def test_a_trace_of_another_gpu_and_a_failed_run_write_nothing_wrong(tmp_path):
+    """TraceLens' MI300X trace calibrating the a100 profile: a note names the trace's GPU, and its
+    GEMM times are refused as a100 times (--keep-times); a run that fails writes no report (HTA's
+    A100 trace keeps no timing), one that passes writes its files, the traced GEMMs' errors among them."""
+    mi = REAL / "tracelens_mi300x_resnet_ddp_rank0.json.gz"
+    with pytest.raises(InputError, match="MI300X.*not kept") as info:
+        calibrate_from_files([mi], "a100", keep_times=True, out=tmp_path / "k.yaml")
+    assert info.value.where == "--keep-times" and not (tmp_path / "k.yaml").exists()
+    cal = calibrate_from_files([mi], "a100", out=tmp_path / "n.yaml")
+    assert any("'AMD Instinct MI300X' (built-in profile mi300x)" in n for n in cal.notes)
+    rep = tmp_path / "rep"
+    with pytest.raises(InputError, match="none was given"):
+        calibrate_from_files([REAL / "hta_a100_nccl217_rank0.json.gz"], "a100", keep_times=True,
+                             out=tmp_path / "t.yaml", report_dir=rep)
+    assert not rep.exists() and [p.name for p in tmp_path.iterdir()] == ["n.yaml"]
+    cal = calibrate_from_files(sorted(REAL.glob("param_dlrm_v100_8ranks_worker0.json.gz")), "v100", keep_times=True,
+                               out=tmp_path / "v.yaml", report_dir=rep)
+    assert [p.name for p in rep.iterdir()] == ["v100_trace_gemms.csv"] and cal.written[0] == rep / "v100_trace_gemms.csv"
+    assert len(pd.read_csv(rep / "v100_trace_gemms.csv")) == len(cal.trace_gemms) > 0
 
 
 def test_a_traced_gemm_beside_a_collective_is_not_a_timing():

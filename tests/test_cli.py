@@ -84,6 +84,10 @@ BAD = [
     (["simulate", "--gpu", "nosuchgpu"], "unknown GPU"),
     (["simulate", "--gpu", "{tmp}/missing.yaml"], "no such profile file"),
     (["simulate", "--gpu", "{tmp}/broken.yaml"], "malformed YAML"),
+    (["simulate", "--gpu", "{tmp}/latin1.yaml"], "not UTF-8 text (byte 0xb5 on line 2)"),
+    (["predict", "collective", "--topology", "{tmp}/latin1.yaml", "--kind", "all-gather", "--bytes", "1MiB"],
+     "not UTF-8"),
+    (["explore", "--scenarios", "{tmp}/latin1.yaml", "--out", "{tmp}/study"], "not UTF-8"),
     (["simulate", "--gpu", "{tmp}/nosource.yaml"], "source"),
     (["simulate", "--topology", "ring:x"], "integer"),
     (["simulate", "--topology", "ring:1"], "at least 2"),
@@ -98,6 +102,9 @@ BAD = [
     (["simulate", "--scenario", "a2a-gemm", "--skew", "-1"], "--skew"),
     (["predict", "collective", "--kind", "all-gather", "--bytes", "-5"], "--bytes"),
     (["predict", "gemm", "--m", "0", "--n", "1", "--k", "1"], "--m"),
+    (["predict", "gemm", "--gpu", "a100", "--m", "200000", "--n", "200000", "--k", "200000"],
+     "223.5 GiB, more than a100's 80 GiB"),
+    (["predict", "collective", "--gpu", "a100", "--kind", "all-gather", "--bytes", "12GiB"], "96.0 GiB"),
     (["simulate", "--schedule", "none", "-o", "{tmp}/nodir/out.csv"], "folder does not exist"),
     (["simulate", "--schedule", "none", "-o", "{tmp}"], "is a folder"),
     (["simulate", "--schedule", "none", "--gantt", "{tmp}/g.txt"], "a figure is saved as"),
@@ -108,6 +115,7 @@ BAD = [
 @pytest.mark.parametrize("argv,needle", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys, tmp_path):
     (tmp_path / "broken.yaml").write_text("name: x\nnum_sms: [1, 2\n")
+    (tmp_path / "latin1.yaml").write_bytes(b"name: x\n# launch 3.5 \xb5s, hand-edited\n")
     (tmp_path / "nosource.yaml").write_text("name: x\nnum_sms: {value: 1, kind: datasheet}\n")
     (tmp_path / "disconnected.yaml").write_text(
         "gpus: 4\nlinks:\n  - {from: gpu0, to: gpu1, bandwidth_gbps: 10}\n  - {from: gpu2, to: gpu3, bandwidth_gbps: 10}\n")

@@ -169,6 +169,23 @@ def test_study_reports_per_model_totals_and_says_its_space():
     assert tot.loc[0, "speedup"] >= 1.0
 
 
+def test_a_calibrated_copy_of_a_builtin_profile_is_kept_apart(tmp_path):
+    """A calibrated profile keeps its ``name`` (a100); explored beside the built-in one, each
+    keeps its rows, named by the --gpu it came from (the summary had dropped one of the two)."""
+    from ficco_sim.explore.study import run_study
+    from ficco_sim.hardware import PROFILE_DIR
+    mine = tmp_path / "a100-mine.yaml"
+    mine.write_text((PROFILE_DIR / "a100.yaml").read_text().replace("launch_overhead_us: {value: ",
+                                                                     "launch_overhead_us: {value: 1", 1))
+    assert load_gpu(mine).name == "a100" and load_gpu(mine).launch_overhead != load_gpu("a100").launch_overhead
+    pts, summ = run_study([SMALL], [(str(mine), "switch:4"), ("a100", "switch:4")], engine="analytical",
+                          space="basic", progress=False)
+    assert set(summ["gpu"]) == {str(mine), "a100"} and len(summ) == 2
+    assert set(pts["gpu"]) == {str(mine), "a100"}
+    one, _ = run_study([SMALL], [("a100", "switch:4")], engine="analytical", space="basic", progress=False)
+    assert set(one["gpu"]) == {"a100"}          # alone, a profile is named as it names itself
+
+
 def test_bounded_evaluation_blocks_change_no_answer(monkeypatch):
     """Sweeps evaluate schedules and scenarios in blocks bounded in memory (EVAL_BUDGET) and keep
     a bounded template cache (NODE_BUDGET); neither may change a number."""

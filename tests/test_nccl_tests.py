@@ -117,7 +117,7 @@ def test_collective_from_the_command_or_the_file_name():
 @pytest.mark.parametrize("text,why", [
     ("size count\n1 2 3\n", "no '# nThread' header"),
     (HEAD.replace("#       size", "# sz"), "no column header"),
-    (HEAD + ROW.rsplit(" ", 3)[0] + "\n", "values left over"),
+    (HEAD + ROW.rsplit(" ", 3)[0] + "\n", "ends with 12 of a row.s 13 values .* cut short"),
     (HEAD + ROW.replace("26.76", "abc"), "unreadable table row"),
     (HEAD + ROW.replace("26.76", "-3"), "time must be a positive"),
     (HEAD, "no measured rows"),
@@ -155,6 +155,10 @@ def test_calibrate_from_raw_output_writes_the_collective_mechanisms(tmp_path):
     assert g.comm_kernel.launch is not None and g.comm_kernel.channel_bandwidth > 0
     assert "reduce_scatter x4 >= 64 MiB" in run.stdout
     assert (tmp_path / "h100_nccl_tests_points.csv").exists()
+    # every row's error beside the profile's before the fit, so a fit that reads the runs worse shows
+    pts = pd.read_csv(tmp_path / "h100_nccl_tests_points.csv")
+    assert pts["base_error"].notna().all() and pts["error"].notna().all()
+    assert "every row's median |error|" in run.stdout
     # the fitted profile predicts the runs it was fitted on: large sizes within 10%
     rows = fit_nccl.tidy(read(QUIET["all_gather"]), "h100", "switch")
     rows = rows[rows["size_bytes"] >= 64 << 20]

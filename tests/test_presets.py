@@ -56,6 +56,9 @@ def test_knobs_change_the_mapping_and_bad_knobs_are_refused():
         with pytest.raises(InputError, match=msg):
             lower(sc, bad, "h100", "switch:8")
     assert parse_preset("nccl")[1] == {"ctas": 0, "ce": 0}
+    # a knob the mapped schedule cannot run is refused in the preset's own words, the mapping beside
+    with pytest.raises(InputError, match=r"nccl:ctas=500: does not apply here \(none-c500\): 500 channels"):
+        resolve(sc, "nccl:ctas=500", "h100", "switch:8")
 
 
 def test_a_copy_engine_preset_is_refused_on_a_gpu_without_copy_engines():

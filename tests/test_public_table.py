@@ -14,13 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_published_fact_is_one_row_with_its_source_and_command():
     pt = benchmark("public_table")
-    rows = pt.nccl_rows() + pt.dil_rows() + pt.overlap_rows() + pt.flux_rows() + pt.kraken_rows()
+    rows = pt.nccl_rows() + pt.dil_rows() + pt.overlap_rows() + pt.flux_rows() + pt.kraken_rows() + pt.prs_rows()
     table = pd.DataFrame(rows, columns=pt.COLUMNS)
     nccl = pd.read_csv(ROOT / "validation" / "public" / "nccl_tests.csv", comment="#")
     assert (table["source"] == "nccl-tests").sum() == len(nccl)
     assert table["source_url"].str.startswith("http").all() and (table["command"].str.len() > 0).all()
     assert set(table["source"]) >= {"ConCCL", "Cui & Pericas", "arXiv 2507.03114", "flux#90", "kraken",
-                                    "DIL (Vidur GEMMs)"}
+                                    "DIL (Vidur GEMMs)", "symm-mem-recipes", "pytorch PR 172714"}
+    assert table["published"].notna().all() and table["predicted"].notna().all()
     fitted = table[table["used_for_fit"]]
     assert len(fitted) and set(fitted["source"]) == {"nccl-tests", "arXiv 2507.03114", "flux#100"}
     # the two averages the contention rule's HBM coefficients are fitted on (benchmarks/fit_contention.py)
@@ -55,3 +56,13 @@ def test_the_readme_block_is_replaced_in_place_and_a_readme_without_one_is_refus
     import pytest
     with pytest.raises(SystemExit, match="no error-table block"):
         pt.with_readme_block("a README without the markers\n", "x")
+
+
+def test_a_source_csv_keeps_a_hash_inside_a_value(tmp_path, monkeypatch):
+    """Only the leading stamp lines are skipped: ``comment="#"`` would cut a row at a '#' in a
+    value (a source named after an issue, ``x#12``) and leave its other columns empty."""
+    pt = benchmark("public_table")
+    (tmp_path / "s.csv").write_text("# stamp; made by a script\nsource,published\nrepo#12,1.5\n")
+    monkeypatch.setattr(pt, "PUBLIC", tmp_path)
+    d = pt._read("s.csv")
+    assert d.to_dict("records") == [{"source": "repo#12", "published": 1.5}]

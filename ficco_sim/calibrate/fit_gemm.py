@@ -67,6 +67,21 @@ def predict_times(gpu: GpuProfile, rows: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def pinned(params: dict[str, float]) -> list[str]:
+    """Profile paths of the fitted GEMM parameters (:func:`fit_gemm`'s ``params``) that ended on a
+    bound of :data:`BOUNDS`: the rows pressed the model past what that parameter can mean
+    (:func:`.fit_nccl.at_bounds`, the one rule).
+
+    >>> pinned({"efficiency.float16": 0.02, "k_overhead": 30.0, "launch_overhead": 1e-4})
+    ['gemm.efficiency.float16', 'launch_overhead_us']
+    """
+    from .fit_nccl import at_bounds
+    key = {n: n.split(".")[0] for n in params}
+    values = {n: (1.0 / v if key[n] == "roofline_exponent" else v) for n, v in params.items()}   # fitted as 1 / p
+    paths = {n: "launch_overhead_us" if n == "launch_overhead" else f"gemm.{n}" for n in params}
+    return at_bounds(values, bounds={n: BOUNDS[key[n]] for n in params if key[n] in BOUNDS}, paths=paths)
+
+
 @dataclass
 class GemmFit:
     """Result of :func:`fit_gemm`: parameters, the profile carrying them, and per-row predictions."""

@@ -221,25 +221,28 @@ def fit(rows: pd.DataFrame, base: dict[str, GpuProfile] | None = None, evaluatio
     return {**fixed, **params}, loss(rows, params, base)
 
 
-def at_bounds(params: dict, rel: float = 1e-3, *, zero: bool = False) -> list[str]:
+def at_bounds(params: dict, rel: float = 1e-3, *, zero: bool = False, bounds: dict | None = None,
+              paths: dict | None = None) -> list[str]:
     """Profile paths of the fitted mechanisms that ended on a bound of :data:`BOUNDS` (a fit
     pressed against its range explains the rows with something else than that mechanism);
     ``zero``: those pressed to a lower bound of 0 instead (the rows would take less than none).
+    ``bounds`` / ``paths``: another fit's ranges and profile paths (the GEMM fit's).
 
     >>> at_bounds({"launch_us": 30.0, "ll_us": 1.2, "sm_share": 0.5})
     ['comm_kernel.launch_us', 'comm_kernel.channel_bandwidth_gbps']
     >>> at_bounds({"link_us": 0.0, "ll_us": 1.2, "sm_share": 0.5}, zero=True)
     ['link.latency_us']
     """
+    bounds, paths = bounds or BOUNDS, paths or PATHS
     out = []
     for k, v in params.items():
-        if k not in BOUNDS:
+        if k not in bounds:
             continue
-        lo, hi = BOUNDS[k]
+        lo, hi = bounds[k]
         span = (hi - lo) * rel
         low = v <= lo + span
         if (lo == 0 and low) if zero else (v >= hi - span or (lo > 0 and low)):
-            out.append(PATHS[k])
+            out.append(paths[k])
     return out
 
 
@@ -354,6 +357,12 @@ def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topo
                              "") + "; a prediction at another GPU count or size may suffer")
     rows["predicted_s"] = predict(rows, with_fitted(profiles, params))
     rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
+    rows["base_error"] = predict(rows, profiles) / rows["measured_s"] - 1      # the profile before the fit
+    now, before = (float(rows[c].abs().median()) for c in ("error", "base_error"))
+    cal.notes.append(f"every row's median |error|: {100 * now:.1f}% fitted, {100 * before:.1f}% with {base.name} as it "
+                     "was" + (": the fit reads these runs worse than the base profile (rows below "
+                              f"{FIT_FROM >> 10} KiB are not fitted on; see the points' error and base_error)"
+                              if now > before else ""))
     table = cal.nccl_summary = summary(rows)
     errs = "; ".join(f"{r.collective} x{r.gpus} {r.band}: {100 * r.median:.1f}% ({r.rows})" for r in table.itertuples())
     kinds = ", ".join(sorted(big["collective"].unique()))

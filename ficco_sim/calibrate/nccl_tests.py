@@ -237,8 +237,10 @@ def _run(lines: list[str], pre: list[str], where: str, number: int, version: str
                     "gpus_per_thread": per_thread, "nccl_version": version,
                     "wrong_oop": _count(row[wrong_at]) if wrong_at is not None else 0})
     if len(tokens) % width:
-        raise InputError(where, f"run {number}", f"{len(tokens) % width} values left over: the table's rows do not "
-                         f"have the header's {width} columns")
+        rest = tokens[len(tokens) - len(tokens) % width:]
+        raise InputError(where, f"run {number}", f"its table ends with {len(rest)} of a row's {width} values "
+                         f"({' '.join(rest[:3])} ...): the output was cut short (a job stopped while printing?), or "
+                         "its rows do not have the header's columns")
     return out
 
 
@@ -267,9 +269,11 @@ def _printed_columns(header: list[str], tokens: list[str]) -> list[str]:
     return header           # (rows short otherwise are reported by the reader)
 
 
-def device_mismatch(devices: pd.Series, base: GpuProfile) -> str:
+def device_mismatch(devices: pd.Series, base: GpuProfile, what: str = "runs",
+                    fitted: str = "its links and channels are") -> str:
     """A note when the runs' GPU (the ``#  Rank`` lines' device) is a built-in profile other
     than ``base``'s, or of the other vendor; "" when they agree or the runs do not say.
+    ``what`` names the inputs (runs, traces), ``fitted`` what of the profile they set.
 
     >>> from ficco_sim.hardware import load_gpu
     >>> device_mismatch(pd.Series(["NVIDIA H100 80GB HBM3"]), load_gpu("h100"))
@@ -290,5 +294,5 @@ def device_mismatch(devices: pd.Series, base: GpuProfile) -> str:
     if match is None and amd == base_amd:
         return ""
     said = f"built-in profile {match}" if match else ("AMD" if amd else "NVIDIA")
-    return (f"the runs' GPU is {device!r} ({said}), the profile fitted is {base.name}'s: its links and channels "
-            "are then fitted to another GPU's runs")
+    return (f"the {what}' GPU is {device!r} ({said}), the profile fitted is {base.name}'s: {fitted} then fitted "
+            f"to another GPU's {what}")

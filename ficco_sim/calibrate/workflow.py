@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..hardware import GpuProfile, beyond_peak, load_gpu, parse_profile
 from . import measurements as ms
 from . import fit_nccl, mamf, nccl_tests
-from .fit_gemm import GemmFit, TooFewShapes, fit_gemm, predict_times
+from .fit_gemm import GemmFit, TooFewShapes, fit_gemm, pinned, predict_times
 from .fit_links import LinkFits, fit_collectives, fit_contention, fit_copies
 from .report import error_summary, held_out_line, plot_predicted_vs_measured, write_points_csv
 from .writer import update_profile, write_profile
@@ -116,6 +116,37 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     profile (``gemm.measured``, its median time): those shapes then cost exactly that in every
     engine, the fit every other shape (:func:`kept_times`).
     """
+    if not report_dir:
+        return _from_files(paths, gpu, base_profile, holdout=holdout, fit_launch=fit_launch, fit_roofline=fit_roofline,
+                           out=out, force=force, report_dir=None, use_engine=use_engine, topology=topology,
+                           keep_times=keep_times)
+    import shutil
+    import tempfile
+    final = Path(report_dir)
+    if final.exists() and not final.is_dir():
+        raise InputError("--report", None, f"{final} is a file; --report names a folder")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:        # the report's files land in the folder only once the whole calibration went through
+        cal = _from_files(paths, gpu, base_profile, holdout=holdout, fit_launch=fit_launch, fit_roofline=fit_roofline,
+                          out=out, force=force, report_dir=staged, use_engine=use_engine, topology=topology,
+                          keep_times=keep_times)
+        final.mkdir(exist_ok=True)
+        moved = {}
+        for f in sorted(staged.iterdir()):
+            moved[f] = final / f.name
+            f.replace(moved[f])
+        cal.written = [moved.get(Path(w), Path(w)) for w in cal.written]
+        if not moved:
+            cal.notes.append(f"--report {final}: nothing to report from these inputs")
+        return cal
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def _from_files(paths: Sequence[str | Path], gpu: str, base_profile: str | Path | None, *, holdout, fit_launch: bool,
+                fit_roofline: bool, out, force: bool, report_dir, use_engine: bool, topology: str,
+                keep_times: bool) -> Calibration:
     if not paths:
         raise InputError("--from", None, "give at least one measurement file")
     base = load_gpu(base_profile if base_profile is not None else gpu)
@@ -125,7 +156,8 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     cal = Calibration(gpu=gpu, keep_times=keep_times)
     traces = [str(p) for p in paths if is_trace(p)]
     if traces:
-        _traces(cal, base, traces, report_dir)
+        from .from_traces import read_traces
+        read_traces(cal, base, traces, report_dir)
     logs = [str(p) for p in paths if not is_trace(p) and nccl_tests.looks_like(p)]
     bare = next((str(p) for p in paths if not is_trace(p) and str(p) not in logs and nccl_tests.table_without_header(p)),
                 None)
@@ -199,6 +231,9 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     elif out is not None and not report_dir:
         raise InputError("--out", None, "nothing was fitted that a profile holds (give a GEMM or benchmark file; "
                          "a trace's GEMM timings are kept with --keep-times)")
+    elif out is not None:
+        cal.notes.append(f"--out {out} not written: nothing was fitted that a profile holds (the fits are in the "
+                         "report)")
     return cal
 
 
@@ -206,64 +241,6 @@ def is_trace(path: str | Path) -> bool:
     """A PyTorch-profiler (Kineto) trace, by its name: ``*.json`` or ``*.json.gz``."""
     name = Path(path).name.lower()
     return name.endswith(".json") or name.endswith(".json.gz")
-
-
-def _traces(cal: Calibration, base: GpuProfile, paths: Sequence[str], report_dir: Any) -> None:
-    """Kineto traces: how their GEMM kernels hold SMs (:mod:`ficco_sim.traces.gemm_kind`) ->
-    ``gemm.kernel``; the same kernels alone and beside collectives, across profiler steps
-    (:mod:`ficco_sim.traces.interference`) -> ``contention.compute_beside_comm_kernel``. What
-    the traces cannot tell is said (``unfitted``); an error only when they tell nothing."""
-    from ..traces.gemm_kind import gemm_kind
-    from ..traces.interference import fit_compute, kernel_pairs
-    from ..traces.kineto import load_kineto
-    loaded = [load_kineto([p]) for p in paths]          # each file imported once, for every read
-    cal.trace_gemms = _trace_gemms([t.ops for t in loaded], base)
-    kind = gemm_kind([o for t in loaded for o in t.ops], base)
-    if kind is not None:
-        name, pers, waves, told = kind
-        cal.updates["gemm.kernel"] = (name, "measured", (
-            f"{told} GEMM kernels in {', '.join(Path(p).name for p in paths)} ({_today()}): "
-            f"{pers * 1e3:.3g} ms of GEMM time in blocks computing more outputs than one tile (persistent), "
-            f"{waves * 1e3:.3g} ms in grids larger than the GPU holds at once (a block per tile); "
-            "ficco_sim.traces.gemm_kind"))
-    try:
-        pairs = kernel_pairs(paths, loaded)
-    except InputError as e:
-        if kind is None and cal.trace_gemms.empty:
-            raise
-        cal.unfitted["contention.compute_beside_comm_kernel"] = e.message
-        return
-    try:
-        fit = fit_compute(base, pairs)
-    except InputError as e:       # pairs, but too few of compute beside a collective to fit on
-        if kind is None and cal.trace_gemms.empty:
-            raise InputError(paths[0] if len(paths) == 1 else "--from", e.field, e.message) from None
-        cal.unfitted["contention.compute_beside_comm_kernel"] = e.message
-        return
-    cal.contention = fit.coef
-    cal.updates["contention.compute_beside_comm_kernel"] = (round(fit.coef, 4), "fitted", fit.source(_today()))
-    if report_dir:
-        cal.written.append(write_text(Path(report_dir) / f"{cal.gpu}_trace_pairs.csv",
-                                      pairs.merge(fit.points[["sm_term", "hbm_term", "residual"]], how="left",
-                                                  left_index=True, right_index=True)))
-
-
-def _trace_gemms(traces: list, gpu: GpuProfile) -> pd.DataFrame:
-    """The traces' GEMM operators that ran alone (:func:`ficco_sim.traces.gemm_times.gemm_timings`,
-    each trace's ops on their own clock), the median per shape beside ``gpu``'s model (launch
-    excluded on both sides): ``err``, ``abs_err``; shapes of a dtype the profile has no peak
-    for are left out."""
-    from ..gemm_model import gemm_times
-    from ..traces.gemm_times import gemm_timings
-    t = pd.concat([gemm_timings(ops) for ops in traces], ignore_index=True)
-    t = t[t["dtype"].isin(list(gpu.peak_flops))]
-    if t.empty:
-        return t.assign(predicted_s=[], err=[], abs_err=[])
-    med = t.groupby(["m", "n", "k", "dtype"])["time_s"].agg(["median", "size"]).reset_index()
-    med = med.rename(columns={"median": "time_s", "size": "ops"})
-    med["predicted_s"] = [float(gemm_times(gpu, r.m, r.n, r.k, r.dtype)) for r in med.itertuples()]
-    med["err"] = med["predicted_s"] / med["time_s"] - 1.0
-    return med.assign(abs_err=med["err"].abs())
 
 
 def to_burst(cal: Calibration, base: GpuProfile) -> None:
@@ -314,8 +291,22 @@ def kept_times(rows: pd.DataFrame, where: str, gpu: GpuProfile) -> list[tuple[in
             for r in med.itertuples()]
 
 
+UNITS_OFF = 30.0        # timings this many times the base model's (median), either way: not seconds of this GPU
+LAUNCH_SEEN = 100.0     # rows all longer than this many base launch overheads cannot tell the launch apart
+
+
 def _gemm(cal: Calibration, base: GpuProfile, rows: pd.DataFrame, where: str, holdout: Any, fit_launch: bool,
           report_dir: Any, fit_roofline: bool = False) -> None:
+    ratio = float(np.median(rows["time_s"].to_numpy() / predict_times(base, rows)))
+    if not 1 / UNITS_OFF <= ratio <= UNITS_OFF:
+        raise InputError(where, "time_s", f"the timings are {ratio:.3g}x what {base.name}'s model gives the same "
+                         "shapes (median): time_s is seconds (were these ms or us?), of the GPU --gpu names")
+    shortest = float(rows["time_s"].min())
+    if fit_launch and shortest > LAUNCH_SEEN * base.launch_overhead:
+        fit_launch = False
+        cal.notes.append(f"launch_overhead_us kept ({base.launch_overhead * 1e6:g} us): the shortest GEMM in {where} "
+                         f"takes {shortest * 1e3:.3g} ms, where a launch cannot be told apart (time small GEMMs to "
+                         "fit it)")
     try:
         fit = fit_gemm(base, rows, holdout=holdout, fit_launch=fit_launch, fit_roofline=fit_roofline)
     except TooFewShapes as e:
@@ -325,6 +316,10 @@ def _gemm(cal: Calibration, base: GpuProfile, rows: pd.DataFrame, where: str, ho
         cal.unfitted["gemm.efficiency"] = e.message
         return
     cal.gemm_before = pd.Series(predict_times(base, rows) / rows["time_s"].to_numpy() - 1.0)
+    edge = pinned(fit.params)
+    if edge:
+        cal.notes.append(f"fitted at the edge of its range: {', '.join(edge)}: the rows ask more of it than it can "
+                         f"mean (another GPU's timings, or a shape regime the model lacks): check {where}")
     summary = error_summary(fit.rows)
     src = gemm_source(fit, where, summary)
     cal.gemm, cal.gemm_summary = fit, summary

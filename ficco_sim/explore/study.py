@@ -127,7 +127,7 @@ def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *
         if space == "presets":    # a handful per scenario, compared side by side: the DES runs them all
             top = max(top, max((len(j.schedules) for j in jobs), default=top))
         rows += run_sweep(confirm_jobs(rows, scenarios, top), workers=workers, ray=ray, out=out, progress=progress)
-    points = ordered(pd.DataFrame(rows))
+    points = ordered(named_apart(pd.DataFrame(rows)))
     summary = summarize(points[points["engine"] == "des"] if engine == "confirm" else points)
     if engine == "confirm" and len(summary):
         ranked = points[(points["engine"] == "des") & (points["status"] == "ok")]
@@ -143,6 +143,17 @@ def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *
     points.attrs["invalid"] = invalid
     points.attrs["notes"] = notes
     return points, summary
+
+
+def named_apart(points: pd.DataFrame) -> pd.DataFrame:
+    """Points whose GPU profiles share a name but were given apart (a calibrated copy of a
+    built-in profile keeps its ``name``, ``--gpu a100-mine.yaml --gpu a100``) named by the
+    ``--gpu`` each came from, so the summary, tables and plots keep them apart."""
+    if points.empty or "gpu_arg" not in points:
+        return points
+    args = points.groupby("gpu")["gpu_arg"].nunique()
+    clash = points["gpu"].isin(args[args > 1].index)
+    return points.assign(gpu=points["gpu"].where(~clash, points["gpu_arg"])) if clash.any() else points
 
 
 def confirm_jobs(rows: Sequence[dict], scenarios: Sequence[Scenario], top: int) -> list[Job]:

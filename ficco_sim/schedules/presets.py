@@ -247,12 +247,16 @@ def resolve(scenario: Scenario, text: str | Schedule, gpu: GpuProfile | str, top
     through its mapping (an :class:`InputError` with the reason where it does not apply)."""
     if not is_preset(text):
         return parse_schedule(text)
+    from .validity import invalid_reason
     gpu = load_gpu(gpu)
-    load_topology(topology, gpu)
+    topo = load_topology(topology, gpu)
     preset, knobs = parse_preset(str(text))
     out = preset.build(scenario, gpu, knobs)
     if isinstance(out, str):
         raise InputError("--schedule", preset.name, f"does not apply here: {out}")
+    why = invalid_reason(scenario, out, gpu, topo)
+    if why:     # named as the user wrote it, not as the schedule it maps to
+        raise InputError("--schedule", str(text), f"does not apply here ({out.name}): {why}")
     return out
 
 
