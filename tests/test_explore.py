@@ -137,7 +137,23 @@ def test_cli_explore_and_recommend(tmp_path, capsys):
     assert "Best schedule" in out and (tmp_path / "o" / "summary.csv").exists()
     assert main(["recommend", "--gpu", "mi300x", "--topology", "fc:8", "--scenario", "ag-gemm", "--m", "16384",
                  "--n", "8192", "--k", "8192"]) == 0
-    assert "ms" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "ms" in text
+    pick = text.split()[0]
+    # the same answer as rows pandas loads: the candidates it chose among (one picked) and the presets
+    import pandas as pd
+    argv = ["recommend", "--gpu", "mi300x", "--topology", "fc:8", "--scenario", "ag-gemm", "--m", "16384",
+            "--n", "8192", "--k", "8192"]
+    assert main(argv + ["--format", "csv", "-o", str(tmp_path / "r.csv")]) == 0
+    rows = pd.read_csv(tmp_path / "r.csv")
+    picked = rows[rows["picked"]]
+    assert list(picked["name"]) == [pick] and picked["reason"].str.contains("over no overlap").all()
+    assert {"candidate", "preset"} == set(rows["kind"]) and "nccl" in set(rows.loc[rows["kind"] == "preset", "name"])
+    none = rows[(rows["kind"] == "candidate") & (rows["name"] == "none")]
+    assert float(none["speedup"].iloc[0]) == 1.0 and (rows["makespan"].dropna() > 0).all()
+    assert main(argv + ["--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["picked"] in (True, False)
+    assert main(argv + ["-o", str(tmp_path / "r.txt")]) == 0 and (tmp_path / "r.txt").read_text().startswith(pick)
     assert main(["explore", "--scenarios", str(tmp_path / "nope.yaml")]) == 2
 
 

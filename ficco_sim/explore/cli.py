@@ -117,6 +117,11 @@ def add_recommend_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "gradient all-reduce fired during backward compute); the side-by-side candidates and "
                         "presets issue it first (-gf), where occupancy shaping and SM margins decide whether the "
                         "collective gets SMs at all. Default: the collective is issued first")
+    p.add_argument("--format", default="table", choices=["table", "csv", "json"],
+                   help="table (default: the pick and why), or csv / json: a row per candidate the pick was made "
+                        "among and per preset (kind, name, schedule, picked, makespan, speedup, losses, reason)")
+    p.add_argument("--out", "--output", "-o", dest="output", metavar="FILE",
+                   help="write it here (atomically) instead of stdout")
     p.set_defaults(func=run_recommend)
     return p
 
@@ -282,6 +287,13 @@ def run_recommend(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     rec = recommend(sc, args.gpu, topo, h, gemm_first=args.gemm_first)
     ms = (time.perf_counter() - t0) * 1e3
+    from ..cli import emit, write_atomic
+    if args.format != "table":
+        emit(recommend_rows(rec), args.format, args.output)
+        return 0
+    if args.output:     # the same text, to a file
+        import io
+        con = Console(record=True, width=200, file=io.StringIO())
     con.print(f"[bold]{rec['schedule']}[/] for {sc.label()} on {args.gpu} {topo}")
     for w in rec["reasons"]:
         con.print(f"  - {w}")
@@ -293,7 +305,28 @@ def run_recommend(args: argparse.Namespace) -> int:
     con.print("[bold]in the libraries' terms[/] (presets at their defaults; `ficco-sim list`):")
     for line in preset_lines(rec["presets"]):
         con.print(f"  - {line}", highlight=False)
+    if args.output:
+        write_atomic(args.output, con.export_text())
     return 0
+
+
+METRICS = ("makespan", "speedup", "of_ideal", "dil_compute", "cil_compute", "cil_comm", "exposed_comm")
+
+
+def recommend_rows(rec: dict) -> list[dict]:
+    """``recommend``'s answer as rows: every candidate it chose among (closed form, the profile's
+    contention rule, the numbers the table shows; ``picked`` the pick, with its reasons) and every
+    preset at its defaults (where one does not apply, ``reason`` says why)."""
+    base = {k: rec["rows"][0][k] for k in ("scenario", "gpu", "topology")} if rec["rows"] else {}
+    rows = [{**base, "kind": "candidate", "name": r["schedule"], "schedule": r["schedule"],
+             "picked": r["schedule"] == rec["schedule"], **{k: r.get(k) for k in METRICS},
+             "reason": "; ".join(rec["reasons"]) if r["schedule"] == rec["schedule"] else ""}
+            for r in sorted(rec["rows"], key=lambda r: r["makespan"])]
+    for p in rec["presets"]:
+        m = p.get("metrics", {})
+        rows.append({**base, "kind": "preset", "name": p["preset"], "schedule": p.get("schedule", ""),
+                     "picked": False, **{k: m.get(k) for k in METRICS}, "reason": p.get("reason", "")})
+    return rows
 
 
 def main(argv=None) -> int:
