@@ -158,6 +158,7 @@ def test_calibrate_from_raw_output_writes_the_collective_mechanisms(tmp_path):
     # every row's error beside the profile's before the fit, so a fit that reads the runs worse shows
     pts = pd.read_csv(tmp_path / "h100_nccl_tests_points.csv")
     assert pts["base_error"].notna().all() and pts["error"].notna().all()
+    assert set(pts["algorithm_run"]) <= {"ring", "nvls", "direct", "tree"} and pts["not_predicted"].isna().all()
     assert "every row's median |error|" in run.stdout
     # the fitted profile predicts the runs it was fitted on: large sizes within 10%
     rows = fit_nccl.tidy(read(QUIET["all_gather"]), "h100", "switch")

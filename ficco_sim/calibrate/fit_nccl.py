@@ -113,17 +113,22 @@ def with_params(gpu: GpuProfile, launch_us: float, ll_us: float, ll128_us: float
         issue=ck.issue if issue_us is None else issue_us * 1e-6))
 
 
-def predict(rows: pd.DataFrame, gpus: dict[str, GpuProfile], sim: str = "analytical") -> np.ndarray:
+def predict(rows: pd.DataFrame, gpus: dict[str, GpuProfile], sim: str = "analytical", *,
+            why: list | None = None) -> np.ndarray:
     """Predicted seconds per row; NaN where the simulator refuses the size (fewer bytes than
-    one element per piece)."""
+    one element per piece), its reason appended to ``why`` ("" for the rows it answers)."""
     def one(r) -> float:
         try:
-            return collective_time(gpus[r.gpu_profile], r.topology, r.kind, int(r.nbytes), sim=sim,
-                                   algorithm=getattr(r, "algorithm", "auto"),
-                                   gpus_per_thread=int(getattr(r, "gpus_per_thread", 1)),
-                                   tuner=getattr(r, "tuner", None))
-        except InputError:
-            return float("nan")
+            t = collective_time(gpus[r.gpu_profile], r.topology, r.kind, int(r.nbytes), sim=sim,
+                                algorithm=getattr(r, "algorithm", "auto"),
+                                gpus_per_thread=int(getattr(r, "gpus_per_thread", 1)),
+                                tuner=getattr(r, "tuner", None))
+            said = ""
+        except InputError as e:
+            t, said = float("nan"), e.message
+        if why is not None:
+            why.append(said)
+        return t
     return np.array([one(r) for r in rows.itertuples()])
 
 
@@ -355,7 +360,12 @@ def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topo
                              f"; every run is on {counts[0]} GPUs, where the per-step latencies add the same to every "
                              "call as the floor does: runs at another GPU count tell them apart" if len(counts) == 1 else
                              "") + "; a prediction at another GPU count or size may suffer")
-    rows["predicted_s"] = predict(rows, with_fitted(profiles, params))
+    refused: list[str] = []
+    rows["predicted_s"] = predict(rows, with_fitted(profiles, params), why=refused)
+    rows["not_predicted"] = refused
+    from ..schedules.collectives import pick_algorithm
+    rows["algorithm_run"] = [pick_algorithm(r.algorithm, r.kind, r.topology.partition(":")[0], "sm", gpus=int(r.gpus),
+                                            spec=base.comm_kernel, nbytes=int(r.nbytes)) for r in rows.itertuples()]
     rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
     rows["base_error"] = predict(rows, profiles) / rows["measured_s"] - 1      # the profile before the fit
     now, before = (float(rows[c].abs().median()) for c in ("error", "base_error"))

@@ -24,7 +24,8 @@ the full space (grouping, channels, priority, shared memory, shard dimension) is
 closed-form engine and the 5 fastest of each scenario, with `none`, are confirmed by the
 discrete-event engine, which gives the answer (--engine confirm, --space full).
 
-Output (--out DIR): points.jsonl (append-only log of checksummed records), points.csv,
+Output (--out DIR): points.jsonl (append-only resume log: a JSON record, a tab and its
+checksum per line; ficco_sim.explore.sweep.read_points reads it, pandas reads points.csv), points.csv,
 summary.csv (best per scenario, with the space and engine that found it), models.csv (per
 model: its pairs summed, none vs best), + .parquet with pyarrow, invalid.csv (--show-invalid),
 PNG plots (--plots).
