@@ -70,7 +70,7 @@ from .hardware import BlockShape
 
 UNTUNED = (0.0, 0.0, 0.0)     # Transfer.tune of a message no library call tunes
 
-KERNEL_KINDS = ("gemm", "comm", "memory", "opaque")
+KERNEL_KINDS = ("gemm", "comm", "memory", "opaque", "host")    # host: time on the host, no SM (a trace's launch pace)
 ROLES = ("compute", "comm")
 
 

@@ -107,6 +107,9 @@ def test_pairs():
     rows = pair_whatif(pairs[0], ["none", "shard-p2p-sm", "ficco-a2a-dma"], "h100")
     assert rows[0].schedule == "none" and rows[0].speedup == 1.0
     assert all(r.makespan and r.makespan > 0 for r in rows)
+    # presets, as wherever a schedule is named: mapped, or why one does not apply to the pair
+    rows = {r.schedule: r for r in pair_whatif(pairs[0], ["async-tp", "flux"], "h100")}
+    assert rows["async-tp = shard-p2p-dma"].makespan > 0 and "does not apply" in rows["flux"].note
     cpu_pairs = find_pairs(load_trace(CPU_AG))
     assert {p.scenario.m for p in cpu_pairs} == {512} and all(p.scenario.dtype == "float32" for p in cpu_pairs)
 
@@ -233,3 +236,117 @@ def test_a_clock_far_from_zero_still_moves(tmp_path):
     run = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(far), capture_output=True, timeout=120)
     assert run.returncode == 0, run.stderr.decode()[-500:]
     assert abs(float(run.stdout) - 1.689e9 - 13e-6) < 1e-6    # idle from 0 to the first op, then 13 us
+
+
+def _launch_paced(tmp_path, every_us: float, n: int = 20, blocking_at: int | None = None) -> Path:
+    """A one-rank A100 Kineto trace: the host launches a 60 us kernel every ``every_us`` (each
+    launch correlated with its kernel); ``blocking_at``: that launch is a copy whose call returns
+    only once the copy is done (a copy to pageable memory)."""
+    ev = [{"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}}]
+    t_gpu = 0.0
+    for i in range(n):
+        launch = 1000.0 + i * every_us
+        start = max(launch + 4.0, t_gpu)
+        dur = 60.0
+        block = i == blocking_at
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync" if block else "cudaLaunchKernel",
+                   "ts": launch, "dur": (start + dur - launch) if block else 2.0, "pid": 100, "tid": 100,
+                   "args": {"correlation": 1000 + i}})
+        ev.append({"ph": "X", "cat": "gpu_memcpy" if block else "kernel",
+                   "name": "Memcpy DtoH (Device -> Pageable)" if block else "void elementwise_kernel<4>",
+                   "ts": start, "dur": dur, "pid": 0, "tid": 7,
+                   "args": {"device": 0, "stream": 7, "correlation": 1000 + i,
+                            **({"bytes": 1 << 20} if block else {"grid": [65536, 1, 1], "block": [128, 1, 1],
+                                                                "registers per thread": 24, "shared memory": 0})}})
+        t_gpu = start + dur
+    path = tmp_path / f"paced_{every_us:g}.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
+                                "traceEvents": ev}))
+    return path
+
+
+def test_a_launch_bound_trace_keeps_its_hosts_pace_on_a_faster_gpu(tmp_path):
+    """The host launches a 60 us kernel every 100 us: the GPU waits for it 40% of the time. On a
+    faster GPU the host still launches every 100 us, so the run takes as long (it read 24% faster
+    when the wait was kept as a gap after each kernel); on a slower one the kernels bound it. With
+    launches 5 us apart the GPU bounds it, and a faster GPU shortens it."""
+    bound = load_trace([_launch_paced(tmp_path, 100.0)])
+    assert abs(replay(bound).error) < 1e-3
+    fast = whatif(bound, gpu="h100")
+    assert abs(fast.change) < 0.03, fast.change
+    assert any("waited 35% of the trace for their hosts' launches" in n for n in fast.notes), fast.notes
+    slow = whatif(bound, gpu="v100")        # kernels of ~133 us then bound it: ~2.7 ms, not the 3.5 ms of gap + kernel
+    assert 0.2 < slow.change < 0.5, slow.change
+    busy = whatif(load_trace([_launch_paced(tmp_path, 5.0)]), gpu="h100")
+    assert busy.change < -0.15, busy.change
+    # a call that returned only once its copy was done held the host: the next launch counts from the copy's end
+    held = load_trace([_launch_paced(tmp_path, 100.0, blocking_at=5)])
+    assert abs(replay(held).error) < 1e-3
+    nxt = next(o for o in held.ops if o.host and o.host[1] == next(p.id for p in held.ops if p.category == "copy"))
+    assert nxt.host[3] and nxt.host[4] >= 0
+
+
+def test_pair_options_with_no_pairs_are_refused(capsys):
+    """--schedule and --pair-gpu rewrite the pairs: with --no-pairs they would be ignored."""
+    for extra in (["--schedule", "bogus"], ["--pair-gpu", "h100"]):
+        assert main(["trace", "whatif", *map(str, SYNTH), "--no-pairs", *extra]) == 2
+        assert "--no-pairs" in capsys.readouterr().err
+    assert main(["trace", "whatif", *map(str, SYNTH), "--pair-gpu", "bogus"]) == 2
+    assert capsys.readouterr().err.startswith("ficco-sim: error: --pair-gpu:")
+
+
+def test_a_whatif_timeline_is_written(tmp_path, capsys):
+    """trace whatif --out / --gantt: the what-if's own timeline (Perfetto JSON, Gantt PNG), idle gaps and
+    host pacing left out as in an export."""
+    out, png = tmp_path / "w.json", tmp_path / "w.png"
+    assert main(["trace", "whatif", str(TRACES / "real" / "hta_a100_event_sync.json.gz"), "--gpu", "h100",
+                 "--no-pairs", "-o", str(out), "--gantt", str(png)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out and png.stat().st_size > 0
+    names = {e.get("name", "") for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "X"}
+    assert names and not any(n in ("idle", "host") for n in names)
+    # an export "on" another GPU keeps the measured times, and says so (as replay does)
+    assert main(["trace", "export", str(TRACES / "real" / "hta_a100_event_sync.json.gz"), "--gpu", "h100",
+                 "--out", str(tmp_path / "e.json")]) == 0
+    assert "the trace ran on 'NVIDIA A100-PG509-200' (a100)" in capsys.readouterr().out
+
+
+def test_trace_inputs_that_mean_nothing_are_refused(capsys):
+    """No subcommand did nothing (exit 2); a priority beyond a few levels and the CPU replay rank as
+    the target of a GPU trace's what-if are refused in one line."""
+    assert main(["trace"]) == 2
+    capsys.readouterr()
+    for extra, flag in ((["--comm-priority", "99999999999"], "--comm-priority"), (["--gpu", "cpu"], "--gpu")):
+        assert main(["trace", "whatif", *map(str, SYNTH), "--no-pairs", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"ficco-sim: error: {flag}:") and len(err.strip().splitlines()) == 1
+
+
+def test_a_rank_on_another_clock_is_said(tmp_path):
+    """PARAM's 8-rank DLRM with one rank's file shifted by 0.5 s (another host's clock, or a file
+    of another window): its collectives end 500 ms from its peers', in every instance alike, and
+    the import says so; the real set says nothing."""
+    import gzip
+    real = sorted((TRACES / "real").glob("param_dlrm_v100_8ranks_worker*.json.gz"))
+    assert not any("end far from their peers" in n for n in load_trace(real).notes)
+    d = json.loads(gzip.open(real[1]).read())
+    for e in d["traceEvents"]:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] += 500_000.0
+    shifted = tmp_path / "worker1.json"
+    shifted.write_text(json.dumps(d))
+    notes = load_trace([real[0], shifted, *real[2:]]).notes
+    assert any("(rank 1: +500 ms" in n and "steady" in n for n in notes), notes
+
+
+def test_an_exported_replay_names_its_gpu_and_its_idle_blocks_stay_idle(tmp_path, capsys):
+    """trace export writes the GPU it replayed on (a re-import needs no --source-gpu), and with
+    --idle the gaps are drawn as idle time, not kernels a re-import would run and scale."""
+    src = TRACES / "real" / "hta_a100_event_sync.json.gz"
+    out = tmp_path / "e.json"
+    assert main(["trace", "export", str(src), "--out", str(out), "--idle"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["otherData"]["gpu"] == "a100"
+    idle = [e for e in doc["traceEvents"] if e.get("cat") == "ficco_idle"]
+    assert idle and not any(e.get("cat") == "kernel" and e["name"] == "idle" for e in doc["traceEvents"])
+    again = load_trace([out])
+    assert len(again.ops) == len(load_trace([src]).ops) and abs(replay(again).error) < 0.01

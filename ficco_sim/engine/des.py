@@ -14,15 +14,13 @@ their peers, each block moving at most ``gemm.peer_rate``. On a host device (the
 :class:`~ficco_sim.hardware.HostSpec`) a rank's compute ops and its message posts take turns
 on its one issuing thread, and compute and messages share the rank's cores evenly.
 
-Whatever moves (waves of compute blocks, transfers) is a fluid
-:class:`~ficco_sim.engine.fluid.Activity` sharing links, HBM, copy engines and the
-channels of resident communication kernels by max-min fairness; on top of that, the
-profile's calibrated interference coefficients slow compute by the HBM traffic of
-communication and vice versa. Rates are recomputed once per instant at which anything
-changed ("settle"), so symmetric GPUs finishing together cost one recomputation. SM
-transfers move through these steps in batches (:mod:`~ficco_sim.engine.sm_transfers`),
-and a graph whose GPUs all do the same thing, turned, runs one GPU
-(:mod:`~ficco_sim.engine.fold`).
+Whatever moves (waves of compute blocks, transfers) is a fluid :class:`~ficco_sim.engine.fluid.Activity`
+sharing links, HBM, copy engines and the channels of resident communication kernels by max-min
+fairness; on top of that, the profile's calibrated interference coefficients slow compute by the HBM
+traffic of communication and vice versa. Rates are recomputed once per instant at which anything
+changed ("settle"), so symmetric GPUs finishing together cost one recomputation. SM transfers move
+through these steps in batches (:mod:`~ficco_sim.engine.sm_transfers`), and a graph whose GPUs all do
+the same thing, turned, runs one GPU (:mod:`~ficco_sim.engine.fold`). A ``host`` kernel (a trace's launch pace) holds no SM.
 
 >>> from ficco_sim.schedules import lower
 >>> from ficco_sim.workload import Scenario
@@ -47,7 +45,7 @@ from ..hardware import GpuProfile, load_gpu
 from ..taskgraph import Kernel, TaskGraph, Transfer
 from ..timeline import TaskRecord, Timeline
 from ..topology import Topology, load_topology
-from .des_host import post, post_all
+from .des_host import host_time, post, post_all
 from .des_wiring import Wiring
 from .dispatcher import SmPool, Waiting
 from .fluid import Activity, FluidPool
@@ -181,7 +179,9 @@ class Simulation(Wiring):
                 yield simpy.AllOf(env, events)
             rec, thread = self.records[t.id], self.threads[t.gpu] if self.threads is not None else None
             rec.ready = env.now
-            if isinstance(t, Kernel):
+            if isinstance(t, Kernel) and t.kind == "host":
+                yield from host_time(env, t.block_time, rec, self.done[t.id])
+            elif isinstance(t, Kernel):
                 held = None
                 if thread is not None:      # the rank's issuing thread: posts first, then compute ops one at a time
                     if t.kind == "comm":

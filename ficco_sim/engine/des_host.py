@@ -1,4 +1,5 @@
-"""A host device's issuing threads in the discrete-event engine (the CPU replay's ranks,
+"""Time on the host in the discrete-event engine: a ``host`` kernel (a trace's launch pace,
+:func:`host_time`), and a host device's issuing threads (the CPU replay's ranks,
 :class:`~ficco_sim.hardware.HostSpec`): each rank has one thread, a ``simpy.PriorityResource``
 of capacity one, on which its compute ops run one at a time and its message posts take
 their turns (posts first: priority ``(0, 0)``)."""
@@ -28,3 +29,13 @@ def post_all(env, thread, posts: list[tuple[int, float]], release: Callable[[np.
             if seconds:
                 yield env.timeout(seconds)
             release(np.array([j], dtype=np.int64))
+
+
+def host_time(env, seconds: float, rec, done):
+    """A ``host`` kernel: ``seconds`` its stream spends on the host (a trace's host thread
+    between two launches), holding no SM; ``rec`` gets its span, ``done`` fires at its end."""
+    rec.start = env.now
+    if seconds > 0:
+        yield env.timeout(seconds)
+    rec.end = env.now
+    done.succeed()

@@ -76,11 +76,11 @@ def load_trace(paths: Sequence[str | Path], *, steps: Sequence[int] | None = Non
     format, detected from their content. ``steps``: keep only the GPU work launched in
     those profiler steps (``ProfilerStep#N``; Kineto traces). Where the ranks' collectives
     do not pair up, the trace says so in its notes."""
-    from .ops import unpaired_note
+    from .ops import clock_note, unpaired_note
     t = _load(paths, steps)
-    note = unpaired_note(t.ops)
-    if note and note not in t.notes:
-        t.notes.append(note)
+    for note in (unpaired_note(t.ops), clock_note(t.ops) if t.on_gpu else None):
+        if note and note not in t.notes:
+            t.notes.append(note)
     return t
 
 

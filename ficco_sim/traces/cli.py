@@ -10,6 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
+from ..errors import InputError
+
 
 HELP = """\
 Trace-driven simulation. Give one trace file per rank of the same run (or the
@@ -36,8 +38,11 @@ How a trace becomes a task graph (ficco_sim/traces/graph.py, host.py):
     the launch and first consumer of an async collective.
   * A collective with all its ranks in the trace is split into waiting and transfer
     and ends together on all of them, in a replay and in a what-if.
-  * Time the trace left idle before an op (host launch latency, untraced waits) is
-    kept as an 'idle' block, so a replay paces like the run did.
+  * Where the GPU waited for its host's launch, the host keeps its pace: each thread
+    launches so long after its previous launch (or after what a synchronisation, or a
+    call that returned only once its op was done, waited for) as in the trace, whatever
+    the GPU; other idle time before an op is kept as an 'idle' block. So a replay paces
+    like the run did, and a what-if on a faster GPU cannot outrun the host.
   * The GPU comes from the trace (deviceProperties); one with no built-in profile
     (or a trace that names none) needs --source-gpu. Files of different runs are
     refused; missing ranks are said; --steps N[-M] keeps some profiler steps.
@@ -49,11 +54,12 @@ examples:
   ficco-sim trace import traces/real/param_dlrm_v100_8ranks_worker*.json.gz
   ficco-sim trace replay traces/real/hta_a100_16ranks_rank0.json.gz --exact --steps 551
   ficco-sim trace whatif traces/real/param_dlrm_v100_8ranks_worker*.json.gz --gpu h100
-  ficco-sim trace replay traces/synthetic_gpu_ag_gemm.rank*.json --gantt out/replay.png
+  ficco-sim trace replay traces/synthetic_gpu_ag_gemm.rank*.json --gantt replay.png
   ficco-sim trace whatif traces/synthetic_gpu_ag_gemm.rank*.json --comm-engine dma
   ficco-sim trace whatif traces/synthetic_gpu_ag_gemm.rank*.json --comm-priority 2 --no-pairs
   ficco-sim trace whatif traces/cpu_ag_mm.rank*.json.gz --schedule ficco-a2a-dma --pair-gpu h100
-  ficco-sim trace export traces/cpu_ag_mm.rank*.json.gz --out out/ag_mm.json --gantt out/ag_mm.png
+  ficco-sim trace export traces/cpu_ag_mm.rank*.json.gz --out ag_mm.json --gantt ag_mm.png
+  ficco-sim trace whatif traces/synthetic_gpu_ag_gemm.rank*.json --gpu b200 --schedule presets -o whatif.json
 """
 
 
@@ -126,7 +132,10 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
                        "modelled baseline too, so a change is not mistaken for model error); --comm-priority sets "
                        "every communication stream's priority. Pairs: every all-gather -> GEMM, GEMM -> "
                        "reduce-scatter or all-to-all -> GEMM found becomes a scenario simulated under the "
-                       "schedules given (default: none, shard-p2p-sm, ficco-a2a-sm, ficco-a2a-dma).",
+                       "schedules given (default: none, shard-p2p-sm, ficco-a2a-sm, ficco-a2a-dma; presets, 'all' "
+                       "and 'presets' too). A pair's link says how it was found: dependency (the trace records "
+                       "it), stream (same stream, next in order) or timing (the next GEMM on the rank, nothing "
+                       "recorded: a guess, its measured span may hold unrelated work).",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _files(p)
     p.add_argument("--source-gpu", help="profile the trace ran on (default: from the trace's deviceProperties; "
@@ -142,6 +151,8 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-pairs", action="store_true", help="skip the comm->GEMM pair rewrite")
     p.add_argument("--exact", action="store_true", help="one block per kernel (see replay --exact)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--out", "-o", help="also write the what-if's timeline as Chrome-trace JSON (Perfetto)")
+    p.add_argument("--gantt", help="also write the what-if's timeline as a Gantt PNG")
     p.set_defaults(func=cmd_whatif)
 
     p = sub.add_parser("export", help="write the replayed timeline as Chrome-trace JSON (Perfetto) and a Gantt PNG",
@@ -156,7 +167,7 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--gantt", help="also write a Gantt PNG")
     p.add_argument("--idle", action="store_true", help="include the idle (gap) blocks")
     p.set_defaults(func=cmd_export)
-    tp.set_defaults(func=lambda args: (tp.print_help(), 0)[1])
+    tp.set_defaults(func=lambda args: (tp.print_help(), 2)[1])      # no subcommand: nothing was done
     return tp
 
 
@@ -234,28 +245,51 @@ def cmd_replay(args) -> int:
         print(f"  per rank           worst {worst[1] * 100:+.2f}% (rank {worst[0]}) of {len(r.rank_errors)} ranks")
     for n in r.graph.meta.get("notes", []):
         print(f"  note: {n}")
-    if args.source_gpu and t.device:
-        from ..hardware import load_gpu, profile_for_device
-        named = profile_for_device(t.device)
-        if named and load_gpu(named).name != load_gpu(args.source_gpu).name.removesuffix(":sustained"):
-            print(f"  note: the trace ran on {t.device!r} ({named}); replayed with {r.gpu}'s profile as --source-gpu "
-                  "says, its measured times kept (to move the trace to another GPU: trace whatif --gpu)")
+    other = _other_source(t, args.source_gpu, r.gpu)
+    if other:
+        print(f"  note: {other}")
     return 0
+
+
+def _other_source(t, source: str | None, used: str) -> str:
+    """A note when --source-gpu names another GPU than the trace's deviceProperties ("" if not)."""
+    if not (source and t.device):
+        return ""
+    from ..hardware import load_gpu, profile_for_device
+    named = profile_for_device(t.device)
+    if named and load_gpu(named).name != load_gpu(source).name.removesuffix(":sustained"):
+        return (f"the trace ran on {t.device!r} ({named}); replayed with {used}'s profile as --source-gpu says, its "
+                "measured times kept (to move the trace to another GPU: trace whatif --gpu)")
+    return ""
 
 
 def cmd_whatif(args) -> int:
     from ..hardware import load_gpu
     from . import load_trace
     from .replay import DEFAULT_PAIR_SCHEDULES, find_pairs, pair_whatif, source_gpu, whatif
+    if args.no_pairs and (args.schedule or args.pair_gpu):
+        raise InputError("--no-pairs", None, f"{'--schedule' if args.schedule else '--pair-gpu'} applies to the "
+                         "pairs' rewrite, which --no-pairs turns off")
+    _check_out(args.out, "--out")
+    _check_out(args.gantt, "--gantt")
     t = load_trace(args.files, steps=args.steps)
     w = whatif(t, source=args.source_gpu, gpu=args.gpu, topology=args.topology, engine=args.comm_engine,
                comm_priority=args.comm_priority, footprints=not args.exact)
+    from . import write_chrome_trace, write_gantt
+    if args.out:
+        w.variant.graph.meta.update(gpu=w.variant.gpu, topology=w.variant.topology)
+        write_chrome_trace(w.variant.timeline, args.out, w.variant.graph)
+    if args.gantt:
+        write_gantt(w.variant.timeline, args.gantt, title=f"what-if: {'; '.join(w.changes)}")
     out: dict = {"changes": w.changes, "trace_makespan_s": w.baseline.trace_makespan,
                  "replay_makespan_s": w.baseline.sim_makespan,
                  "model_baseline_makespan_s": w.model_baseline.sim_makespan if w.model_baseline else None,
                  "whatif_makespan_s": w.variant.sim_makespan, "change": w.change, "notes": w.notes, "pairs": []}
     if not args.no_pairs:
-        pair_gpu = load_gpu(args.pair_gpu or args.gpu or source_gpu(t, args.source_gpu))
+        try:
+            pair_gpu = load_gpu(args.pair_gpu or args.gpu or source_gpu(t, args.source_gpu))
+        except InputError as e:
+            raise InputError("--pair-gpu" if args.pair_gpu else e.where, e.field, e.message) from None
         schedules = args.schedule or list(DEFAULT_PAIR_SCHEDULES)
         # projected onto the trace only where the pairs are simulated on the GPU the trace ran on
         here = t.on_gpu and pair_gpu.name == source_gpu(t, args.source_gpu).name
@@ -283,18 +317,21 @@ def cmd_whatif(args) -> int:
               (f"(the comm model on the original hardware: {w.model_baseline.error * 100:+.2f}% vs trace)"
                if measured else "(the trace has no measured communication to compare with)"))
     print(f"  what-if                     {_us(w.variant.sim_makespan)}   change {w.change * 100:+.2f}%")
-    for n in w.notes:
+    for n in w.notes + [x for x in [_other_source(t, args.source_gpu, w.baseline.gpu)] if x]:
         print(f"  note: {n}")
     for e in out["pairs"]:
         print(f"  pair {e['kind']} on rank {e['rank']} ({e['link']}), measured {_us(e['measured_s'])}: "
               f"{e['scenario'] or 'no scenario: ' + e['why_not']}")
         for r in e["schedules"]:
             if r["makespan"] is None:
-                print(f"    {r['schedule']:24s} invalid here: {r['note']}")
+                print(f"    {r['schedule']:32s} invalid here: {r['note']}")
             else:
-                print(f"    {r['schedule']:24s} simulated {_us(r['makespan']):>14s}  speedup {r['speedup']:.3f}x  "
+                print(f"    {r['schedule']:32s} simulated {_us(r['makespan']):>14s}  speedup {r['speedup']:.3f}x  "
                       + (f"projected on the trace {_us(r['projected'])}" if r["projected"] is not None else
                          f"(not projected: {e['not_projected'] or 'the simulated saving exceeds the measured time'})"))
+    for path in (args.out, args.gantt):
+        if path:
+            print(f"wrote {path} (the what-if's timeline)")
     return 0
 
 
@@ -304,8 +341,12 @@ def cmd_export(args) -> int:
     _check_out(args.gantt, "--gantt")
     t = load_trace(args.files, steps=args.steps)
     r = replay(t, args.source_gpu, args.topology)
+    r.graph.meta.update(gpu=r.gpu, topology=r.topology)     # what a re-import replays it on
     write_chrome_trace(r.timeline, args.out, r.graph, include_idle=args.idle)
     print(f"wrote {args.out} ({len(r.timeline.records)} tasks, makespan {_us(r.sim_makespan)})")
+    other = _other_source(t, args.source_gpu, r.gpu)
+    if other:
+        print(f"note: {other}")
     if args.gantt:
         write_gantt(r.timeline, args.gantt, include_idle=args.idle)
         print(f"wrote {args.gantt}")

@@ -34,7 +34,8 @@ US = 1e6
 
 
 def _is_idle(r: TaskRecord) -> bool:
-    return r.id.endswith(".idle") and r.label == "idle"
+    """An idle gap or a host thread's pace between launches (:mod:`.graph`): no GPU work."""
+    return r.label == "idle" and (r.id.endswith(".idle") or r.id.endswith(".host"))
 
 
 def _lanes(records: list[TaskRecord]) -> dict[str, int]:
@@ -97,6 +98,9 @@ def to_chrome_trace(timeline: Timeline, graph: TaskGraph | None = None, *, inclu
                            "fromDevice": r.src, "toDevice": r.dst, "ficco id": r.id, "label": r.label,
                            "ficco dma engine": getattr(tasks.get(r.id), "dma_engine", None),
                            "memory bandwidth (GB/s)": r.nbytes / max(r.end - r.start, 1e-15) / 1e9}}
+        elif _is_idle(r):       # (--idle) time the GPU waited: drawn, but no kernel a re-import would run
+            ev = {"ph": "X", "cat": "ficco_idle", "name": r.label, "pid": r.gpu, "tid": tid(r.gpu, r.stream), **base,
+                  "args": {"ficco id": r.id}}
         else:
             t = tid(r.gpu, r.stream)
             args = {"device": r.gpu, "stream": t, "correlation": order.get(r.id, i), "ficco id": r.id,

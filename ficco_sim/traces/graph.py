@@ -19,9 +19,12 @@ the trace's cross-stream dependencies (a cycle is an :class:`InputError`):
   (HtoD/DtoH) keep their measured time as a one-thread block, scaled by the host links'
   ratio (PCIe, ``host_link_gbps``) in a what-if on another GPU.
 * **gaps**: when an op started later than its stream and its dependencies allowed, the
-  difference (host launch latency, CPU-side work, untraced waits) becomes an ``idle``
-  kernel of one 1-thread block before it (``keep_gaps=True``), so that replay keeps
-  the trace's own pacing; replay then runs with ``launch_overhead = 0``.
+  difference becomes, where its host launched it after that, a wait for its host launch:
+  each host thread's launches chained at the trace's pace (:meth:`_Lowering.host`, ``host``
+  kernels that take no SM), so that a faster GPU does not outrun its host; the rest (launch
+  latency, untraced waits) an ``idle`` kernel of one 1-thread block before it
+  (``keep_gaps=True``), so that replay keeps the trace's own pacing; replay then runs with
+  ``launch_overhead = 0``.
 
 >>> from pathlib import Path
 >>> from ficco_sim.hardware import load_gpu
@@ -133,6 +136,14 @@ class _Lowering:
         # the SMs each measured kernel had beside the others' (its block time is read against them)
         self.free = free_sms(trace.ops, gpu) if footprints else {}
         self._indexed = 0
+        # each host thread's launches in order, and the host tasks placed so far (:meth:`host`)
+        self.launches: dict[tuple[int, object], list[TraceOp]] = {}
+        for op in sorted((o for o in trace.ops if o.host and o.launch is not None), key=lambda o: o.launch):
+            self.launches.setdefault((op.rank, op.host[0]), []).append(op)
+        self.hosted: dict[str, str] = {}
+        self._next_launch: dict[tuple[int, object], int] = {}
+        self._early: dict[tuple[int, object], float] = {}
+        self.host_waited = 0.0       # seconds the GPUs waited for their hosts' launches, summed over ranks
 
     def stream(self, gpu: int, name: str) -> str:
         if (gpu, name) not in self.streams:
@@ -211,6 +222,12 @@ class _Lowering:
             for m in coupled[op.id][1]:
                 arrived[m.id] = self.arrival(m, deps if m is op else self.entry(m, prev_on_stream, by_id))
             self.coupled(op, [arrived[m.id] for m in coupled[op.id][1]])
+        if self.host_waited > 0 and self.trace.makespan > 0:
+            share = self.host_waited / (self.trace.makespan * max(1, self.trace.num_ranks))
+            last = max(o.launch for seq in self.launches.values() for o in seq) / self.trace.makespan
+            self.notes.append(f"the GPUs waited {100 * share:.0f}% of the trace for their hosts' launches (a rank's "
+                              f"mean), which keep the trace's pace: the last is at {100 * last:.0f}% of the trace, "
+                              "so no GPU ends it much sooner (a launch that blocked on a full queue counts as host time)")
         graph_streams = sorted(self.streams.values(), key=lambda s: (s.gpu, s.name))
         meta = {"source": "trace", "trace_files": list(self.trace.sources), "comm": self.comm,
                 "engine": self.engine or "as traced", "trace_makespan": self.trace.makespan,
@@ -234,6 +251,10 @@ class _Lowering:
             deps += self.exits_of([prev.id])
         if self.keep_gaps:
             allowed = max([prev.end if prev else 0.0] + [by_id[d].end for d in op.deps])
+            if op.host and op.launch is not None and op.launch > allowed:     # the GPU waited for the host
+                deps = deps + [self.host(op)]
+                self.host_waited += op.launch - allowed
+                allowed = op.launch
             gap = op.start - allowed
             if op.category == "copy" and op.direction not in ("HtoD", "DtoH", "HtoH") and self.footprints:
                 # The engine pays a command's fixed cost and the path latency before the
@@ -242,6 +263,35 @@ class _Lowering:
             if gap > 1e-9:
                 deps = [self.idle(op, gap, deps)]
         return deps
+
+    def host(self, op: TraceOp) -> str:
+        """The task that ends when ``op``'s host thread launched it: the thread's launches in
+        order, each so long after the one before (or after what a synchronisation between them
+        waited for, once that is placed) as the trace says: the host's own pace, which another
+        GPU does not change (a ``host`` kernel on the thread's own stream: it takes no SM)."""
+        key = (op.rank, op.host[0])
+        seq, i = self.launches[key], self._next_launch.get(key, 0)
+        while op.id not in self.hosted and i < len(seq):
+            o, i = seq[i], i + 1
+            _tid, prev, since_prev, syncs, since_syncs = o.host
+            deps = [self.hosted[prev]] if prev in self.hosted else []
+            done = [self.exits[s] for s in syncs if s in self.exits]
+            synced = bool(syncs) and len(done) == len(syncs)
+            wait = since_syncs if synced else since_prev if prev else o.launch
+            # a first launch before the trace's start (its first op) starts at 0: the next ones make it up,
+            # until a synchronisation sets the thread's clock by the GPU's
+            early = 0.0 if synced else self._early.get(key, 0.0)
+            self._early[key] = max(0.0, early - wait)
+            wait = max(0.0, wait - early)
+            if synced:
+                deps += [t for ts in done for t in ts]
+            k = Kernel(id=f"{o.id}.host", gpu=o.rank, stream=self.stream(o.rank, f"host:{key[1]}"), kind="host",
+                       grid=1, block=IDLE_BLOCK, block_time=wait, deps=tuple(dict.fromkeys(deps)), role="compute",
+                       label="idle", io={"launch_of": o.id})
+            self.tasks.append(k)
+            self.hosted[o.id] = k.id
+        self._next_launch[key] = i
+        return self.hosted[op.id]
 
     def arrival(self, op: TraceOp, deps: list[str]) -> str:
         """A coupled collective's member reaching it on its rank (no time of its own)."""

@@ -169,6 +169,7 @@ class Host:
                 setattr(out, counter, getattr(out, counter) + 1)
 
         records: dict[Any, list[Call]] = {}
+        synced: dict[int, list[TraceOp | None]] = {}    # a synchronisation's call -> the ops it waited for
         for c in self.calls:
             name = c.name
             if name in ("EventRecord", "EventRecordWithFlags"):
@@ -199,6 +200,7 @@ class Host:
                 after = first_per_stream(c.tid, c.corr)
                 for s in stream_ops:
                     src = last_on(s, c.corr)
+                    synced.setdefault(c.corr, []).append(src)
                     for dst in after:
                         add(src, dst, "syncs")
             elif name in ("StreamSynchronize", "EventSynchronize"):
@@ -207,6 +209,7 @@ class Host:
                 if isinstance(waited, int) and waited >= 0:       # CUPTI: the event's stream
                     stream = f"s{waited}"
                     src = last_on(stream, rec if isinstance(rec, int) and rec >= 0 else c.corr)
+                    synced.setdefault(c.corr, []).append(src)
                     for dst in first_per_stream(c.tid, c.corr):
                         add(src, dst, "syncs")
                     continue
@@ -218,8 +221,10 @@ class Host:
                     out.unresolved += 1
                     continue
                 src = last_on(stream, c.corr)
+                synced.setdefault(c.corr, []).append(src)
                 for dst in first_per_stream(c.tid, c.corr):
                     add(src, dst, "syncs")
+        self._pace(ops, synced)
         # A collective's stream always waits for the stream that enqueued it (ProcessGroup
         # NCCL/RCCL record an event on the current stream first): where the wait itself is
         # not in the trace (sampled or filtered traces), the enqueuing thread's last launch
@@ -230,6 +235,31 @@ class Host:
                 prev = last_by_thread(c.tid, o.order, not_stream=o.stream)
                 add(last_on(prev.stream, o.order) if prev is not None else None, o, "entries")
         return out
+
+    def _pace(self, ops: list[TraceOp], synced: dict[int, list[TraceOp | None]]) -> None:
+        """Each launched op's ``host``: its thread launched it so long after its previous launch,
+        or after what a synchronisation in between waited for ended, whichever was later (the
+        host's own pace, which a faster GPU does not change; :mod:`.graph` keeps it). A launch
+        call that returned only once its op was done held the thread like a synchronisation.
+        Times are differences on the calls' clock, whatever its origin."""
+        of = {o.order: o for o in ops}
+        last: dict[Any, tuple[str, float, tuple[str, ...], float]] = {}     # thread -> (op id, launch, syncs, at)
+        for c in self.calls:
+            prev, at, syncs, since = last.get(c.tid, ("", 0.0, (), 0.0))
+            done = [o for o in synced.get(c.corr, []) if o is not None]
+            if done:
+                last[c.tid] = (prev, at, syncs + tuple(o.id for o in done), max([since, at] + [o.end for o in done]))
+                continue
+            o = of.get(c.corr)
+            if o is None:
+                continue
+            # (a thread's first launch: the graph times it from the trace's start, on the ops' clock)
+            o.host = (c.tid, prev, max(0.0, c.ts - at) if prev else 0.0, syncs,
+                      max(0.0, c.ts - max(since, at)) if syncs else 0.0)
+            # a call that returned only once its op was done (a copy to pageable memory, a blocking
+            # cudaMemcpy) held the thread: the next launch counts from the op's end
+            held = c.end >= o.end - SLACK and o.end > c.ts
+            last[c.tid] = (o.id, c.ts, (o.id,) if held else (), o.end if held else c.ts)
 
     @staticmethod
     def _cupti_wait(c: Call, stream_ops, stream_keys, add) -> None:

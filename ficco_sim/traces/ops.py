@@ -36,6 +36,8 @@ import functools
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import InputError
 from ..hardware import BlockShape
 
@@ -167,6 +169,9 @@ class TraceOp:
     wait: float | None = None     # comm: the part of ``dur`` spent waiting for peers (:func:`split_waits`)
     order: int = 0                # launch order on its rank (correlation), for tie-breaks
     call: tuple = ()              # GEMM: (thread, start) of the matrix-product operator that launched it
+    # the host's pace (:meth:`.host.Host.link`): (thread, the thread's previous launch's op id or "", seconds
+    # since that launch, ops a synchronisation in between waited for, seconds since the later of the two)
+    host: tuple = ()
 
     @property
     def end(self) -> float:
@@ -253,6 +258,36 @@ def match_collectives(ops: list[TraceOp]) -> dict[str, tuple[int, list[TraceOp]]
         for m in members:
             out[m.id] = (i, members)
     return out
+
+
+CLOCK_SLACK = 1e-3     # s: ranks whose collectives end further apart than this are not on one clock
+
+
+def clock_note(ops: list[TraceOp]) -> str | None:
+    """A note where a rank's coupled collectives end, on the trace's clock, far from its peers'
+    (they end together in a run): the median gap per rank against the lowest rank, and its
+    spread over the instances: a steady gap is a clock offset (another host's clock), a scattered
+    one files of different runs or windows. The replay couples them all the same."""
+    ends: dict[int, list[float]] = {}
+    seen: set[int] = set()
+    for num, members in match_collectives(ops).values():
+        if num in seen or members[0].collective in ("", "send-recv", *ROOTED):
+            continue
+        seen.add(num)
+        ref = min(members, key=lambda m: m.rank)
+        for m in members:
+            if m is not ref:
+                ends.setdefault(m.rank, []).append(m.end - ref.end)
+    off = {r: (float(np.median(d)), float(np.percentile(d, 90) - np.percentile(d, 10))) for r, d in ends.items()}
+    far = {r: v for r, v in off.items() if abs(v[0]) > CLOCK_SLACK}
+    if not far:
+        return None
+    r, (gap, spread) = max(far.items(), key=lambda kv: abs(kv[1][0]))
+    why = ("another host's clock (steady)" if spread <= CLOCK_SLACK else
+           f"not one run or window? (it varies by {spread * 1e3:.3g} ms)")
+    return (f"{len(far)} rank(s)' collectives end far from their peers' on the trace's clock (rank {r}: "
+            f"{gap * 1e3:+.4g} ms, median over {len(ends[r])}): {why}; the replay ends each collective on all its "
+            "ranks together, so per-rank errors there compare against that clock")
 
 
 def unpaired_note(ops: list[TraceOp]) -> str | None:

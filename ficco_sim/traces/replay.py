@@ -212,16 +212,25 @@ def comm_streams(trace: Trace) -> set[tuple[int, str]]:
     return {(o.rank, o.stream) for o in trace.ops if o.role == "comm"}
 
 
+PRIORITY_SPAN = 100      # --comm-priority: a stream priority is a level among a few, not a magnitude
+
+
 def whatif(trace: Trace, *, source: str | GpuProfile | None = None, gpu: str | GpuProfile | None = None,
            topology: str | Topology | None = None, engine: str | None = None,
            comm_priority: int | None = None, model_comm: bool | None = None, footprints: bool = True) -> WhatIf:
     """Replay ``trace`` with some of: another ``gpu``, ``topology``, comm ``engine``
     (``sm``/``dma``) or ``comm_priority`` (larger = more urgent) for every stream that
     carries communication. Topology and engine changes need modelled communication."""
+    if comm_priority is not None and not -PRIORITY_SPAN <= comm_priority <= PRIORITY_SPAN:
+        raise InputError("--comm-priority", None, f"{comm_priority}: a stream priority orders a few levels "
+                         f"(larger = more urgent); give one within +-{PRIORITY_SPAN}")
     src = replay_profile(source_gpu(trace, source))
+    dst = replay_profile(load_gpu(gpu)) if gpu is not None else src
+    if trace.on_gpu and (dst.host is not None) != (src.host is not None):
+        raise InputError("--gpu", None, f"{dst.name} is {'a CPU replay rank' if dst.host else 'a GPU'}; the trace "
+                         f"ran on {'a GPU' if trace.on_gpu else 'a CPU'}: move it to a GPU profile")
     base_topo = default_topology(trace, src, None)
     baseline = _run(trace, trace_to_graph(trace, src, footprints=footprints), src, base_topo, "measured")
-    dst = replay_profile(load_gpu(gpu)) if gpu is not None else src
     topo = default_topology(trace, dst, topology)
     model = bool(model_comm) or topology is not None or engine is not None
     changes, notes = [], []
@@ -374,23 +383,32 @@ def pair_whatif(pair: Pair, schedules=DEFAULT_PAIR_SCHEDULES, gpu: str | GpuProf
     plus the simulated difference to ``none`` (what the model does not explain, a host's
     gaps, stays as measured); not given when ``on_trace_gpu`` is False (the pair simulated on
     another GPU than the trace ran on) or where the saving exceeds the measured time."""
-    from ..schedules import invalid_reason, lower, parse_schedule
+    from ..schedules import invalid_reason, lower
+    from ..schedules.presets import resolve
+    from ..schedules.selection import schedule_names, select_schedules
     if pair.scenario is None:
         raise InputError("trace", f"pair {pair.comm.id}", pair.why_not or "no scenario")
     sc = pair.scenario
     prof = load_gpu(gpu)
     topo = load_topology(topology if topology is not None else f"switch:{sc.gpus}", prof)
-    names = ["none"] + [s for s in schedules if parse_schedule(s).name != "none"]
+    picked, _ = select_schedules(schedule_names(list(schedules)), sc, prof, topo)   # names, presets, all, presets
+    picked = ["none"] + [x for x in picked if (x if isinstance(x, str) else x.name) != "none"]
     out: list[PairResult] = []
     base = None
-    for name in names:
-        sch = parse_schedule(name)
+    for item in picked:
+        label = item if isinstance(item, str) else item.name
+        try:
+            sch = resolve(sc, item, prof, topo)
+        except InputError as e:          # a preset that does not apply to this pair
+            out.append(PairResult(label, None, None, None, e.message))
+            continue
+        label = label if label == sch.name else f"{label} = {sch.name}"
         reason = invalid_reason(sc, sch, prof, topo)
         if reason:
-            out.append(PairResult(sch.name, None, None, None, reason))
+            out.append(PairResult(label, None, None, None, reason))
             continue
         t = simulate_graph(lower(sc, sch, prof, topo), prof, topo).makespan
         base = t if base is None else base
         projected = pair.measured + (t - base)
-        out.append(PairResult(sch.name, t, base / t, projected if on_trace_gpu and projected > 0 else None))
+        out.append(PairResult(label, t, base / t, projected if on_trace_gpu and projected > 0 else None))
     return out
