@@ -446,8 +446,8 @@ def describe(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") ->
     timed this shape (``gemm.measured``: the time is that), else ``model``. Operands that
     cannot fit the GPU's memory are refused (:func:`~ficco_sim.workload.check_memory`)."""
     from .workload import check_memory
+    plan = plan_gemm(gpu, m, n, k, dtype)        # (refuses a dtype the profile lacks first)
     check_memory(gpu, (m * k + k * n + m * n) * DTYPE_BYTES[dtype], "--m, --n, --k", None, f"the {dtype} operands")
-    plan = plan_gemm(gpu, m, n, k, dtype)
     t = isolated_time(gpu, plan)
     waves = math.ceil(plan.grid / (gpu.num_sms * plan.occupancy))
     t_math, t_hbm = waves * plan.block_time, plan.hbm_bytes / gpu.hbm_effective

@@ -105,6 +105,7 @@ BAD = [
     (["predict", "gemm", "--gpu", "a100", "--m", "200000", "--n", "200000", "--k", "200000"],
      "223.5 GiB, more than a100's 80 GiB"),
     (["predict", "collective", "--gpu", "a100", "--kind", "all-gather", "--bytes", "12GiB"], "96.0 GiB"),
+    (["predict", "gemm", "--m", "16384", "--n", "8", "--k", "64", "--dtype", "fp7"], "unknown dtype 'fp7'"),
     (["simulate", "--schedule", "none", "-o", "{tmp}/nodir/out.csv"], "folder does not exist"),
     (["simulate", "--schedule", "none", "-o", "{tmp}"], "is a folder"),
     (["simulate", "--schedule", "none", "--gantt", "{tmp}/g.txt"], "a figure is saved as"),

@@ -154,6 +154,11 @@ def test_cli_broken_trace_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "bad.json" in err and "Traceback" not in err
     assert main(["trace", "import", str(tmp_path / "missing.json")]) == 2
     assert "no such trace file" in capsys.readouterr().err
+    # a text file is not read as a Chakra protobuf (it was: "truncated Chakra trace: message 586 needs 67716322 bytes")
+    notes = tmp_path / "NOTES.md"
+    notes.write_text("# my run\n\nranks 0-7, A100, NCCL 2.21 (µs timings below)\n" * 20)
+    assert main(["trace", "replay", str(notes)]) == 2
+    assert "a text file, not a trace" in capsys.readouterr().err
 
 
 def test_whatif_other_gpu_retiles_known_gemms():
@@ -350,3 +355,17 @@ def test_an_exported_replay_names_its_gpu_and_its_idle_blocks_stay_idle(tmp_path
     assert idle and not any(e.get("cat") == "kernel" and e["name"] == "idle" for e in doc["traceEvents"])
     again = load_trace([out])
     assert len(again.ops) == len(load_trace([src]).ops) and abs(replay(again).error) < 0.01
+
+
+def test_files_that_name_no_rank_are_said_to_be_guessed(tmp_path):
+    """Two of DLRM's eight files with their distributedInfo taken out: read as ranks 0 and 1 of a
+    two-rank run, and the notes say that was a guess."""
+    import gzip
+    paths = []
+    for i, f in enumerate(sorted((TRACES / "real").glob("param_dlrm_v100_8ranks_worker*.json.gz"))[:2]):
+        d = json.loads(gzip.open(f).read())
+        d.pop("distributedInfo", None)
+        paths.append(tmp_path / f"w{i}.json")
+        paths[-1].write_text(json.dumps(d))
+    t = load_trace(paths)
+    assert t.num_ranks == 2 and any("2 of 2 file(s) name no rank or world" in n for n in t.notes)

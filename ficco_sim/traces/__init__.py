@@ -46,6 +46,14 @@ def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
     return out
 
 
+def _text(head: bytes) -> bool:
+    """Whether ``head`` reads as text (UTF-8, printable): a README, a log, a CSV; a Chakra
+    protobuf holds binary varints and lengths from its first bytes."""
+    s = head.decode("utf-8", errors="ignore")
+    return bool(s) and len(s.encode()) >= 0.95 * len(head) and \
+        sum(ch.isprintable() or ch in "\n\r\t" for ch in s) >= 0.98 * len(s)
+
+
 def trace_format(path: str | Path) -> str:
     """``kineto``, ``et`` (JSON with ``nodes``) or ``chakra`` (protobuf ``.et``)."""
     p = Path(path)
@@ -58,6 +66,9 @@ def trace_format(path: str | Path) -> str:
     if not head.strip():
         raise InputError(str(p), None, "empty file: a trace is a Kineto / execution-trace JSON or a Chakra .et")
     if p.suffix == ".et" or (head[:1] not in (b"{", b"[", b"\x1f") and not head.lstrip()[:1] in (b"{", b"[")):
+        if p.suffix != ".et" and _text(head):
+            raise InputError(str(p), None, "a text file, not a trace (a Kineto / execution-trace JSON, .json or "
+                             ".json.gz, or a Chakra .et protobuf)")
         return "chakra"
     if head[:2] == b"\x1f\x8b":
         try:

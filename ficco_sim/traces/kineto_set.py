@@ -34,6 +34,10 @@ def _check_set(files: list[_File]) -> list[str]:
                              f"{late.span[0] - early.span[1]:.0f} s after {early.where} ends (ranks of one run "
                              "are profiled together)")
     world = next((f.world for f in files if f.world), None)
+    guessed = [f for f in files if f.world is None]
+    if len(files) > 1 and guessed:
+        notes.append(f"{len(guessed)} of {len(files)} file(s) name no rank or world (no distributedInfo, e.g. "
+                     f"{guessed[0].where}): ranks taken in the order given, and the files taken as the whole run")
     if world and len(files) < world:
         have = sorted(f.rank for f in files)
         shown = ", ".join(map(str, have[:8])) + (" ..." if len(have) > 8 else "")

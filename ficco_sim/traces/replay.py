@@ -26,6 +26,7 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..engine.des import simulate_graph
 from ..errors import InputError
@@ -88,9 +89,12 @@ def source_gpu(trace: Trace, gpu: str | GpuProfile | None = None) -> GpuProfile:
         same = [p for p in available_profiles() if p != "cpu" and load_gpu(p).num_sms == trace.device_sms]
         said = (f"names no GPU (its deviceProperties give an empty name and {trace.device_sms} SMs"
                 + (f"; built-in with as many: {', '.join(same)}" if same else "") + ")")
+    elif trace.fmt == "chakra":
+        said = "does not say which GPU it ran on (a Chakra .et records none)"
     else:
         said = "does not say which GPU it ran on (no deviceProperties)"
-    raise InputError("--source-gpu", None, f"the trace {said}; name the GPU it ran on (built-in: "
+    files = f" ({Path(trace.sources[0]).name}{' ...' if len(trace.sources) > 1 else ''})" if trace.sources else ""
+    raise InputError("--source-gpu", None, f"the trace{files} {said}; name the GPU it ran on (built-in: "
                      f"{', '.join(p for p in available_profiles() if p != 'cpu')}, or a profile YAML)")
 
 
