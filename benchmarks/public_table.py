@@ -59,7 +59,7 @@ def _read(name: str) -> pd.DataFrame:
     """A source's CSV without its leading ``#`` stamp lines (a ``#`` inside a value is data:
     ``comment="#"`` would cut the row there)."""
     with open(PUBLIC / name, encoding="utf-8") as f:
-        stamps = next(i for i, line in enumerate(f) if not line.startswith("#"))
+        stamps = next((i for i, line in enumerate(f) if not line.startswith("#")), 0)
     return pd.read_csv(PUBLIC / name, skiprows=stamps)
 
 

@@ -447,7 +447,7 @@ def describe(gpu: GpuProfile, m: int, n: int, k: int, dtype: str = "float16") ->
     cannot fit the GPU's memory are refused (:func:`~ficco_sim.workload.check_memory`)."""
     from .workload import check_memory
     plan = plan_gemm(gpu, m, n, k, dtype)        # (refuses a dtype the profile lacks first)
-    check_memory(gpu, (m * k + k * n + m * n) * DTYPE_BYTES[dtype], "--m, --n, --k", None, f"the {dtype} operands")
+    check_memory(gpu, hbm_traffic(m, n, k, dtype), "--m, --n, --k", None, f"the {dtype} operands")  # A, B and C
     t = isolated_time(gpu, plan)
     waves = math.ceil(plan.grid / (gpu.num_sms * plan.occupancy))
     t_math, t_hbm = waves * plan.block_time, plan.hbm_bytes / gpu.hbm_effective

@@ -163,7 +163,8 @@ class Scenario:
     def check_fits(self, gpu) -> None:
         """Refuse sizes whose GEMM operands alone (A, B and C of the largest GEMM a GPU runs)
         exceed ``gpu``'s device memory (:func:`check_memory`)."""
-        need = max(((g.m * g.k + g.k * g.n + g.m * g.n) * self.element_bytes for g in self.gemm_shapes()), default=0)
+        from .gemm_model import hbm_traffic     # A, B and C once: the least a GPU holds to run the GEMM
+        need = max((hbm_traffic(g.m, g.n, g.k, self.dtype) for g in self.gemm_shapes()), default=0)
         check_memory(gpu, need, self.name or "scenario", "m, n, k", f"the {self.dtype} operands of one GPU's GEMM")
 
     def structure(self) -> tuple:

@@ -168,19 +168,25 @@ def visible(rows: pd.DataFrame, base: dict[str, GpuProfile]) -> list[str]:
     return out
 
 
-def runs_nvls(rows: pd.DataFrame, base: dict[str, GpuProfile]) -> np.ndarray:
-    """Per row, whether it runs NVLS (pinned, or NCCL's choice on its GPU, GPU count and size)."""
+def algorithms(rows: pd.DataFrame, base: dict[str, GpuProfile]) -> list[str]:
+    """Per row, the algorithm it runs (pinned, or NCCL's choice on its GPU, GPU count and size);
+    "" where none applies (a pinned one the collective lacks)."""
     from ..schedules.collectives import pick_algorithm
     from ..topology import load_topology
 
-    def one(r) -> bool:
+    def one(r) -> str:
         topo = load_topology(r.topology, base[r.gpu_profile])
         try:
             return pick_algorithm(getattr(r, "algorithm", "auto"), r.kind, topo.kind, gpus=topo.num_gpus,
-                                  spec=base[r.gpu_profile].comm_kernel, nbytes=int(r.nbytes)) == "nvls"
+                                  spec=base[r.gpu_profile].comm_kernel, nbytes=int(r.nbytes))
         except InputError:
-            return False
-    return np.array([one(r) for r in rows.itertuples()], dtype=bool)
+            return ""
+    return [one(r) for r in rows.itertuples()]
+
+
+def runs_nvls(rows: pd.DataFrame, base: dict[str, GpuProfile]) -> np.ndarray:
+    """Per row, whether it runs NVLS (:func:`algorithms`)."""
+    return np.array([a == "nvls" for a in algorithms(rows, base)], dtype=bool)
 
 
 def fit(rows: pd.DataFrame, base: dict[str, GpuProfile] | None = None, evaluations: int = 200,
@@ -363,9 +369,7 @@ def calibrate_collectives(cal: Any, base: GpuProfile, paths: Sequence[str], topo
     refused: list[str] = []
     rows["predicted_s"] = predict(rows, with_fitted(profiles, params), why=refused)
     rows["not_predicted"] = refused
-    from ..schedules.collectives import pick_algorithm
-    rows["algorithm_run"] = [pick_algorithm(r.algorithm, r.kind, r.topology.partition(":")[0], "sm", gpus=int(r.gpus),
-                                            spec=base.comm_kernel, nbytes=int(r.nbytes)) for r in rows.itertuples()]
+    rows["algorithm_run"] = algorithms(rows, profiles)
     rows["error"] = rows["predicted_s"] / rows["measured_s"] - 1
     rows["base_error"] = predict(rows, profiles) / rows["measured_s"] - 1      # the profile before the fit
     now, before = (float(rows[c].abs().median()) for c in ("error", "base_error"))

@@ -1,7 +1,6 @@
-"""The closed-form engine: a task graph compiled once into a max-plus DAG, evaluated with
-numpy for many sizes at once. With the DES (:mod:`.des`) it is one of the two models of
-time; everything that is not the DES (``--engine analytical``, explore sweeps, the
-heuristic) comes here.
+"""The closed-form engine: a task graph compiled once into a max-plus DAG, evaluated with numpy for
+many sizes at once. With the DES (:mod:`.des`) it is one of the two models of time; everything that
+is not the DES (``--engine analytical``, explore sweeps, the heuristic) comes here.
 
 Compiling (:func:`compile_graph`) turns every task into nodes whose values are times:
 
@@ -203,6 +202,8 @@ def task_rows(t, gpu: GpuProfile, topo: Topology, cost: tuple | None, rows: list
             coef, remote = store_coef(t, topo)      # fused epilogue stores: s and bytes per output element
             return begin, begin, node(GEMM, t.gpu, coef=coef, nb=remote,
                                       shape=shapes.setdefault(t.gemm, len(shapes))), None
+        if t.kind == "host":      # a trace's launch pace: the discrete-event engine's alone
+            raise InputError("engine", None, f"{t.id}: host time is run by the discrete-event engine only")
         if t.kind == "comm":
             armed = node(CONST, t.gpu, gpu.handshake_of("comm") + t.setup)   # transfers start here
             return begin, begin, node(ZERO, t.gpu), armed

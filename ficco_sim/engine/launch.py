@@ -30,6 +30,8 @@ def host_issued(tasks: Iterable) -> set[str]:
     seen: set = set()
     for t in tasks:
         key = (t.gpu, t.stream)
+        if isinstance(t, Kernel) and t.kind == "host":      # time on the host: nothing reaches the GPU
+            continue
         if isinstance(t, Kernel):
             if key not in seen and not t.deps and not t.signals:
                 out.add(t.id)
@@ -87,7 +89,7 @@ def launch_delays(tasks: Iterable, gpu: GpuProfile) -> dict[str, float]:
     for t in tasks:
         if not isinstance(t, Kernel):
             continue
-        delay = gpu.launch_of(t.kind)
+        delay = 0.0 if t.kind == "host" else gpu.launch_of(t.kind)
         if t.id in issued:
             delay = max(delay, latest.get(t.gpu, 0.0))
             latest[t.gpu] = delay

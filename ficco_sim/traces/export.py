@@ -35,7 +35,7 @@ US = 1e6
 
 def _is_idle(r: TaskRecord) -> bool:
     """An idle gap or a host thread's pace between launches (:mod:`.graph`): no GPU work."""
-    return r.label == "idle" and (r.id.endswith(".idle") or r.id.endswith(".host"))
+    return r.kind == "host" or (r.id.endswith(".idle") and r.label == "idle")
 
 
 def _lanes(records: list[TaskRecord]) -> dict[str, int]:

@@ -46,6 +46,7 @@ from ..errors import InputError
 from ..gemm_model import blocks_per_sm
 from ..hardware import BlockShape, GpuProfile
 from ..taskgraph import Kernel, Stream, TaskGraph, Transfer
+from ..timeline import union_length
 from .measured_sms import free_sms
 from .ops import Trace, TraceOp, match_collectives
 
@@ -138,12 +139,12 @@ class _Lowering:
         self._indexed = 0
         # each host thread's launches in order, and the host tasks placed so far (:meth:`host`)
         self.launches: dict[tuple[int, object], list[TraceOp]] = {}
-        for op in sorted((o for o in trace.ops if o.host and o.launch is not None), key=lambda o: o.launch):
+        for op in sorted((o for o in trace.ops if o.host and o.launch is not None), key=lambda o: (o.launch, o.order)):
             self.launches.setdefault((op.rank, op.host[0]), []).append(op)
         self.hosted: dict[str, str] = {}
         self._next_launch: dict[tuple[int, object], int] = {}
         self._early: dict[tuple[int, object], float] = {}
-        self.host_waited = 0.0       # seconds the GPUs waited for their hosts' launches, summed over ranks
+        self.host_waits: dict[int, list[tuple[float, float]]] = {}   # rank -> spans an op waited for its launch
 
     def stream(self, gpu: int, name: str) -> str:
         if (gpu, name) not in self.streams:
@@ -222,12 +223,14 @@ class _Lowering:
             for m in coupled[op.id][1]:
                 arrived[m.id] = self.arrival(m, deps if m is op else self.entry(m, prev_on_stream, by_id))
             self.coupled(op, [arrived[m.id] for m in coupled[op.id][1]])
-        if self.host_waited > 0 and self.trace.makespan > 0:
-            share = self.host_waited / (self.trace.makespan * max(1, self.trace.num_ranks))
+        if self.host_waits and self.trace.makespan > 0:
+            present = {o.rank for o in self.trace.ops}
+            share = sum(union_length(w) for w in self.host_waits.values()) / (self.trace.makespan * len(present))
             last = max(o.launch for seq in self.launches.values() for o in seq) / self.trace.makespan
-            self.notes.append(f"the GPUs waited {100 * share:.0f}% of the trace for their hosts' launches (a rank's "
-                              f"mean), which keep the trace's pace: the last is at {100 * last:.0f}% of the trace, "
-                              "so no GPU ends it much sooner (a launch that blocked on a full queue counts as host time)")
+            self.notes.append(f"ops waited for their hosts' launches {100 * share:.0f}% of the trace (a rank's "
+                              f"mean), and the launches keep the trace's pace: the last is at {100 * last:.0f}% of "
+                              "the trace, so no GPU ends it much sooner (a launch that blocked on a full queue counts "
+                              "as host time)")
         graph_streams = sorted(self.streams.values(), key=lambda s: (s.gpu, s.name))
         meta = {"source": "trace", "trace_files": list(self.trace.sources), "comm": self.comm,
                 "engine": self.engine or "as traced", "trace_makespan": self.trace.makespan,
@@ -253,7 +256,7 @@ class _Lowering:
             allowed = max([prev.end if prev else 0.0] + [by_id[d].end for d in op.deps])
             if op.host and op.launch is not None and op.launch > allowed:     # the GPU waited for the host
                 deps = deps + [self.host(op)]
-                self.host_waited += op.launch - allowed
+                self.host_waits.setdefault(op.rank, []).append((allowed, op.launch))
                 allowed = op.launch
             gap = op.start - allowed
             if op.category == "copy" and op.direction not in ("HtoD", "DtoH", "HtoH") and self.footprints:
@@ -277,7 +280,8 @@ class _Lowering:
             deps = [self.hosted[prev]] if prev in self.hosted else []
             done = [self.exits[s] for s in syncs if s in self.exits]
             synced = bool(syncs) and len(done) == len(syncs)
-            wait = since_syncs if synced else since_prev if prev else o.launch
+            # a previous launch outside the trace (a --steps window) counts as none: from the trace's start
+            wait = since_syncs if synced else since_prev if prev in self.hosted else o.launch
             # a first launch before the trace's start (its first op) starts at 0: the next ones make it up,
             # until a synchronisation sets the thread's clock by the GPU's
             early = 0.0 if synced else self._early.get(key, 0.0)

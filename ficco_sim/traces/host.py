@@ -237,29 +237,34 @@ class Host:
         return out
 
     def _pace(self, ops: list[TraceOp], synced: dict[int, list[TraceOp | None]]) -> None:
-        """Each launched op's ``host``: its thread launched it so long after its previous launch,
-        or after what a synchronisation in between waited for ended, whichever was later (the
-        host's own pace, which a faster GPU does not change; :mod:`.graph` keeps it). A launch
-        call that returned only once its op was done held the thread like a synchronisation.
-        Times are differences on the calls' clock, whatever its origin."""
+        """Each launched op's ``host``: its thread launched it so long after its previous launch on
+        the same GPU, or after what a synchronisation the thread made in between waited for ended,
+        whichever was later (the host's own pace, which a faster GPU does not change; :mod:`.graph`
+        keeps it). A copy whose call returned only once it was done (to pageable memory, a blocking
+        cudaMemcpy) held the thread like a synchronisation. Times are differences on the calls'
+        clock, whatever its origin."""
         of = {o.order: o for o in ops}
-        last: dict[Any, tuple[str, float, tuple[str, ...], float]] = {}     # thread -> (op id, launch, syncs, at)
+        last: dict[tuple, tuple[str, float, int]] = {}      # (GPU, thread) -> (op id, launch, syncs seen)
+        held: dict[Any, list[tuple[tuple[str, ...], float]]] = {}  # thread -> its syncs in order: (op ids, end)
         for c in self.calls:
-            prev, at, syncs, since = last.get(c.tid, ("", 0.0, (), 0.0))
             done = [o for o in synced.get(c.corr, []) if o is not None]
             if done:
-                last[c.tid] = (prev, at, syncs + tuple(o.id for o in done), max([since, at] + [o.end for o in done]))
+                held.setdefault(c.tid, []).append((tuple(o.id for o in done), max(o.end for o in done)))
                 continue
             o = of.get(c.corr)
             if o is None:
                 continue
-            # (a thread's first launch: the graph times it from the trace's start, on the ops' clock)
+            key = (o.rank, c.tid)
+            prev, at, seen = last.get(key, ("", 0.0, 0))
+            new = held.get(c.tid, [])[seen:]        # the thread's syncs since this GPU's previous launch
+            syncs = tuple(i for ids, _ in new for i in ids)
+            since = max([at] + [end for _, end in new]) if new else 0.0
+            # (a chain's first launch: the graph times it from the trace's start, on the ops' clock)
             o.host = (c.tid, prev, max(0.0, c.ts - at) if prev else 0.0, syncs,
-                      max(0.0, c.ts - max(since, at)) if syncs else 0.0)
-            # a call that returned only once its op was done (a copy to pageable memory, a blocking
-            # cudaMemcpy) held the thread: the next launch counts from the op's end
-            held = c.end >= o.end - SLACK and o.end > c.ts
-            last[c.tid] = (o.id, c.ts, (o.id,) if held else (), o.end if held else c.ts)
+                      max(0.0, c.ts - since) if syncs else 0.0)
+            last[key] = (o.id, c.ts, len(held.get(c.tid, [])))
+            if o.category == "copy" and c.end >= o.end - SLACK and o.end > c.ts:      # the call waited for it
+                held.setdefault(c.tid, []).append(((o.id,), o.end))
 
     @staticmethod
     def _cupti_wait(c: Call, stream_ops, stream_keys, add) -> None:

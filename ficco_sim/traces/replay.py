@@ -77,7 +77,11 @@ def source_gpu(trace: Trace, gpu: str | GpuProfile | None = None) -> GpuProfile:
     only hosts the measured operators, each one block of its measured time, and h100 has
     SMs enough that none waits for another)."""
     if gpu is not None:
-        return load_gpu(gpu)
+        prof = load_gpu(gpu)
+        if trace.on_gpu and prof.host is not None:
+            raise InputError("--source-gpu", None, f"{prof.name} is a CPU replay rank; the trace ran on a GPU: name "
+                             "the GPU it ran on")
+        return prof
     if not trace.on_gpu:
         return load_gpu("h100")
     named = profile_for_device(trace.device)
@@ -118,7 +122,7 @@ def _run(trace: Trace, graph: TaskGraph, gpu: GpuProfile, topo: Topology, comm: 
         a[0], a[1] = min(a[0], o.start), max(a[1], o.end)
     sim: dict[int, list[float]] = {}
     for rec in tl.records:
-        if rec.gpu in measured and rec.label != "idle" and rec.end == rec.end:
+        if rec.gpu in measured and rec.label != "idle" and rec.kind != "host" and rec.end == rec.end:
             a = sim.setdefault(rec.gpu, [rec.start, rec.end])
             a[0], a[1] = min(a[0], rec.start), max(a[1], rec.end)
     spans = {r: (m[1] - m[0], sim[r][1] - sim[r][0]) for r, m in measured.items() if r in sim}
@@ -230,9 +234,9 @@ def whatif(trace: Trace, *, source: str | GpuProfile | None = None, gpu: str | G
                          f"(larger = more urgent); give one within +-{PRIORITY_SPAN}")
     src = replay_profile(source_gpu(trace, source))
     dst = replay_profile(load_gpu(gpu)) if gpu is not None else src
-    if trace.on_gpu and (dst.host is not None) != (src.host is not None):
-        raise InputError("--gpu", None, f"{dst.name} is {'a CPU replay rank' if dst.host else 'a GPU'}; the trace "
-                         f"ran on {'a GPU' if trace.on_gpu else 'a CPU'}: move it to a GPU profile")
+    if trace.on_gpu and dst.host is not None:
+        raise InputError("--gpu", None, f"{dst.name} is a CPU replay rank; the trace ran on a GPU: move it to a GPU "
+                         "profile")
     base_topo = default_topology(trace, src, None)
     baseline = _run(trace, trace_to_graph(trace, src, footprints=footprints), src, base_topo, "measured")
     topo = default_topology(trace, dst, topology)
@@ -395,7 +399,7 @@ def pair_whatif(pair: Pair, schedules=DEFAULT_PAIR_SCHEDULES, gpu: str | GpuProf
     sc = pair.scenario
     prof = load_gpu(gpu)
     topo = load_topology(topology if topology is not None else f"switch:{sc.gpus}", prof)
-    picked, _ = select_schedules(schedule_names(list(schedules)), sc, prof, topo)   # names, presets, all, presets
+    picked, left_out = select_schedules(schedule_names(list(schedules)), sc, prof, topo)   # names, presets, all
     picked = ["none"] + [x for x in picked if (x if isinstance(x, str) else x.name) != "none"]
     out: list[PairResult] = []
     base = None
@@ -415,4 +419,7 @@ def pair_whatif(pair: Pair, schedules=DEFAULT_PAIR_SCHEDULES, gpu: str | GpuProf
         base = t if base is None else base
         projected = pair.measured + (t - base)
         out.append(PairResult(label, t, base / t, projected if on_trace_gpu and projected > 0 else None))
+    for item in left_out:               # what 'all' left out here, and why ("name (why)")
+        name, _, why = item.partition(" (")
+        out.append(PairResult(name, None, None, None, why.removesuffix(")")))
     return out
