@@ -17,8 +17,8 @@
   2.96 ms leaves ~1.4 ms for the all-gather, what 512 MiB takes on NVSwitch (64 MiB gathered
   would take ~0.2 ms). ``ag-par-gemm`` gathers X (m x k), so the run is stated as m = 32768,
   n = 2048, k = 8192: the same flops, output tiles and K as 8192^3, and 32768 / 8 x 8192 fp16
-  = 64 MiB a rank. Schedules ``none``, ``par-sm`` (the collective issued first, the default:
-  the PR does not say its order) and ``par-dma``.
+  = 64 MiB a rank. Schedules ``none``, ``par-sm`` (the collective issued first, the default,
+  as the PR's script enqueues it) and ``par-dma``.
 
     python benchmarks/overlap_prs.py [--csv validation/public/overlap_prs.csv]
 """

@@ -116,10 +116,18 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
     profile (``gemm.measured``, its median time): those shapes then cost exactly that in every
     engine, the fit every other shape (:func:`kept_times`).
     """
-    if not report_dir:
+    def run(report: Path | None) -> Calibration:
         return _from_files(paths, gpu, base_profile, holdout=holdout, fit_launch=fit_launch, fit_roofline=fit_roofline,
-                           out=out, force=force, report_dir=None, use_engine=use_engine, topology=topology,
+                           out=out, force=force, report_dir=report, use_engine=use_engine, topology=topology,
                            keep_times=keep_times)
+    return _staged(report_dir, run)
+
+
+def _staged(report_dir: str | Path | None, run) -> Calibration:
+    """``run(folder)`` with its report written to a folder beside ``report_dir`` that lands in
+    it only once the whole calibration went through (a run that fails writes no report)."""
+    if not report_dir:
+        return run(None)
     import shutil
     import tempfile
     final = Path(report_dir)
@@ -127,10 +135,8 @@ def calibrate_from_files(paths: Sequence[str | Path], gpu: str, base_profile: st
         raise InputError("--report", None, f"{final} is a file; --report names a folder")
     final.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:        # the report's files land in the folder only once the whole calibration went through
-        cal = _from_files(paths, gpu, base_profile, holdout=holdout, fit_launch=fit_launch, fit_roofline=fit_roofline,
-                          out=out, force=force, report_dir=staged, use_engine=use_engine, topology=topology,
-                          keep_times=keep_times)
+    try:
+        cal = run(staged)
         final.mkdir(exist_ok=True)
         moved = {}
         for f in sorted(staged.iterdir()):
@@ -409,7 +415,8 @@ def calibrate_device(device: str = "cpu", *, out: str | Path, base_profile: str 
         raise InputError("--base", None, "a GPU calibration needs --base PROFILE (its SM limits and GEMM tiles)")
     raw = Path(raw_csv) if raw_csv else Path(report_dir or outp.parent) / f"{outp.stem}_bench.csv"
     if device == "cpu":
-        return _calibrate_cpu(raw, outp, force, report_dir, sizes or ("tiny" if quick else "small"), world_size)
+        return _staged(report_dir, lambda report: _calibrate_cpu(raw, outp, force, report,
+                                                                 sizes or ("tiny" if quick else "small"), world_size))
     sizes = sizes or ("tiny" if quick else "full")
     run_benchmarks(device, sizes, raw, force=True, progress=progress)
     return calibrate_from_files([raw], "local", base_profile, out=out, force=force, report_dir=report_dir,
