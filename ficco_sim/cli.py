@@ -141,8 +141,10 @@ def add_scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=positive_int("--k"), default=8192, help="reduction dimension (default 8192)")
     p.add_argument("--dtype", default="float16", help="float16 | bfloat16 | float32 | tfloat32 | float8 (default float16)")
     p.add_argument("--gpus", type=positive_int("--gpus"), help="GPUs (default: the topology's)")
-    p.add_argument("--skew", type=float, default=0.0, help="a2a-gemm: extra share of tokens sent to one hot "
-                   "peer (0 = uniform routing; 2 = the hot peer gets 3x a normal share)")
+    p.add_argument("--skew", type=float, default=0.0, help="a2a-gemm: extra share of tokens each GPU sends to one "
+                   "peer, its next (0 = uniform; 2 = 3x a normal share; every GPU still receives as many)")
+    p.add_argument("--hot-expert", action="store_true", help="with --skew: every GPU's larger share goes to GPU 0 "
+                   "(a popular expert: GPU 0's expert GEMM is the largest, the others wait for it)")
     p.add_argument("--shard-dim", default="M", choices=["M", "K"], help="dimension A is sharded along: M (token "
                    "rows, default) or K (ag-gemm weight gradients: tokens are the reduction dimension; "
                    "overlapped schedules then decompose along K, e.g. ficco-a2a-dma-dimK)")
@@ -157,7 +159,9 @@ def make_scenario(args, gpus: int):
             raise InputError("--skew", None, f"{args.scenario} takes no routing; --skew is for a2a-gemm")
         if args.skew < 0:
             raise InputError("--skew", None, f"must not be negative, got {args.skew}")
-        routing = skewed_routing(gpus, args.m, args.skew)
+        routing = skewed_routing(gpus, args.m, args.skew, hot_expert=args.hot_expert)
+    elif args.hot_expert:
+        raise InputError("--hot-expert", None, "sets where --skew's larger share goes: give --skew too")
     from .workload import scenario_from_flags
     return scenario_from_flags(args.scenario, gpus, args.m, args.n, args.k, args.dtype, routing=routing,
                                shard_dim=getattr(args, "shard_dim", "M"))

@@ -331,15 +331,22 @@ def uniform_routing(gpus: int, tokens: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(share for _ in range(gpus)) for _ in range(gpus))
 
 
-def skewed_routing(gpus: int, tokens: int, skew: float) -> tuple[tuple[int, ...], ...]:
-    """Rows per (src, dst) with a hot expert: destination ``(src + 1) % gpus`` gets a
-    ``1 + skew`` times larger share. Rows sum to ``tokens`` exactly."""
+def skewed_routing(gpus: int, tokens: int, skew: float, hot_expert: bool = False) -> tuple[tuple[int, ...], ...]:
+    """Rows per (src, dst), one destination of each source getting a ``1 + skew`` times larger
+    share: ``(src + 1) % gpus`` (uneven per peer; every GPU still receives as many rows), or with
+    ``hot_expert`` GPU 0 for every source (a popular expert: GPU 0's expert GEMM is the largest
+    and the others wait for it). Rows sum to ``tokens`` exactly.
+
+    >>> skewed_routing(2, 8, 1.0), skewed_routing(2, 8, 1.0, hot_expert=True)
+    (((2, 6), (6, 2)), ((6, 2), (6, 2)))
+    """
     rows = []
     for p in range(gpus):
-        weights: Sequence[float] = [1.0 + (skew if q == (p + 1) % gpus else 0.0) for q in range(gpus)]
+        hot = 0 if hot_expert else (p + 1) % gpus
+        weights: Sequence[float] = [1.0 + (skew if q == hot else 0.0) for q in range(gpus)]
         total = sum(weights)
         counts = [int(tokens * w / total) for w in weights]
-        counts[(p + 1) % gpus] += tokens - sum(counts)
+        counts[hot] += tokens - sum(counts)
         rows.append(tuple(counts))
     return tuple(rows)
 

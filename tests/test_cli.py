@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from ficco_sim.cli import main
+from ficco_sim.errors import InputError
 from ficco_sim.hardware import load_gpu
 
 
@@ -302,3 +303,28 @@ def test_a_gantt_chart_name_matplotlib_saves_is_taken(capsys, tmp_path):
     for name in ("g.gif", "g"):                     # any writer matplotlib has; no suffix: PNG
         code, _, err = run(capsys, "simulate", "--schedule", "none", "--gantt", str(tmp_path / name))
         assert code == 0 and (tmp_path / name).stat().st_size > 0, err
+
+
+def test_a_hot_expert_is_one_gpu_receiving_more(capsys, tmp_path):
+    """--skew sends each GPU's larger share to its next peer (every GPU receives as many rows);
+    --hot-expert sends every GPU's to GPU 0, whose expert GEMM grows and bounds the rest. The
+    scenario YAML says the same with hot_expert; alone, --hot-expert means nothing."""
+    def comp(*extra):
+        code, out, _ = run(capsys, "simulate", "--scenario", "a2a-gemm", "--gpus", "8", "--m", "16384", "--n", "4096",
+                           "--k", "4096", "--schedule", "none", "--format", "json", *extra)
+        assert code == 0
+        return json.loads(out)[0]["t_comp_iso"]
+    even, skewed, hot = comp(), comp("--skew", "3"), comp("--skew", "3", "--hot-expert")
+    assert skewed == pytest.approx(even, rel=0.01) and hot > 2.5 * even
+    code, _, err = run(capsys, "simulate", "--scenario", "a2a-gemm", "--hot-expert")
+    assert code == 2 and "--hot-expert" in err
+    from ficco_sim.explore.library import load_scenarios
+    f = tmp_path / "s.yaml"
+    f.write_text("scenarios:\n  - {name: moe, kind: a2a-gemm, gpus: 4, m: 4096, n: 1024, k: 1024, skew: 3,"
+                 " hot_expert: true}\n")
+    (sc,) = load_scenarios(f)
+    assert sc.routing[1][0] > sc.routing[1][2] and sc.routing[2][0] > sc.routing[2][3]
+    f.write_text("scenarios:\n  - {name: moe, kind: a2a-gemm, gpus: 4, m: 4096, n: 1024, k: 1024, skew: 3,"
+                 " hot_expert: 1}\n")
+    with pytest.raises(InputError, match="hot_expert"):
+        load_scenarios(f)

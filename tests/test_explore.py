@@ -53,6 +53,17 @@ def test_library_and_yaml(tmp_path):
     with pytest.raises(InputError) as e:
         load_scenarios(f)
     assert e.value.where == str(f) and e.value.field == "scenarios[0].m"
+    f.write_text("scenarios: []\nmodels: []\n")
+    with pytest.raises(InputError, match="empty: nothing to run"):
+        load_scenarios(f)
+    # a model entry names its own fields: a typo or an option it does not take is refused, not ignored
+    for entry, field in (("hiden: 8192", "models[0].hiden"), ("hidden: 8192, dtype: float8", "models[0].dtype"),
+                         ("hidden: 8192, experts: 8, top_k: 9", "models[0].top_k")):
+        f.write_text(f"models:\n  - {{name: mine, {entry}, ffn: 28672, heads: 64, kv_heads: 8, tokens: [4096], "
+                     "gpus: [8]}\n")
+        with pytest.raises(InputError) as e:
+            load_scenarios(f)
+        assert e.value.field == field
 
 
 @pytest.mark.parametrize("sc,topo", [(SMALL, "fc:4"), (Scenario("gemm-rs", 4, 4096, 2048, 2048), "switch:4"),
@@ -146,8 +157,9 @@ def test_cli_explore_and_recommend(tmp_path, capsys):
             "--n", "8192", "--k", "8192"]
     assert main(argv + ["--format", "csv", "-o", str(tmp_path / "r.csv")]) == 0
     rows = pd.read_csv(tmp_path / "r.csv")
-    picked = rows[rows["picked"]]
+    picked = rows[rows["picked"] & (rows["kind"] == "candidate")]
     assert list(picked["name"]) == [pick] and picked["reason"].str.contains("over no overlap").all()
+    assert (rows.loc[rows["picked"] & (rows["kind"] == "preset"), "schedule"] == pick).all()
     assert {"candidate", "preset"} == set(rows["kind"]) and "nccl" in set(rows.loc[rows["kind"] == "preset", "name"])
     none = rows[(rows["kind"] == "candidate") & (rows["name"] == "none")]
     assert float(none["speedup"].iloc[0]) == 1.0 and (rows["makespan"].dropna() > 0).all()
@@ -200,6 +212,32 @@ def test_a_calibrated_copy_of_a_builtin_profile_is_kept_apart(tmp_path):
     assert set(pts["gpu"]) == {str(mine), "a100"}
     one, _ = run_study([SMALL], [("a100", "switch:4")], engine="analytical", space="basic", progress=False)
     assert set(one["gpu"]) == {"a100"}          # alone, a profile is named as it names itself
+
+
+def test_scenarios_of_one_shape_keep_their_own_rows_and_models():
+    """Two models with a layer of one shape (a dense model's and a MoE's attention): their points
+    are shared, but each keeps its summary row, name and model, so per-model totals count both
+    (the second one's row was dropped, and the totals changed with the order given)."""
+    from ficco_sim.explore.study import model_totals, run_study
+    meta = {"tokens": 4096, "phase": "fwd"}
+    qkv = [Scenario("ag-gemm", 4, 4096, 2048, 2048, name=f"{m}-qkv", meta={**meta, "model": m, "layer": "qkv"})
+           for m in ("dense", "moe")]
+    out = Scenario("gemm-rs", 4, 4096, 2048, 2048, name="dense-out", meta={**meta, "model": "dense", "layer": "out"})
+    for order in ([*qkv, out], [out, *reversed(qkv)]):
+        _, summ = run_study(order, [("h100", "switch:4")], engine="analytical", space="basic", progress=False)
+        assert sorted(summ["scenario"]) == ["dense-out", "dense-qkv", "moe-qkv"]
+        tot = model_totals(summ).set_index("model")
+        assert tot.loc["dense", "pairs"] == 2 and tot.loc["moe", "pairs"] == 1
+
+
+def test_a_scenario_no_schedule_can_run_on_a_file_topology_is_said():
+    """A 4-GPU scenario on an 8-GPU topology file runs nowhere: a note says so (it was listed only
+    with --show-invalid), where a parametric topology is resized with a note."""
+    from pathlib import Path
+    from ficco_sim.explore.study import run_study
+    topo = str(Path(__file__).resolve().parents[1] / "topologies" / "dgx-h100.yaml")
+    pts, _ = run_study([SMALL], [("h100", topo)], engine="analytical", space="basic", progress=False)
+    assert any("1 scenario(s) with no schedule that runs here, e.g. small" in n for n in pts.attrs["notes"])
 
 
 def test_bounded_evaluation_blocks_change_no_answer(monkeypatch):

@@ -335,3 +335,16 @@ def test_a_grid_under_one_wave_runs_its_blocks_fewer_per_sm_in_both_engines(gpu_
             seen.add("waves")
             assert alone == pytest.approx(lockstep, rel=1e-12)
     assert seen == {"under", "waves"}
+
+
+def test_an_h200_gemm_is_never_slower_than_the_same_on_an_h100():
+    """The same GH100 SMs and clocks with faster HBM: no GEMM may read slower on the H200 (an
+    assumed per-block overhead made every one 0.1-0.8% slower)."""
+    import numpy as np
+    from ficco_sim.gemm_model import gemm_times
+    from ficco_sim.hardware import load_gpu
+    h100, h200 = load_gpu("h100"), load_gpu("h200")
+    sizes = np.array([256, 1024, 4096, 8192, 16384])
+    m, n, k = (x.ravel() for x in np.meshgrid(sizes, sizes, sizes))
+    for dtype in ("float16", "bfloat16", "float8"):
+        assert (gemm_times(h200, m, n, k, dtype) <= gemm_times(h100, m, n, k, dtype) * (1 + 1e-9)).all(), dtype

@@ -300,7 +300,8 @@ def run_recommend(args: argparse.Namespace) -> int:
         con.print(f"  - {w}")
     des = (f"ficco-sim simulate --gpu {args.gpu} --topology {topo} --scenario {args.scenario} --m {args.m} "
            f"--n {args.n} --k {args.k} --dtype {args.dtype}"
-           + (f" --shard-dim {args.shard_dim}" if args.shard_dim != "M" else "") + f" --schedule {rec['schedule']},none")
+           + (f" --shard-dim {args.shard_dim}" if args.shard_dim != "M" else "")
+           + f" --schedule {rec['schedule']}" + (",none" if rec["schedule"] != "none" else ""))
     con.print(f"  no overlap {rec['t_none'] * 1e3:.3f} ms (closed-form engine); decided in {ms:.0f} ms; the "
               f"discrete-event reference: {des}", highlight=False, soft_wrap=True)
     con.print("[bold]in the libraries' terms[/] (presets at their defaults; `ficco-sim list`):")
@@ -317,7 +318,8 @@ METRICS = ("makespan", "speedup", "of_ideal", "dil_compute", "cil_compute", "cil
 def recommend_rows(rec: dict) -> list[dict]:
     """``recommend``'s answer as rows: every candidate it chose among (closed form, the profile's
     contention rule, the numbers the table shows; ``picked`` the pick, with its reasons) and every
-    preset at its defaults (where one does not apply, ``reason`` says why)."""
+    preset at its defaults (``picked`` where it maps to the pick; where one does not apply, ``reason``
+    says why)."""
     base = {k: rec["rows"][0][k] for k in ("scenario", "gpu", "topology")} if rec["rows"] else {}
     rows = [{**base, "kind": "candidate", "name": r["schedule"], "schedule": r["schedule"],
              "picked": r["schedule"] == rec["schedule"], **{k: r.get(k) for k in METRICS},
@@ -326,7 +328,8 @@ def recommend_rows(rec: dict) -> list[dict]:
     for p in rec["presets"]:
         m = p.get("metrics", {})
         rows.append({**base, "kind": "preset", "name": p["preset"], "schedule": p.get("schedule", ""),
-                     "picked": False, **{k: m.get(k) for k in METRICS}, "reason": p.get("reason", "")})
+                     "picked": p.get("schedule") == rec["schedule"], **{k: m.get(k) for k in METRICS},
+                     "reason": p.get("reason", "")})
     return rows
 
 

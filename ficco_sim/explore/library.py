@@ -23,7 +23,8 @@ Layers under tensor + sequence parallelism on ``T`` GPUs with ``S`` tokens (sequ
 * backward weight gradients of QKV and up-projection: ``dW = X^T dY`` where the tokens are the
   reduction dimension K: all-gather X along K (``ag-gemm`` with ``shard_dim: K``);
 * expert parallelism (MoE models): ``a2a-gemm`` dispatching ``S x top_k`` token rows per GPU to
-  the GPUs holding their experts, uneven per peer (:func:`~ficco_sim.workload.skewed_routing`),
+  the GPUs holding their experts, uneven per peer and even per expert GPU
+  (:func:`~ficco_sim.workload.skewed_routing`),
   then the expert up-projection (experts on one GPU run as one grouped GEMM).
 
 User scenarios come from YAML (see :func:`load_scenarios`).
@@ -163,7 +164,8 @@ A scenario file is YAML with a list ``scenarios`` (explicit pairs) and/or ``mode
       k: 8192
       dtype: bfloat16        # optional (float16, bfloat16, float32, float8)
       shard_dim: K           # optional, ag-gemm: M (default) or K (tokens are K: weight gradient)
-      skew: 1.0              # optional, a2a-gemm: hot-expert skew (skewed_routing)
+      skew: 1.0              # optional, a2a-gemm: each GPU sends 1 + skew shares to its next peer
+      hot_expert: true       # optional, with skew: every GPU's larger share to GPU 0 (skewed_routing)
       routing: [[...], ...]  # optional, a2a-gemm: explicit gpus x gpus token rows
   models:
     - name: my-model
@@ -197,7 +199,7 @@ def _int_list(v: Any, where: str, field: str) -> list[int]:
 def _scenario(item: Any, where: str, f: str) -> Scenario:
     if not isinstance(item, dict):
         raise InputError(where, f, "must be a mapping with kind, gpus, m, n, k")
-    known = {"name", "kind", "gpus", "m", "n", "k", "dtype", "shard_dim", "skew", "routing"}
+    known = {"name", "kind", "gpus", "m", "n", "k", "dtype", "shard_dim", "skew", "hot_expert", "routing"}
     extra = set(item) - known
     if extra:
         raise InputError(where, f"{f}.{sorted(extra)[0]}", f"unknown field; known: {', '.join(sorted(known))}")
@@ -216,7 +218,10 @@ def _scenario(item: Any, where: str, f: str) -> Scenario:
         if not spec.routed or isinstance(skew, bool) or not isinstance(skew, (int, float)) or \
                 not 0 <= skew <= 100:
             raise InputError(where, f"{f}.skew", f"a number from 0 to 100, for a routed kind only, got {skew!r}")
-        routing = skewed_routing(vals["gpus"], vals["m"], float(skew))
+        hot = item.get("hot_expert", False)
+        if not isinstance(hot, bool):
+            raise InputError(where, f"{f}.hot_expert", f"true or false, got {hot!r}")
+        routing = skewed_routing(vals["gpus"], vals["m"], float(skew), hot_expert=hot)
     elif routing is not None:
         if not isinstance(routing, list) or not all(isinstance(r, list) for r in routing):
             raise InputError(where, f"{f}.routing", "must be a list of lists of token rows")
@@ -235,12 +240,18 @@ def _scenario(item: Any, where: str, f: str) -> Scenario:
 def _model(item: Any, where: str, f: str) -> list[Scenario]:
     if not isinstance(item, dict):
         raise InputError(where, f, "must be a mapping with name, hidden, ffn, heads, kv_heads, tokens, gpus")
+    known = {"name", "hidden", "ffn", "heads", "kv_heads", "experts", "top_k", "gated", "tokens", "gpus"}
+    extra = set(item) - known
+    if extra:
+        raise InputError(where, f"{f}.{sorted(extra)[0]}", f"unknown field; known: {', '.join(sorted(known))}")
     name = item.get("name")
     if not isinstance(name, str) or not name:
         raise InputError(where, f"{f}.name", "must be a non-empty string")
     dims = {k: _int(item.get(k), where, f"{f}.{k}") for k in ("hidden", "ffn", "heads", "kv_heads")}
     experts = _int(item.get("experts", 0), where, f"{f}.experts", minimum=0)
     top_k = _int(item.get("top_k", 2 if experts else 0), where, f"{f}.top_k", minimum=0)
+    if experts and not 1 <= top_k <= experts:
+        raise InputError(where, f"{f}.top_k", f"each token goes to 1 to {experts} experts, got {top_k}")
     gated = item.get("gated", True)
     if not isinstance(gated, bool):
         raise InputError(where, f"{f}.gated", f"must be true or false, got {gated!r}")
@@ -286,5 +297,7 @@ def load_scenarios(source: str | Path) -> list[Scenario]:
                                      "must be unique")
                 names[label] = f
                 out.append(sc)
+    if not out:
+        raise InputError(where, None, "its 'scenarios' and 'models' lists are empty: nothing to run")
     return out
 

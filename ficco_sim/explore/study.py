@@ -58,6 +58,7 @@ def build_jobs(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], 
         raise InputError("--engine", None, f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     jobs, invalid = [], []
     said: dict[tuple, list[str]] = {}
+    blocked: dict[tuple, list[tuple[str, str]]] = {}
     for gpu, topo in pairs:
         batch: dict = {}
         for sc in scenarios:
@@ -74,6 +75,8 @@ def build_jobs(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], 
             if t != topo:
                 said.setdefault((gpu, topo, t, ""), []).append(sc.label())
             ok = tuple(p.schedule.name for p in pts if p.valid)
+            if not ok and pts:      # nothing of it runs here (a file topology of another GPU count...)
+                blocked.setdefault((gpu, t), []).append((sc.label(), pts[0].reason))
             invalid += [{"gpu": gpu, "topology": t, "scenario": sc.label(), "scenario_id": sc.key(),
                          "schedule": p.schedule.name,
                          "reason": p.reason} for p in pts if not p.valid]
@@ -83,6 +86,9 @@ def build_jobs(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], 
                 jobs.append(Job(gpu, t, (sc,), ok, engine))
         jobs += [Job(gpu, t, tuple(scs), ok, engine) for (t, ok), scs in batch.items()]
     if notes is not None:
+        for (gpu, t), lost in blocked.items():
+            notes.append(f"{gpu} {t}: {len(lost)} scenario(s) with no schedule that runs here, e.g. {lost[0][0]} "
+                         f"({lost[0][1]}); --show-invalid lists them")
         for (gpu, asked, got, why), labels in said.items():
             notes.append(f"{gpu} {asked}: {len(labels)} scenario(s) on {got.partition(':')[2]} GPUs "
                          + (f"not run ({why})" if why else f"run on {got}") + f", e.g. {labels[0]}")
@@ -133,16 +139,34 @@ def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *
         ranked = points[(points["engine"] == "des") & (points["status"] == "ok")]
         summary["confirmed"] = summary.merge(ranked.groupby(["gpu", "topology", "scenario_id"]).size()
                                              .rename("n").reset_index(), how="left")["n"].to_numpy()
-    meta = {(s.key(), s.label()): s.meta for s in scenarios}
-    for col in ("model", "layer", "phase", "tokens"):
-        summary[col] = [meta.get((k, lab), {}).get(col) for k, lab in zip(summary["scenario_id"], summary["scenario"])] \
-            if len(summary) else []
+    summary = per_scenario(summary, scenarios)
     summary["engine"], summary["space"] = engine, space
     # (attached last: pandas deep-copies ``attrs`` into every frame an operation makes, and the
     # invalid schedules of a wide sweep are thousands of entries)
     points.attrs["invalid"] = invalid
     points.attrs["notes"] = notes
     return points, summary
+
+
+def per_scenario(summary: pd.DataFrame, scenarios: Sequence[Scenario]) -> pd.DataFrame:
+    """The summary's rows (one per GPU, topology and shape: scenarios of one shape share their
+    points) as one per scenario given, in the order given, each with its own name and model,
+    layer, phase and tokens: two models with a layer of one shape each keep it."""
+    cols = ("model", "layer", "phase", "tokens")
+    if summary.empty:
+        return summary.assign(**{c: [] for c in cols})
+    seen, named = set(), []
+    for s in scenarios:
+        ident = (s.key(), s.label(), tuple(s.meta.get(c) for c in cols))
+        if ident not in seen:
+            seen.add(ident)
+            named.append(s)
+    rows = []
+    for _, r in summary.iterrows():
+        for s in [s for s in named if s.key() == r["scenario_id"]] or [None]:
+            rows.append({**r.to_dict(), **({"scenario": s.label(), **{c: s.meta.get(c) for c in cols}} if s else
+                                           {c: None for c in cols})})
+    return pd.DataFrame(rows)
 
 
 def named_apart(points: pd.DataFrame) -> pd.DataFrame:
