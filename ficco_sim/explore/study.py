@@ -150,20 +150,22 @@ def run_study(scenarios: Sequence[Scenario], pairs: Sequence[tuple[str, str]], *
 
 def per_scenario(summary: pd.DataFrame, scenarios: Sequence[Scenario]) -> pd.DataFrame:
     """The summary's rows (one per GPU, topology and shape: scenarios of one shape share their
-    points) as one per scenario given, in the order given, each with its own name and model,
-    layer, phase and tokens: two models with a layer of one shape each keep it."""
+    points), each repeated for every scenario of its shape given (in the order given) with that
+    scenario's own name and model, layer, phase and tokens: two models with a layer of one shape
+    each keep it."""
     cols = ("model", "layer", "phase", "tokens")
     if summary.empty:
         return summary.assign(**{c: [] for c in cols})
-    seen, named = set(), []
+    seen, by_key = set(), {}
     for s in scenarios:
-        ident = (s.key(), s.label(), tuple(s.meta.get(c) for c in cols))
+        key = s.key()
+        ident = (key, s.label(), tuple(s.meta.get(c) for c in cols))
         if ident not in seen:
             seen.add(ident)
-            named.append(s)
+            by_key.setdefault(key, []).append(s)
     rows = []
     for _, r in summary.iterrows():
-        for s in [s for s in named if s.key() == r["scenario_id"]] or [None]:
+        for s in by_key.get(r["scenario_id"]) or [None]:
             rows.append({**r.to_dict(), **({"scenario": s.label(), **{c: s.meta.get(c) for c in cols}} if s else
                                            {c: None for c in cols})})
     return pd.DataFrame(rows)
