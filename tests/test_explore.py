@@ -166,6 +166,11 @@ def test_cli_explore_and_recommend(tmp_path, capsys):
     assert main(argv + ["--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["picked"] in (True, False)
     assert main(argv + ["-o", str(tmp_path / "r.txt")]) == 0 and (tmp_path / "r.txt").read_text().startswith(pick)
+    # a popular expert, as simulate states it: the printed discrete-event command says so too
+    assert main(["recommend", "--scenario", "a2a-gemm", "--m", "16384", "--n", "4096", "--k", "4096", "--skew", "3",
+                 "--hot-expert"]) == 0
+    out = capsys.readouterr().out
+    assert "x8 routing" in out.splitlines()[0] and "--skew 3 --hot-expert" in out
     assert main(["explore", "--scenarios", str(tmp_path / "nope.yaml")]) == 2
 
 

@@ -112,6 +112,8 @@ def add_recommend_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float16", help="element type (default float16, as simulate)")
     p.add_argument("--shard-dim", default="M", choices=["M", "K"],
                    help="ag-gemm: M (default) or K (weight gradients: tokens are K)")
+    p.add_argument("--skew", type=float, default=0.0, help="a2a-gemm: as simulate --skew (uneven routing)")
+    p.add_argument("--hot-expert", action="store_true", help="with --skew: as simulate --hot-expert (GPU 0 popular)")
     p.add_argument("--heuristics", default=None, help="thresholds file (default: the shipped one)")
     p.add_argument("--gemm-first", action="store_true",
                    help="*-par-gemm: the GEMM is already running when the collective is issued (e.g. DDP's "
@@ -282,8 +284,8 @@ def run_recommend(args: argparse.Namespace) -> int:
     gpus = load_topology(topo, args.gpu).num_gpus
     if args.gpus is not None and args.gpus != gpus:
         raise InputError("--gpus", None, f"{args.gpus} GPUs but topology {topo} has {gpus}")
-    from ..workload import scenario_from_flags
-    sc = scenario_from_flags(args.scenario, gpus, args.m, args.n, args.k, args.dtype, shard_dim=args.shard_dim)
+    from ..cli import make_scenario      # the one reading of the scenario flags (sizes, skew, hot expert)
+    sc = make_scenario(args, gpus)
     h = load_heuristic(args.heuristics) if args.heuristics else load_heuristic()
     t0 = time.perf_counter()
     rec = recommend(sc, args.gpu, topo, h, gemm_first=args.gemm_first)
@@ -301,6 +303,7 @@ def run_recommend(args: argparse.Namespace) -> int:
     des = (f"ficco-sim simulate --gpu {args.gpu} --topology {topo} --scenario {args.scenario} --m {args.m} "
            f"--n {args.n} --k {args.k} --dtype {args.dtype}"
            + (f" --shard-dim {args.shard_dim}" if args.shard_dim != "M" else "")
+           + (f" --skew {args.skew:g}" if args.skew else "") + (" --hot-expert" if args.hot_expert else "")
            + f" --schedule {rec['schedule']}" + (",none" if rec["schedule"] != "none" else ""))
     con.print(f"  no overlap {rec['t_none'] * 1e3:.3f} ms (closed-form engine); decided in {ms:.0f} ms; the "
               f"discrete-event reference: {des}", highlight=False, soft_wrap=True)
