@@ -136,6 +136,8 @@ MUTANTS = {
                                "recommend weighing shaping for a GEMM beside an independent collective"),
     "memory-capacity": ("ficco_sim/workload.py", "    if cap and need > cap:", "    if False:",
                         "sizes whose GEMM operands cannot fit the GPU's memory refused"),
+    "link-max-min": ("ficco_sim/engine/closed_form_overlap.py", "LEFTOVER_ROUNDS = 2", "LEFTOVER_ROUNDS = 0",
+                     "the closed form's max-min passes (what the others leave of a link)"),
     "host-pace": ("ficco_sim/traces/graph.py",
                   "            if op.host and op.launch is not None and op.launch > allowed:",
                   "            if False:", "a trace's host launches keeping their pace in a what-if"),

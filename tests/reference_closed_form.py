@@ -204,36 +204,75 @@ def reference(graph: TaskGraph, gpu, topo, contention: bool = True) -> dict[str,
         for link in topo.path_links(t.src, t.dst):
             on_link[link].append(t.id)
 
-    def sharers(t: Transfer, link, seen) -> float:
-        """Static: the transfers of its step and round on ``link``; else the time-averaged
-        count over its span in the pass before (``seen``)."""
-        if seen is None:
-            return share[(link, step[t.id], rnd[t.id])]
-        s, e = seen[t.id]
-        if e <= s:
-            return 1.0
-        over = sum(max(0.0, min(e, seen[u][1]) - max(s, seen[u][0])) for u in on_link[link])
-        return max(1.0, over / (e - s))
+    def sharers(t: Transfer, link) -> float:
+        """Static: the transfers of its step and round on ``link``."""
+        return share[(link, step[t.id], rnd[t.id])]
 
-    def xfer_time(t: Transfer, slow: float, seen) -> float:
-        bw = min([topo.graph.edges[lk]["bandwidth"] / sharers(t, lk, seen)
-                  for lk in topo.path_links(t.src, t.dst)] + [float("inf")])
-        fixed, wire = 0.0, t.nbytes
+    def cap(t: Transfer) -> tuple[float, float, float, float]:
+        """(bound on its rate the links share around: engine or its kernel's channels, and HBM;
+        the tuned channels' bound, applied after the sharing; fixed cost; wire bytes)."""
+        bw, tuned, fixed, wire = float("inf"), float("inf"), 0.0, t.nbytes
         if t.engine == "dma":
-            bw, fixed = min(bw, gpu.dma.cap(t.src, t.dst)), gpu.dma.command_overhead
+            bw, fixed = gpu.dma.cap(t.src, t.dst), gpu.dma.command_overhead
         else:
             k, spec = graph.kernel(t.drivers[0]), gpu.comm_kernel
             kernel_share = k.grid * spec.channel_bandwidth / chan[(k.id, step[t.id])]
             call, ranks, steps = t.tune or UNTUNED
             p, c = (float(v) for v in spec.tuned(t.nbytes, call, ranks, k.grid, steps))     # NCCL's tuner, the one rule
-            bw = min(bw, kernel_share)
+            bw = kernel_share
             if c < k.grid:      # fewer channels: a grouped send's own, or that share of a ring step's kernel
-                bw = min(bw, c * spec.channel_bandwidth if call == 0 and ranks > 0 else kernel_share * c / k.grid)
+                tuned = c * spec.channel_bandwidth if call == 0 and ranks > 0 else kernel_share * c / k.grid
             proto = spec.protocols[int(p)]
             wire = t.nbytes / proto.efficiency
             fixed = proto.latency + float(spec.p2p_fill(wire, call, ranks, c))
-        bw = min(bw, gpu.hbm_effective / (2 if t.src == t.dst else 1))
-        return fixed + topo.path_latency(t.src, t.dst) + wire * (1.0 / bw) * slow
+        return min(bw, gpu.hbm_effective / (2 if t.src == t.dst else 1)), tuned, fixed, wire
+
+    shared = {}
+
+    def rates(seen) -> dict[str, float]:
+        """Every transfer's rate from the spans of the pass before (``seen``): each link divided
+        by the time-averaged count of transfers on it over the transfer's span (at least one),
+        then, twice, raised to what the others leave of the link at their rates (their rates
+        times their overlap with the span, over the span: max-min, a transfer held back
+        elsewhere leaves its share), never below the count's share; capped by :func:`cap`'s
+        bound (the tuned channels come after, in :func:`xfer_time`)."""
+        if shared.get("seen") is seen:
+            return shared["rates"]
+        ids = [t.id for t in graph.transfers]
+        bound = {t.id: cap(t)[0] for t in graph.transfers}
+        links = {t.id: topo.path_links(t.src, t.dst) for t in graph.transfers}
+
+        def over(a, b) -> float:
+            return max(0.0, min(seen[a][1], seen[b][1]) - max(seen[a][0], seen[b][0]))
+
+        def span(a) -> float:
+            return seen[a][1] - seen[a][0]
+
+        part = {}
+        for a in ids:
+            for lk in links[a]:
+                conc = sum(over(a, u) for u in on_link[lk]) / span(a) if span(a) > 0 else 1.0
+                part[(a, lk)] = topo.graph.edges[lk]["bandwidth"] / max(1.0, conc)
+        rate = {a: min([part[(a, lk)] for lk in links[a]] + [bound[a]]) for a in ids}
+        for _ in range(2):
+            left = {}
+            for a in ids:
+                for lk in links[a]:
+                    others = sum(rate[u] * over(a, u) for u in on_link[lk]) / span(a) - rate[a] if span(a) > 0 else 0.0
+                    left[(a, lk)] = max(part[(a, lk)], topo.graph.edges[lk]["bandwidth"] - max(others, 0.0))
+            part = left
+            rate = {a: min([part[(a, lk)] for lk in links[a]] + [bound[a]]) for a in ids}
+        shared.update(seen=seen, rates=rate)
+        return rate
+
+    def xfer_time(t: Transfer, slow: float, seen) -> float:
+        bound, tuned, fixed, wire = cap(t)
+        if seen is None:
+            bw = min([topo.graph.edges[lk]["bandwidth"] / sharers(t, lk) for lk in topo.path_links(t.src, t.dst)]
+                     + [bound])
+        else:
+            bw = rates(seen)[t.id]
+        return fixed + topo.path_latency(t.src, t.dst) + wire * (1.0 / min(bw, tuned)) * slow
 
     prev, driven = _order(graph)
     task_order = {t.id: i for i, t in enumerate(graph.tasks)}

@@ -108,14 +108,15 @@ def test_collectives_agree_within_5_percent(kind, topo, engine):
     if engine == "dma" and kind == "all-reduce":
         pytest.skip("copy engines cannot reduce")
     # All-to-all on a ring routes 1- to 4-hop flows over shared links: flows of unequal
-    # length finish at different times, which max-min sharing exploits and a static
-    # per-link share cannot. There the closed form is a pessimistic bound.
+    # length finish at different times, which the DES's max-min sharing follows at every
+    # instant and the closed form's passes (a time-averaged share, then what the others leave)
+    # only on average: there it reads within 7% below to twice above.
     multi_hop = topo.startswith("ring") and (kind == "all-to-all" or (engine == "dma" and kind == "reduce-scatter"))
     for size in (1 << 20, 64 << 20):
         des = collective_time("h100", topo, kind, size, engine=engine)
         ana = collective_time("h100", topo, kind, size, engine=engine, sim="analytical")
         if multi_hop:
-            assert des * 0.99 <= ana <= 2 * des, (kind, topo, engine, size)
+            assert des * 0.93 <= ana <= 2 * des, (kind, topo, engine, size)
         else:
             assert ana == pytest.approx(des, rel=0.05), (kind, topo, engine, size)
 
@@ -440,11 +441,13 @@ def test_groups_joins_equal_their_dense_definition():
         assert np.array_equal(got.pair_gemms, dense((p[:, :1] == gg[None, :]) | (p[:, 1:] == gg[None, :])))
 
 
-def test_link_sweep_equals_the_pairwise_average_concurrency():
-    """:func:`link_coefs` sweeps each link once; its answer is the pairwise definition: a
-    link's rate divided by the sum over transfers on it of their overlap with the target's
-    span, over that span (at least one), capped by the transfer's own bound. Spans with
-    ties, empty spans and transfers never reached (+inf) included."""
+def test_link_sweep_equals_the_pairwise_max_min_sharing():
+    """:func:`link_coefs` sweeps each link once per pass; its answer is the pairwise definition:
+    a link's rate divided by the sum over transfers on it of their overlap with the target's
+    span, over that span (at least one), then twice raised to what the others leave of the link
+    at their rates (max-min: their rates times their overlap, over the span), each transfer capped
+    by its own bound. Spans with ties, empty spans and transfers never reached (+inf: swept at a
+    time after every finite one) included."""
     from types import SimpleNamespace
     rng = np.random.default_rng(3)
     for _ in range(40):
@@ -466,16 +469,39 @@ def test_link_sweep_equals_the_pairwise_average_concurrency():
         with np.errstate(invalid="ignore"):
             got = closed_form_overlap.link_coefs(tpl, vals)
         for p in range(P):
+            crossing = (links < L).any(1)
+            fin = np.concatenate([s[p, crossing], e[p, crossing]])
+            fin = fin[np.isfinite(fin)]
+            late = 2.0 * max(fin.max() if len(fin) else 0.0, 0.0) + 1.0
+            S, E = np.where(np.isfinite(s[p]), s[p], late), np.where(np.isfinite(e[p]), e[p], late)
+            with np.errstate(invalid="ignore"):
+                span = e[p] - s[p]        # as measured: a span never ended is infinite, its shares the whole link
+
+            def over(x, on):
+                return np.clip(np.minimum(E[x], E[on]) - np.maximum(S[x], S[on]), 0, None)
+
+            part = {}
+            for x in range(X):
+                for lk in links[x][links[x] < L]:
+                    on = np.flatnonzero((links == lk).any(1))
+                    conc = over(x, on).sum() / span[x] if span[x] > 0 else 1.0
+                    part[(x, lk)] = tpl.link_bw[lk] / max(conc, 1.0)
+
+            def rates():
+                return np.array([min([part[(x, lk)] for lk in links[x][links[x] < L]] + [tpl.xfer_cap[x]])
+                                 for x in range(X)])
+            rate = rates()
+            for _ in range(2):
+                for x in range(X):
+                    for lk in links[x][links[x] < L]:
+                        on = np.flatnonzero((links == lk).any(1))
+                        others = (rate[on] * over(x, on)).sum() / span[x] - rate[x] if span[x] > 0 else 0.0
+                        part[(x, lk)] = max(part[(x, lk)], tpl.link_bw[lk] - max(others, 0.0))
+                rate = rates()
             for i, x in enumerate(tx):
                 if not np.isfinite(e[p, x]):
                     continue            # a transfer never reached: its rate does not matter
-                span = e[p, x] - s[p, x]
-                bw = tpl.xfer_cap[x]
-                for lk in links[x][links[x] < L]:
-                    on = np.flatnonzero((links == lk).any(1))
-                    over = np.clip(np.minimum(e[p, x], e[p, on]) - np.maximum(s[p, x], s[p, on]), 0, None).sum()
-                    bw = min(bw, tpl.link_bw[lk] / max(over / span if span > 0 else 1.0, 1.0))
-                assert got[p, i] == pytest.approx(1.0 / bw, rel=1e-12)
+                assert got[p, i] == pytest.approx(1.0 / rate[x], rel=1e-9)
 
 
 def test_a_kernel_fits_beside_the_lighter_sms_of_an_uneven_wave():
@@ -493,3 +519,19 @@ def test_a_kernel_fits_beside_the_lighter_sms_of_an_uneven_wave():
     for tid, (s, e) in ref.reference(g, gpu, t).items():
         assert by_id[tid].start == pytest.approx(s, rel=1e-9, abs=1e-15), tid
         assert by_id[tid].end == pytest.approx(e, rel=1e-9, abs=1e-15), tid
+
+
+def test_a_ring_across_a_slow_bridge_agrees_with_the_des(tmp_path):
+    """Two 4-GPU switches joined by a 100 GB/s bridge (a user's topology): a ring GPU's later
+    steps cross the bridge while its first one still does; shared by the time-averaged count
+    alone, the closed form read the ring collectives 13% slower than the DES (the bridge's rate
+    over 7 steps); with what the others leave of each link, within 3%."""
+    (tmp_path / "islands.yaml").write_text(
+        "name: two-islands\ngpus: 8\ndefaults: {bandwidth_gbps: 396, latency_us: 0.2}\nlinks:\n"
+        + "".join(f"  - {{from: gpu{i}, to: sw{i // 4}}}\n" for i in range(8))
+        + "  - {from: sw0, to: sw1, bandwidth_gbps: 100, latency_us: 2.0}\n")
+    topo = str(tmp_path / "islands.yaml")
+    for kind in ("all-gather", "reduce-scatter", "all-reduce"):
+        des = collective_time("h100", topo, kind, 256 << 20)
+        ana = collective_time("h100", topo, kind, 256 << 20, sim="analytical")
+        assert ana == pytest.approx(des, rel=0.03), (kind, ana / des - 1)

@@ -152,6 +152,7 @@ def _pad(x: np.ndarray, fill: float) -> np.ndarray:
     return np.concatenate([x, np.full((x.shape[0], 1), fill)], axis=1)
 
 
+LEFTOVER_ROUNDS = 2      # max-min passes after the count: what the others leave of a link at their rates
 SWEEP_CELLS = 4_000_000   # (scenario, link event) cells swept at once (~32 MB each array)
 
 
@@ -172,18 +173,26 @@ def link_coefs(tpl: "Template", vals: np.ndarray) -> np.ndarray:
     x_of, crossing, ev_link = tpl.level_cache["crossings"]
     out = np.empty((len(vals), len(tx)))
     step = max(1, SWEEP_CELLS // max(1, len(ev_link)))
+    i = np.maximum(crossing, 0)                                            # (X, Lmax); crossing -1: none
+    bw = np.where(crossing >= 0, tpl.link_bw[links], np.inf)
     for a in range(0, len(vals), step):
         s = vals[a:a + step, tpl.xfer_begin]
         e = np.maximum(vals[a:a + step, tpl.xfer_nodes], s)
-        F = _swept(np.concatenate([s[:, x_of], e[:, x_of]], axis=1), ev_link)
-        idx = crossing[tx]                                                 # (T, Lmax), -1: none
-        i = np.maximum(idx, 0)
-        rows = np.arange(len(s))[:, None, None]
-        over = (F[rows, i + len(x_of)] - F[rows, i]).astype(float)         # (p, T, Lmax)
-        span = (e - s)[:, tx, None]
-        conc = np.where(span > 0, over / np.where(span > 0, span, 1.0), 1.0)
-        share = np.where(idx >= 0, tpl.link_bw[links[tx]] / np.maximum(conc, 1.0), np.inf)
-        out[a:a + step] = np.minimum(share.min(-1), tpl.xfer_cap[tx])
+        t = np.concatenate([s[:, x_of], e[:, x_of]], axis=1)
+        rows, C = np.arange(len(s))[:, None, None], len(x_of)
+        span = (e - s)[:, :, None]
+        pos = span > 0
+        F = _swept(t, ev_link)
+        conc = np.where(pos, (F[rows, i + C] - F[rows, i]).astype(float) / np.where(pos, span, 1.0), 1.0)
+        share = bw / np.maximum(conc, 1.0)
+        rate = np.minimum(share.min(-1), tpl.xfer_cap)
+        for _ in range(LEFTOVER_ROUNDS):
+            W = _swept(t, ev_link, rate[:, x_of])
+            others = np.where(pos, (W[rows, i + C] - W[rows, i]).astype(float) / np.where(pos, span, 1.0), 0.0) \
+                - rate[:, :, None]
+            share = np.maximum(share, bw - np.maximum(others, 0.0))
+            rate = np.minimum(share.min(-1), tpl.xfer_cap)
+        out[a:a + step] = rate[:, tx]
     return 1.0 / out
 
 
@@ -199,7 +208,7 @@ def _crossings(links: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return x_of, crossing, ev_link
 
 
-def _swept(t: np.ndarray, ev_link: np.ndarray) -> np.ndarray:
+def _swept(t: np.ndarray, ev_link: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
     """Per row, F (see :func:`link_coefs`) at each event of ``t`` (p, 2C): the starts then
     the ends of C link crossings, on links ``ev_link``; every crossing's events on one link."""
     C = t.shape[1] // 2
@@ -209,7 +218,10 @@ def _swept(t: np.ndarray, ev_link: np.ndarray) -> np.ndarray:
     by_time = np.argsort(t, axis=1, kind="stable")   # many ties: far faster than quicksort here
     order = np.take_along_axis(by_time, np.argsort(ev_link[by_time], axis=1, kind="stable"), 1)
     ts = np.take_along_axis(t, order, 1)                                   # by link, then time
-    count = np.cumsum(np.where(order < C, 1, -1), axis=1)                 # 0 after each link's last
+    if w is None:       # the count of crossings on each link; with ``w`` (p, C), the sum of their weights
+        count = np.cumsum(np.where(order < C, 1, -1), axis=1)             # 0 after each link's last
+    else:
+        count = np.cumsum(np.take_along_axis(np.concatenate([w, -w], axis=1), order, 1), axis=1)
     F = np.zeros(t.shape, dtype=np.longdouble)
     np.cumsum(count[:, :-1] * np.diff(ts, axis=1), axis=1, dtype=np.longdouble, out=F[:, 1:])
     out = np.empty(t.shape, dtype=np.longdouble)    # subtracted later: keep the long sums' digits
