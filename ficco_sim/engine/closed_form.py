@@ -25,9 +25,9 @@ among the transfers of one concurrency step (:attr:`~ficco_sim.taskgraph.Transfe
 that cross it (commands of one step queued on one engine run in rounds, each round
 sharing links only with the other engines' same round). Two more passes divide it by
 the time-averaged number of transfers on the link over the transfer's span in the pass
-before (:func:`.closed_form_overlap.link_coefs`): pieces that the first pass lines up
-spread out once their neighbours are seen to finish early, as the DES's max-min sharing
-shows. The last pass also applies the contention rule (:mod:`ficco_sim.contention`)
+before, raised to what the others leave of it (:func:`.closed_form_overlap.link_coefs`): pieces
+that the first pass lines up spread out once their neighbours are seen to finish early, as the
+DES's max-min sharing shows. The last pass also applies the contention rule (:mod:`ficco_sim.contention`)
 where the pass before shows overlap, and the dispatcher's rules for kernels that start
 beside a running GEMM (:mod:`.closed_form_overlap`): a memory kernel gets the SM slots
 the GEMM's blocks leave it, a communication kernel with none waits for the GEMM's last

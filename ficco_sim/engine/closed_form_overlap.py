@@ -160,12 +160,17 @@ def link_coefs(tpl: "Template", vals: np.ndarray) -> np.ndarray:
     """(P, targets) seconds per byte of the target transfers from the spans of a pass
     ``vals``: each link of the path is divided by the time-averaged number of transfers on
     it over the target's span (itself included, at least one), the result capped by the
-    transfer's engine/channel/HBM bound (:attr:`Template.xfer_cap`).
+    transfer's engine/channel/HBM bound (:attr:`Template.xfer_cap`); then, :data:`LEFTOVER_ROUNDS`
+    times, each share is raised to what the others leave of the link at their rates (their
+    rates times their overlap with the span, over the span), never lowered: max-min sharing on
+    average, a transfer held back elsewhere leaving its share to the rest (a ring's later steps
+    crossing a slow bridge while its first one still does).
 
     The average over [s, e) is (F(e) - F(s)) / (e - s), where F(t) integrates the link's
-    transfer count up to t. F is swept once per link and pass: the starts and ends of the
-    link's transfers in time order, the count stepping +1 / -1 at each (ties add nothing,
-    as F is continuous), so the cost grows with the link's transfers, not their square."""
+    transfer count (or, for the others' load, their rates) up to t. F is swept once per link
+    and pass: the starts and ends of the link's transfers in time order, the count stepping
+    +1 / -1 (or +rate / -rate) at each (ties add nothing, as F is continuous), so the cost
+    grows with the link's transfers, not their square."""
     tx = np.arange(len(tpl.xfer_nodes)) if tpl.xfer_targets is None else tpl.xfer_targets
     links = tpl.xfer_links
     if "crossings" not in tpl.level_cache:
