@@ -75,6 +75,14 @@ def positive_int(flag: str):
     return conv
 
 
+def output_args(p: argparse.ArgumentParser, table: str = "") -> None:
+    """``--format table|csv|json`` and ``--out FILE``, as every command that prints rows takes them."""
+    p.add_argument("--format", default="table", choices=["table", "csv", "json"],
+                   help=f"table (default{table}), csv or json")
+    p.add_argument("--out", "--output", "-o", dest="output", metavar="FILE",
+                   help="write it here (atomically) instead of stdout")
+
+
 def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file, so a failure leaves the old file."""
     write_text_atomic(path, text, make_dirs=False)
@@ -387,10 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "closed-form")
     s.add_argument("--policy", default=None, choices=["backfill", "strict", "fifo"],
                    help="block dispatcher policy (default: the profile's `dispatch`; strict on H100/H200, measured)")
-    s.add_argument("--format", default="table", choices=["table", "csv", "json"],
-                   help="table (default), csv or json")
-    s.add_argument("--out", "--output", "-o", dest="output", metavar="FILE",
-                   help="write the table/CSV/JSON here (atomically) instead of stdout")
+    output_args(s)
     s.add_argument("--trace", help="also write the fastest schedule's timeline as Chrome/Perfetto JSON")
     s.add_argument("--gantt", help="also draw the fastest schedule's timeline as a Gantt chart (PNG)")
     s.set_defaults(func=cmd_simulate)
@@ -432,10 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "call (NCCL 2.22 and later) or rank (one rank's share: earlier NCCL); default: the profile's "
                    "comm_kernel.tuner")
     for q in (g, c):
-        q.add_argument("--format", default="table", choices=["table", "csv", "json"],
-                       help="table (default), csv or json")
-        q.add_argument("--out", "--output", "-o", dest="output", metavar="FILE",
-                       help="write the result here (atomically) instead of stdout")
+        output_args(q)
     pr.set_defaults(func=cmd_predict)
 
     lst = sub.add_parser("list", help="profiles, topologies, scenarios and schedules")

@@ -120,11 +120,9 @@ def add_recommend_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "gradient all-reduce fired during backward compute); the side-by-side candidates and "
                         "presets issue it first (-gf), where occupancy shaping and SM margins decide whether the "
                         "collective gets SMs at all. Default: the collective is issued first")
-    p.add_argument("--format", default="table", choices=["table", "csv", "json"],
-                   help="table (default: the pick and why), or csv / json: a row per candidate the pick was made "
-                        "among and per preset (kind, name, schedule, picked, makespan, speedup, losses, reason)")
-    p.add_argument("--out", "--output", "-o", dest="output", metavar="FILE",
-                   help="write it here (atomically) instead of stdout")
+    from ..cli import output_args
+    output_args(p, ": the pick and why; csv / json: a row per candidate the pick was made among and per preset "
+                "(kind, name, schedule, picked, makespan, speedup, losses, reason)")
     p.set_defaults(func=run_recommend)
     return p
 
