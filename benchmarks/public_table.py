@@ -14,7 +14,8 @@ Pericàs' independent-overlap figures, arXiv 2507.03114's compute slowdown, byte
 flux#100, the runs Flux's block rate is fitted on), PyTorch async-TP against GEMM + NCCL on 8×H100
 (meta-pytorch/kraken#19, #2), all-gather then GEMM on 8×H100 as yifuwang/symm-mem-recipes timed it
 (cuBLAS alone, NCCL then cuBLAS, a fused Triton kernel), a GEMM beside an independent all-gather on
-8×H100 (pytorch/pytorch#172714: one after the other, side by side, NCCL on copy engines), and
+8×H100 (pytorch/pytorch#172714: one after the other, side by side, NCCL on copy engines), Flux's
+own table on 8×A800 and 8×H800 (bytedance/flux's README: GEMM, NCCL, both, fused), and
 the FiCCO paper's headline speedups (the best DES-confirmed speedup over the built-in library on
 8×MI300X: the paper's scenario list is not public). A row whose source a shipped number was fitted
 on says ``used_for_fit`` and is left out of the medians. ``error`` is relative, (predicted -
@@ -46,6 +47,7 @@ SOURCES = {      # file -> the command that regenerates it
     "peer_rate_fit.txt": ["benchmarks/fit_peer_rate.py", "--out", "validation/public/peer_rate_fit.txt"],
     "kraken.csv": ["benchmarks/kraken_prs.py", "--csv", "validation/public/kraken.csv"],
     "overlap_prs.csv": ["benchmarks/overlap_prs.py", "--csv", "validation/public/overlap_prs.csv"],
+    "flux_readme.csv": ["benchmarks/flux_readme.py", "--csv", "validation/public/flux_readme.csv"],
 }
 VIDUR = "https://github.com/microsoft/vidur (data/profiling/compute/*/gemm_times.csv, MIT)"
 CONCCL = "https://arxiv.org/abs/2412.14335"
@@ -218,6 +220,15 @@ def prs_rows() -> list[dict]:
                  r.source_url, cmd, used_for_fit=bool(r.used_for_fit)) for r in _read("overlap_prs.csv").itertuples()]
 
 
+def flux_readme_rows() -> list[dict]:
+    """bytedance/flux's README table on 8 x A800 and 8 x H800: GEMM alone, NCCL alone, one
+    after the other, Flux fused (the ``a800`` / ``h800`` variant profiles)."""
+    cmd = "python benchmarks/flux_readme.py"
+    return [_row("flux README", f"8x{r.gpu.upper()} {r.case}, {r.what} ({r.schedule}): time (ms)", r.published_ms,
+                 r.model_ms, r.source_url, cmd, used_for_fit=bool(r.used_for_fit))
+            for r in _read("flux_readme.csv").itertuples()]
+
+
 def ficco_rows() -> list[dict]:
     from ficco_sim.explore.study import default_scenarios, run_study
     scs = [s for s in default_scenarios() if s.gpus == 8]
@@ -299,7 +310,7 @@ def main() -> None:
             print(f"regenerating {name}: python {' '.join(argv)}", flush=True)
             subprocess.run([sys.executable, *argv], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     rows = (nccl_rows() + h200_rows() + issue_thread_rows() + dil_rows() + overlap_rows() + flux_rows()
-            + kraken_rows() + prs_rows() + ficco_rows())
+            + kraken_rows() + prs_rows() + flux_readme_rows() + ficco_rows())
     table = pd.DataFrame(rows, columns=COLUMNS)
     summ = summary(table)
     stamp = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ} on {socket.gethostname()}"

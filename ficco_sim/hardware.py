@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from .errors import InputError
 from .hardware_specs import (SIMPLE, BlockShape, CommKernelSpec, Contention, DmaSpec, GemmModel, GemmTile,  # noqa: F401
                              HostSpec, LinkSpec, NVLS_MIN_BYTES, P2pRule, Protocol, Provenance, SmLimits)
-from .profile_reader import KIB, KINDS, Reader, check_block_fits, read_yaml  # noqa: F401
+from .profile_reader import KIB, KINDS, Reader, check_block_fits, overlay, read_yaml  # noqa: F401
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "hw_profiles"
 # gemm.kernel: how the library's GEMM kernels hold SMs (GemmModel.persistent)
@@ -141,7 +141,12 @@ YAML_HELP = """\
 A GPU profile is YAML (hw_profiles/*.yaml; pass a name or a path to --gpu). Every number is
 {value, kind, source}: kind is datasheet | measured | fitted | derived | assumption and
 source says where it comes from (a URL, a measurement file, or a fit with its error).
-Units are in the key names (_gbps, _us, _kib, _mhz). The sections, with {example} values:
+Units are in the key names (_gbps, _us, _kib, _mhz). A variant of another GPU gives only
+what differs: `extends: h100` (a built-in name, or a profile file's path relative to this
+one) takes every entry of that profile and lays the file's own over it, leaf by leaf (a list
+such as gemm.tiles is replaced whole); it needs a name of its own. A number the base derived
+from one the variant changes (a channel rate from the link count) is not derived again:
+give it too (hw_profiles/h800.yaml extends h100 so). The sections, with {example} values:
 """
 MEASURED_HELP = """\
 Optional, gemm.measured: GEMMs you timed yourself, each costing exactly its time in every
@@ -273,8 +278,45 @@ def _p2p(r: Reader) -> P2pRule | None:
     return rule
 
 
+MAX_EXTENDS = 8     # profiles extending one another deeper than this are a mistake, not a family
+
+
+def inherited(data: Any, where: str, chain: tuple[str, ...] = ()) -> Any:
+    """A profile that ``extends`` another (a built-in name, or a YAML path relative to the
+    extending file's folder): the other's entries, themselves resolved, with this file's laid
+    over them (:func:`overlay`). A variant must name itself; a loop or a chain deeper than
+    :data:`MAX_EXTENDS` is refused. Other data passes through."""
+    if not isinstance(data, dict) or "extends" not in data:
+        return data
+    ref = data["extends"]
+    if not isinstance(ref, str) or not ref.strip():
+        raise InputError(where, "extends", f"must name a built-in profile or a profile YAML file, got {ref!r}")
+    if not isinstance(data.get("name"), str) or not data["name"]:
+        raise InputError(where, "name", f"a profile that extends {ref!r} needs a name of its own (its results are "
+                         "labelled by it)")
+    target = Path(ref)
+    if target.suffix in (".yaml", ".yml") and not target.is_absolute() and where:
+        target = Path(where).parent / target
+    try:
+        path = resolve_profile_path(target if target.suffix in (".yaml", ".yml") else ref)
+    except InputError as exc:
+        raise InputError(where, "extends", exc.message) from None
+    chain = chain or (str(Path(where).resolve()),)
+    key = str(path.resolve())
+    if key in chain or len(chain) > MAX_EXTENDS:
+        names = " -> ".join(Path(c).name for c in (*chain, key))
+        raise InputError(where, "extends", f"profiles extend one another in a loop (or deeper than {MAX_EXTENDS}): "
+                         f"{names}")
+    base = inherited(read_yaml(path), str(path), (*chain, key))
+    if not isinstance(base, dict):
+        raise InputError(str(path), None, "a profile must be a YAML mapping")
+    return overlay(base, {k: v for k, v in data.items() if k != "extends"})
+
+
 def parse_profile(data: Any, where: str) -> GpuProfile:
-    """Validate a parsed profile mapping and build a :class:`GpuProfile` (SI units)."""
+    """Validate a parsed profile mapping and build a :class:`GpuProfile` (SI units); one that
+    ``extends`` another is laid over it first (:func:`inherited`)."""
+    data = inherited(data, where)
     r = Reader(data, where)
     name = data.get("name")
     if not isinstance(name, str) or not name:

@@ -37,6 +37,25 @@ def read_yaml(path: Path) -> Any:
         raise InputError(str(path), None, f"malformed YAML{where}") from None
 
 
+def overlay(base: Any, own: Any) -> Any:
+    """``own`` laid over ``base`` (a profile that ``extends`` another): mappings merged key by
+    key, anything else (a ``{value, kind, source}`` leaf, a list such as ``gemm.tiles``, a
+    choice) replaced whole.
+
+    >>> overlay({"link": {"ports": {"value": 18}, "latency_us": {"value": 0.3}}, "name": "h100"},
+    ...         {"link": {"ports": {"value": 8}}, "name": "h800"})
+    {'link': {'ports': {'value': 8}, 'latency_us': {'value': 0.3}}, 'name': 'h800'}
+    """
+    def leaf(node: Any) -> bool:
+        return not isinstance(node, dict) or "value" in node
+    if leaf(base) or leaf(own):
+        return own
+    out = dict(base)
+    for key, value in own.items():
+        out[key] = overlay(base[key], value) if key in base else value
+    return out
+
+
 class Reader:
     """Reads ``{value, kind, source}`` leaves from a parsed profile, remembering provenance."""
 

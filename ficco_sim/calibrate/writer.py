@@ -73,14 +73,23 @@ def set_leaves(text: str, updates: dict[str, tuple[Any, str, str]]) -> str:
             done.add(path)
         elif not m.group("rest").strip():
             stack.append((indent, m.group("key")))
+            last_under[path] = i
+    # A mapping the text lacks (a profile that extends another gives only what differs): add
+    # the outermost one missing, empty, below its parent, and read the text again.
+    for path in updates:
+        parts = path.split(".")[:-1]
+        gap = next((d for d in range(1, len(parts) + 1) if ".".join(parts[:d]) not in last_under), None)
+        if path not in done and gap is not None:
+            outer = ".".join(parts[:gap - 1])
+            at = last_under[outer] + 1 if outer else len(lines)
+            lines.insert(at, f"{'  ' * (gap - 1)}{parts[gap - 1]}:")
+            return set_leaves("\n".join(lines) + "\n", updates)
     # Add the missing leaves below their parent's last line (deepest last lines first).
     inserts = []
     for path in updates:
         if path in done:
             continue
         parent, _, key = path.rpartition(".")
-        if parent and parent not in last_under:
-            raise InputError("profile", path, f"cannot add: the profile has no mapping {parent!r}")
         at = last_under[parent] + 1 if parent else len(lines)
         indent = "  " * path.count(".")
         inserts.append((at, f"{indent}{key}: {leaf_text(*updates[path])}"))
@@ -138,10 +147,22 @@ def write_profile(path: str | Path, text: str, *, force: bool = False) -> Path:
     return write_text_atomic(path, text, force=force)
 
 
+def _extends_from(text: str, path: Path) -> str:
+    """The profile text with an ``extends:`` file path made absolute (relative, it is read
+    from the extending file's folder, which the copy written elsewhere is not in)."""
+    def absolute(m: re.Match) -> str:
+        ref = m.group("ref").strip().strip("'\"")
+        if Path(ref).suffix not in (".yaml", ".yml") or Path(ref).is_absolute():
+            return m.group(0)
+        return f"extends: {json.dumps(str((path.parent / ref).resolve()))}{m.group('tail') or ''}"
+    return re.sub(r"^extends:(?P<ref>[^#\n]*)(?P<tail>#.*)?$", absolute, text, flags=re.M)
+
+
 def update_profile(base: str | Path, out: str | Path, updates: dict[str, tuple[Any, str, str]], *,
                    force: bool = False, measured: list | None = None) -> Path:
     """Read profile ``base``, set ``updates`` (and ``gemm.measured``, :func:`set_measured`, when
     ``measured`` is given), write ``out`` (may be ``base`` itself, with force)."""
     from ..hardware import resolve_profile_path
-    text = set_leaves(resolve_profile_path(base).read_text(), updates)
+    path = resolve_profile_path(base)
+    text = set_leaves(_extends_from(path.read_text(), path), updates)
     return write_profile(out, set_measured(text, measured) if measured is not None else text, force=force)

@@ -1,0 +1,130 @@
+"""Profiles that extend another (``extends:``): a variant gives only what differs, takes the
+rest with its sources, and is refused in one line when it names nothing, loops or has no name.
+The built-in H800 and A800 are the H100 and A100 with 8 NVLinks."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ficco_sim import Scenario, simulate
+from ficco_sim.calibrate.writer import update_profile
+from ficco_sim.cli import main
+from ficco_sim.errors import InputError
+from ficco_sim.hardware import load_gpu, profile_for_device
+
+MIB = 1 << 20
+
+
+def _variant(tmp_path: Path, body: dict, name: str = "mine.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("variant, base, links", [("h800", "h100", 8), ("a800", "a100", 8)])
+def test_a_built_in_variant_is_its_base_with_fewer_links(variant, base, links):
+    v, b = load_gpu(variant), load_gpu(base)
+    assert (v.name, v.link.ports, b.link.ports > links) == (variant, links, True)
+    # everything the variant does not give is the base's, number and source alike
+    for field in ("num_sms", "sm", "peak_flops", "hbm_bandwidth", "gemm", "contention", "launch_overhead"):
+        assert getattr(v, field) == getattr(b, field), field
+    assert v.provenance("gemm.efficiency.float16") == b.provenance("gemm.efficiency.float16")
+    assert v.provenance("link.ports").kind == "datasheet"
+    # the link-derived numbers scale with the links, not copied
+    share = links / b.link.ports
+    assert v.comm_kernel.channel_bandwidth == pytest.approx(b.comm_kernel.channel_bandwidth * share, rel=0.01)
+    assert v.dma.bandwidth == pytest.approx(b.dma.bandwidth * share, rel=0.02)
+
+
+def test_a_large_all_gather_on_h800_takes_the_link_ratio_longer_and_a_gemm_the_same():
+    sc = Scenario("ag-gemm", 8, 4096, 6144, 12288, "float16")
+    t = {g: simulate(sc, "none", g, "switch:8").metrics for g in ("h100", "h800")}
+    ratio = float(t["h800"]["t_comm_iso"] / t["h100"]["t_comm_iso"])
+    assert ratio == pytest.approx(18 / 8, rel=0.1)              # bandwidth-bound: 450 against 200 GB/s
+    assert float(t["h800"]["t_comp_iso"]) == pytest.approx(float(t["h100"]["t_comp_iso"]), rel=1e-9)
+
+
+def test_trace_device_names_find_the_variants():
+    assert profile_for_device("NVIDIA H800") == "h800"
+    assert profile_for_device("NVIDIA A800-SXM4-80GB") == "a800"
+    assert profile_for_device("NVIDIA H100 80GB HBM3") == "h100"
+
+
+def test_a_users_variant_overrides_leaves_and_replaces_lists_whole(tmp_path):
+    base = load_gpu("h100")
+    tile = {"m": {"value": 128, "kind": "assumption", "source": "s"}, "n": {"value": 128, "kind": "assumption",
+            "source": "s"}, "threads": {"value": 256, "kind": "assumption", "source": "s"},
+            "registers": {"value": 168, "kind": "assumption", "source": "s"},
+            "smem_kib": {"value": 130, "kind": "assumption", "source": "s"}}
+    path = _variant(tmp_path, {"extends": "h100", "name": "h100-pcie-ish",
+                               "hbm": {"bandwidth_gbps": {"value": 2000, "kind": "datasheet", "source": "mine"}},
+                               "gemm": {"tiles": [tile]}})
+    g = load_gpu(str(path))
+    assert g.name == "h100-pcie-ish" and g.hbm_bandwidth == pytest.approx(2e12)
+    assert g.hbm_efficiency == base.hbm_efficiency                      # the sibling leaf kept
+    assert len(g.gemm.tiles) == 1 and len(base.gemm.tiles) == 3         # the list replaced whole
+    assert g.provenance("hbm.bandwidth_gbps").source == "mine"
+
+
+def test_a_variant_of_a_variant_by_relative_path_read_from_its_own_folder(tmp_path, monkeypatch):
+    (tmp_path / "lab").mkdir()
+    _variant(tmp_path / "lab", {"extends": "h800", "name": "h800-slow",
+                                "launch_overhead_us": {"value": 9.0, "kind": "measured", "source": "mine"}},
+             "h800-slow.yaml")
+    leaf = _variant(tmp_path / "lab", {"extends": "h800-slow.yaml", "name": "h800-slower"}, "h800-slower.yaml")
+    monkeypatch.chdir(tmp_path)                                         # not the files' folder
+    g = load_gpu(str(leaf))
+    assert (g.name, g.link.ports, g.launch_overhead) == ("h800-slower", 8, pytest.approx(9e-6))
+
+
+@pytest.mark.parametrize("body, field, words", [
+    ({"extends": "h900", "name": "x"}, "extends", "unknown GPU 'h900'"),
+    ({"extends": "nowhere.yaml", "name": "x"}, "extends", "no such profile file"),
+    ({"extends": ["h100"], "name": "x"}, "extends", "must name a built-in profile"),
+    ({"extends": "h100"}, "name", "needs a name of its own"),
+    ({"extends": "h100", "name": "x", "link": {"portz": {"value": 8, "kind": "datasheet", "source": "s"}}},
+     "link.portz", "did you mean ports"),
+])
+def test_a_bad_variant_is_one_line_naming_its_file_and_field(tmp_path, body, field, words):
+    path = _variant(tmp_path, body)
+    with pytest.raises(InputError) as err:
+        load_gpu(str(path))
+    assert (err.value.where, err.value.field) == (str(path), field) and words in err.value.message
+
+
+def test_profiles_extending_one_another_in_a_loop_are_refused(tmp_path):
+    _variant(tmp_path, {"extends": "b.yaml", "name": "a"}, "a.yaml")
+    _variant(tmp_path, {"extends": "a.yaml", "name": "b"}, "b.yaml")
+    with pytest.raises(InputError, match="loop.*a.yaml -> b.yaml -> a.yaml"):
+        load_gpu(str(tmp_path / "a.yaml"))
+
+
+def test_the_cli_runs_a_variant_and_refuses_a_bad_one_with_exit_2(tmp_path, capsys):
+    assert main(["predict", "collective", "--gpu", "h800", "--topology", "switch:8", "--kind", "all-gather",
+                 "--bytes", str(64 * MIB), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("h800,switch:8,all-gather,")
+    bad = _variant(tmp_path, {"extends": "h100"})
+    assert main(["predict", "gemm", "--gpu", str(bad), "--m", "1024", "--n", "1024", "--k", "1024"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{bad}: name:" in err
+
+
+def test_calibrate_writes_into_a_variant_adding_the_mappings_it_lacks(tmp_path):
+    (tmp_path / "lab").mkdir()
+    mine = _variant(tmp_path / "lab", {"extends": "../h800-base.yaml", "name": "h800-mine"}, "mine.yaml")
+    _variant(tmp_path, {"extends": "h800", "name": "h800-base"}, "h800-base.yaml")
+    out = tmp_path / "elsewhere" / "fitted.yaml"
+    out.parent.mkdir()
+    update_profile(mine, out, {"comm_kernel.protocols.LL.latency_us": (0.9, "fitted", "my fit"),
+                               "link.latency_us": (0.5, "fitted", "my fit")})
+    g, h800 = load_gpu(str(out)), load_gpu("h800")
+    ll = {p.name: p for p in g.comm_kernel.protocols}["LL"]
+    assert ll.latency == pytest.approx(0.9e-6) and g.link.latency == pytest.approx(0.5e-6)
+    # the rest is still the chain's: H800 links, the H100's other protocols
+    assert g.link.ports == 8 and g.name == "h800-mine"
+    assert [dataclasses.replace(p, latency=0) for p in g.comm_kernel.protocols] == \
+        [dataclasses.replace(p, latency=0) for p in h800.comm_kernel.protocols]
