@@ -138,6 +138,8 @@ MUTANTS = {
                         "sizes whose GEMM operands cannot fit the GPU's memory refused"),
     "link-max-min": ("ficco_sim/engine/closed_form_overlap.py", "LEFTOVER_ROUNDS = 2", "LEFTOVER_ROUNDS = 0",
                      "the closed form's max-min passes (what the others leave of a link)"),
+    "posted-stores": ("ficco_sim/engine/des.py", "        held = math.isfinite(self.gpu.gemm.peer_rate)",
+                      "        held = True", "posted epilogue stores leaving the SMs to the next wave (Ampere, Flux)"),
     "host-pace": ("ficco_sim/traces/graph.py",
                   "            if op.host and op.launch is not None and op.launch > allowed:",
                   "            if False:", "a trace's host launches keeping their pace in a what-if"),

@@ -15,7 +15,8 @@ flux#100, the runs Flux's block rate is fitted on), PyTorch async-TP against GEM
 (meta-pytorch/kraken#19, #2), all-gather then GEMM on 8×H100 as yifuwang/symm-mem-recipes timed it
 (cuBLAS alone, NCCL then cuBLAS, a fused Triton kernel), a GEMM beside an independent all-gather on
 8×H100 (pytorch/pytorch#172714: one after the other, side by side, NCCL on copy engines), Flux's
-own table on 8×A800 and 8×H800 (bytedance/flux's README: GEMM, NCCL, both, fused), and
+own table on 8×A800 and 8×H800 (bytedance/flux's README: GEMM, NCCL, both, fused) and a user's
+8×A100 run (flux#36), and
 the FiCCO paper's headline speedups (the best DES-confirmed speedup over the built-in library on
 8×MI300X: the paper's scenario list is not public). A row whose source a shipped number was fitted
 on says ``used_for_fit`` and is left out of the medians. ``error`` is relative, (predicted -
@@ -221,10 +222,11 @@ def prs_rows() -> list[dict]:
 
 
 def flux_readme_rows() -> list[dict]:
-    """bytedance/flux's README table on 8 x A800 and 8 x H800: GEMM alone, NCCL alone, one
-    after the other, Flux fused (the ``a800`` / ``h800`` variant profiles)."""
+    """Flux's own timings: its README's table on 8 x A800 and 8 x H800 (the ``a800`` / ``h800``
+    variant profiles) and bytedance/flux#36 on 8 x A100: GEMM alone, NCCL alone, one after the
+    other, Flux fused."""
     cmd = "python benchmarks/flux_readme.py"
-    return [_row("flux README", f"8x{r.gpu.upper()} {r.case}, {r.what} ({r.schedule}): time (ms)", r.published_ms,
+    return [_row(r.source, f"8x{r.gpu.upper()} {r.case}, {r.what} ({r.schedule}): time (ms)", r.published_ms,
                  r.model_ms, r.source_url, cmd, used_for_fit=bool(r.used_for_fit))
             for r in _read("flux_readme.csv").itertuples()]
 

@@ -17,8 +17,8 @@ Compiling (:func:`compile_graph`) turns every task into nodes whose values are t
 A tile signal (:attr:`~ficco_sim.taskgraph.Kernel.signals`) is a node that ends the share of
 its producer GEMM's time its waves up to the last block covering its rows take (wave quantized,
 :func:`~ficco_sim.gemm_model.tile_prefix_blocks`), plus the flag's path latency. A fused
-GEMM's epilogue stores add their bytes over the path (or, if lower, a full wave's blocks x
-``gemm.peer_rate``) to its time (every block stores after computing: the waves' stores queue).
+GEMM's epilogue stores move their bytes over the path (or a full wave's blocks x a finite
+``gemm.peer_rate``, added to its time) or are posted, beside its math (:func:`with_stores`).
 
 Who shares a link is found in passes (:func:`evaluate`). The first pass divides each link
 among the transfers of one concurrency step (:attr:`~ficco_sim.taskgraph.Transfer.step`)
@@ -70,7 +70,7 @@ from .closed_form_overlap import (CommKernels, MemKernels, apply_comm_hold, appl
                                   gemm_waits, link_coefs, memory_hold)
 from .dag_levels import csr, levels_of, longest_path_levels, padded_levels
 from .launch import launch_delays, persistent
-from .closed_form_tiles import residency, signal_share, sources, store_coef, store_seconds, with_signals
+from .closed_form_tiles import residency, signal_share, sources, store_coef, with_signals, with_stores
 from .closed_form_tables import (NO_TUNE, Groups, graph_comm_kernels, groups, link_tables, memory_kernels,
                                  transfer_cost, tuned_terms)
 
@@ -199,7 +199,7 @@ def task_rows(t, gpu: GpuProfile, topo: Topology, cost: tuple | None, rows: list
     if isinstance(t, Kernel):
         begin = node(CONST, t.gpu, launch[t.id])
         if t.kind == "gemm" and t.gemm is not None:
-            coef, remote = store_coef(t, topo)      # fused epilogue stores: s and bytes per output element
+            coef, remote = store_coef(t, topo, gpu)     # fused epilogue stores: s and bytes per output element
             return begin, begin, node(GEMM, t.gpu, coef=coef, nb=remote,
                                       shape=shapes.setdefault(t.gemm, len(shapes))), None
         if t.kind == "host":      # a trace's launch pace: the discrete-event engine's alone
@@ -352,7 +352,7 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
         stored = g[tpl.coef[g] > 0]
         if len(stored):   # fused epilogue stores (not part of "iso")
             iso = dur.copy()
-            dur[:, stored] += store_seconds(gpu, tpl, stored, sizes, picked)
+            dur[:, stored] = with_stores(gpu, tpl, stored, sizes, picked, dur[:, stored], traffic[:, tpl.gemm_shape[stored]])
         gemm_hbm = traffic[:, tpl.gemm_shape[tpl.gemm_nodes]]
         if (tpl.mem is not None and len(tpl.mem.nodes)) or len(tpl.comm_nodes):
             resident = residency(gpu, tpl.shapes, sizes, picked, tpl.gemm_shape[tpl.gemm_nodes])

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..contention import comm_slowdown, compute_slowdown
 from ..gemm_model import GemmShape, block_needs, tile_costs, tile_prefix_blocks, waves_time
 from ..hardware import DTYPE_BYTES, BlockShape, GpuProfile
 from ..taskgraph import Kernel
@@ -44,33 +45,56 @@ def _picked_tiles(gpu: GpuProfile, sh: GemmShape, size: tuple, best: np.ndarray)
         yield rows, tile, grid, occ, S, done
 
 
-def store_coef(k: Kernel, topo: Topology) -> tuple[float, float]:
-    """A fused GEMM's epilogue stores per output element of its m x n: seconds (each peer's
-    share of rows over the path's bandwidth, one peer after the other) and remote bytes."""
-    out, remote, lo = 0.0, 0.0, 0.0
+def store_coef(k: Kernel, topo: Topology, gpu: GpuProfile) -> tuple[float, float]:
+    """A fused GEMM's epilogue stores per output element of its m x n: seconds and remote
+    bytes. A wave's blocks store the rows of one peer, so stores a block waits for (a finite
+    ``gemm.peer_rate``) cross one path after the other: each peer's share of rows over its
+    path's bandwidth, summed. Posted stores of later waves go out while earlier ones still
+    cross, so each link carries its share at once: the busiest link's bytes over its bandwidth."""
+    held, remote, lo = 0.0, 0.0, 0.0
+    load: dict[tuple[str, str], float] = {}
     for share, dst in k.stores:
         if dst != k.gpu:
-            out += (share - lo) * DTYPE_BYTES[k.gemm.dtype] / topo.path_bandwidth(k.gpu, dst)
-            remote += (share - lo) * DTYPE_BYTES[k.gemm.dtype]
+            b = (share - lo) * DTYPE_BYTES[k.gemm.dtype]
+            held += b / topo.path_bandwidth(k.gpu, dst)
+            remote += b
+            for e in topo.path_links(k.gpu, dst):
+                load[e] = load.get(e, 0.0) + b
         lo = share
-    return out, remote
+    if np.isfinite(gpu.gemm.peer_rate) or not load:
+        return held, remote
+    return max(b / topo.graph.edges[e]["bandwidth"] for e, b in load.items()), remote
 
 
-def store_seconds(gpu: GpuProfile, tpl, stored: np.ndarray, sizes: list, picked: list) -> np.ndarray:
-    """(P, stored GEMMs): seconds their epilogue stores add, per scenario. A wave's blocks
-    store at most ``blocks x gemm.peer_rate`` (each has a few KiB in flight), so a full wave
-    of ``SMs x occupancy`` blocks moves its tiles at the path's bandwidth or that, whichever
-    is lower (exact for full waves; the discrete-event engine runs the last one as it is)."""
+def with_stores(gpu: GpuProfile, tpl, stored: np.ndarray, sizes: list, picked: list,
+                compute: np.ndarray, hbm: np.ndarray) -> np.ndarray:
+    """(P, stored GEMMs): their durations (``compute`` without stores, ``hbm`` their own HBM
+    bytes) with their epilogue stores, per scenario. Blocks that move their tiles themselves
+    (a finite ``gemm.peer_rate``) hold their SMs until the bytes land, so the stores add up
+    after the math: a wave's blocks store at most ``blocks x peer_rate`` (each has a few KiB
+    in flight), so a full wave of ``SMs x occupancy`` blocks moves its tiles at the path's
+    bandwidth or that, whichever is lower. Posted stores (no such rate) leave the SMs to the
+    next wave's math, which the peers' stores arriving before it ends slow by the contention rule
+    (:func:`~ficco_sim.contention.compute_slowdown`; the GEMM's own traffic slows the stores,
+    :func:`~ficco_sim.contention.comm_slowdown`): a two-stage pipeline of ``W`` waves, math
+    ``C`` and stores ``S`` in all, takes ``max(C + S / W, S + C / W)`` (exact for full waves
+    without contention; the discrete-event engine runs the last one as it is)."""
     shape = tpl.gemm_shape[stored]
     mn = np.stack([sizes[j][0] * sizes[j][1] for j in shape], axis=1).astype(float)
     coef = np.broadcast_to(tpl.coef[stored], mn.shape)
+    slots, waves = np.ones(mn.shape), np.ones(mn.shape)
+    for c, j in enumerate(shape):
+        for rows, _tile, grid, occ, S, _done in _picked_tiles(gpu, tpl.shapes[j], sizes[j], picked[j]):
+            slots[rows, c] = S * occ
+            waves[rows, c] = np.ceil(grid / (S * occ))
     if np.isfinite(gpu.gemm.peer_rate):
-        slots = np.ones(mn.shape)
-        for c, j in enumerate(shape):
-            for rows, _tile, _grid, occ, S, _done in _picked_tiles(gpu, tpl.shapes[j], sizes[j], picked[j]):
-                slots[rows, c] = S * occ
-        coef = np.maximum(coef, tpl.ref_bytes[stored] / (slots * gpu.gemm.peer_rate))
-    return coef * mn
+        return compute + np.maximum(coef, tpl.ref_bytes[stored] / (slots * gpu.gemm.peer_rate)) * mn
+    store = coef * mn * comm_slowdown(gpu, hbm / compute)
+    # the peers store as much here as this GPU sends them; what arrives before the last wave's
+    # math ends (all but the last wave's, or the share of the stores the math outlasts) slows it
+    arriving = tpl.ref_bytes[stored] * mn * (1.0 - 1.0 / waves) * np.minimum(1.0, compute / np.maximum(store, 1e-300))
+    math_ = compute * compute_slowdown(gpu, arriving / compute)
+    return np.maximum(math_ + store / waves, store + math_ / waves)
 
 
 def sources(source: dict[int, int], n: int) -> np.ndarray | None:

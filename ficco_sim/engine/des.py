@@ -10,7 +10,9 @@ their handshake is over, and blocks placed later (as a GEMM frees SMs) pay their
 with tile signals also waits for the producer GEMM's blocks covering those rows (blocks are
 dispatched in index order, so done blocks form a prefix) and the flag's path latency; a fused
 GEMM's blocks with epilogue stores hold their SMs until their tiles have crossed the links to
-their peers, each block moving at most ``gemm.peer_rate``. On a host device (the CPU replay,
+their peers, each block moving at most ``gemm.peer_rate``, or, where the profile gives no such
+rate (posted stores: Ampere's epilogue writes to peer memory), leave them at once, their tiles
+done when their bytes have landed. On a host device (the CPU replay,
 :class:`~ficco_sim.hardware.HostSpec`) a rank's compute ops and its message posts take turns
 on its one issuing thread, and compute and messages share the rank's cores evenly.
 
@@ -297,8 +299,12 @@ class Simulation(Wiring):
         self._add_activity(act)
 
     def _computed(self, k: Kernel, counts: np.ndarray, first: int) -> None:
-        """A cohort's blocks ``[first, first + n)`` finished computing: fused epilogue stores
-        to peers go out now (the blocks keep their SMs until they land), then they retire."""
+        """A cohort's blocks ``[first, first + n)`` finished computing: fused epilogue stores to
+        peers go out now. Blocks that move their tiles themselves (a finite ``gemm.peer_rate``:
+        a few KiB in flight each, Flux's Hopper kernel) keep their SMs until the bytes land;
+        posted stores (no such rate: Ampere's epilogue writes to peer memory) leave the SMs to
+        the kernel's next tiles at once. A tile is done (its signal, the kernel's end) once its
+        bytes have landed."""
         if not k.stores:
             self._cohort_done(k, counts, first)
             return
@@ -307,12 +313,17 @@ class Simulation(Wiring):
         if not sends:
             self._cohort_done(k, counts, first)
             return
+        held = math.isfinite(self.gpu.gemm.peer_rate)
+        if not held:
+            self._release(k, counts)
         left = [len(sends)]
 
         def landed() -> None:
             left[0] -= 1
             if left[0] == 0:
-                self._cohort_done(k, counts, first)
+                if held:
+                    self._release(k, counts)
+                self._landed(k, counts, first)
 
         for dst, blocks in sends:
             usage = dict(self._path(k.gpu, dst)[0])
@@ -334,24 +345,6 @@ class Simulation(Wiring):
                 self.fluid.set_capacity(f"{end}:{kid}", self.armed[kid] * self.gpu.comm_kernel.channel_bandwidth)
             if later:
                 self._request_settle()
-
-    def _cohort_done(self, k: Kernel, counts: np.ndarray, first: int = 0) -> None:
-        n = int(counts.sum())
-        order = self.tiled.get(k.id)
-        if order is not None:
-            for latency, ev in order.retire(first, n):
-                if latency:
-                    self.env.timeout(latency).callbacks.append(lambda _e, ev=ev: ev.succeed())
-                else:
-                    ev.succeed()
-        self._vacate(k, counts)
-        self.resident[k.id] -= n
-        self.blocks_done[k.id] += n
-        self._count(f"gpu{k.gpu}.blocks.{k.role}", -n)
-        if self.blocks_done[k.id] == k.grid:
-            self.records[k.id].end = self.env.now
-            self.done[k.id].succeed()
-        self._dirty(k.gpu)
 
     def _finish_comm(self, kid: str) -> None:
         if kid in self.finished_comm:

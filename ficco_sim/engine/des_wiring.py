@@ -4,7 +4,9 @@ the counter series of a recorded run.
 
 :class:`Wiring` is the part of :class:`~ficco_sim.engine.des.Simulation` that reads them; it
 keeps the caches and counter series it writes, and reads the simulation's ``gpu``, ``topo``,
-``fluid``, ``folded``, ``pairs``, ``env`` and ``record``, set up by ``Simulation.__init__``.
+``fluid``, ``folded``, ``pairs``, ``env`` and ``record``, set up by ``Simulation.__init__``. It
+also retires a GEMM cohort's blocks (their SMs, then their tiles: signals, the kernel's end),
+through the simulation's ``pools``, ``tiled``, ``resident``, ``blocks_done``, ``records`` and ``done``.
 """
 
 from __future__ import annotations
@@ -118,3 +120,31 @@ class Wiring:
         self.pools[k.gpu].retire(k.block, counts, k.id)
         if k.id in self.kernel_sms:
             self.kernel_sms[k.id] -= counts
+
+    def _cohort_done(self, k: Kernel, counts: np.ndarray, first: int = 0) -> None:
+        self._release(k, counts)
+        self._landed(k, counts, first)
+
+    def _release(self, k: Kernel, counts: np.ndarray) -> None:
+        """A cohort's blocks leave their SMs."""
+        n = int(counts.sum())
+        self._vacate(k, counts)
+        self.resident[k.id] -= n
+        self._count(f"gpu{k.gpu}.blocks.{k.role}", -n)
+        self._dirty(k.gpu)
+
+    def _landed(self, k: Kernel, counts: np.ndarray, first: int) -> None:
+        """A cohort's tiles are done (computed, their stores landed): their signals go, and the
+        kernel ends with its last."""
+        n = int(counts.sum())
+        order = self.tiled.get(k.id)
+        if order is not None:
+            for latency, ev in order.retire(first, n):
+                if latency:
+                    self.env.timeout(latency).callbacks.append(lambda _e, ev=ev: ev.succeed())
+                else:
+                    ev.succeed()
+        self.blocks_done[k.id] += n
+        if self.blocks_done[k.id] == k.grid:
+            self.records[k.id].end = self.env.now
+            self.done[k.id].succeed()

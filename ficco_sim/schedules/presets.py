@@ -195,7 +195,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("flux", "Flux (bytedance/flux)",
            "one fused GEMM + reduce-scatter kernel: each tile leaves for its owner from the GEMM's own blocks",
            (), ("arXiv 2406.06858 and bytedance/flux: GEMM + reduce-scatter fused into the GEMM kernel, tiles "
-                "written to their owner from the epilogue (Ampere), pulled by extra warps of the same kernel on "
+                "written to their owner from the epilogue as posted stores (Ampere: the SM takes its next tile "
+                "meanwhile; bytedance/flux#36, 8xA100), pulled by extra warps of the same kernel on "
                 "Hopper with one stage of loads in flight per block (gemm.peer_gbps_per_block, fitted on "
                 "bytedance/flux#100), then a separate reduction; measured on 8xH100 at 0.80-0.87x of "
                 "GEMM then NCCL for M >= 2048 (bytedance/flux#90)",), _flux),

@@ -27,7 +27,8 @@ tiles covering them are done, with no decomposition loss. ``fused-sm`` / ``fused
 communication kernel or copy command per peer starts on the signal (TransformerEngine's
 atomic GEMM, Triton-distributed); ``fused-st``: the GEMM's own blocks store each tile to
 its peer from the epilogue (Flux), holding their SMs while the bytes cross the link, each
-block at most ``gemm.peer_gbps_per_block``.
+block at most ``gemm.peer_gbps_per_block``; where a profile gives no such rate the stores are
+posted and the SMs take the next tiles meanwhile (Ampere).
 
 >>> parse_schedule("fused-st").name
 'fused-st'
