@@ -8,6 +8,12 @@ produced by the DES). Prints, per GPU and schedule family, the median, p90 and w
 
 Schedule families drop the compute grouping (``-g2``) and shared-memory knobs
 (``-smem16k``) from the name, so ``ficco-a2a-dma-g4-dimK`` counts as ``ficco-a2a-dma-dimK``.
+
+``--fused-st``: instead, ``fused-st`` (a GEMM whose blocks store their tiles to the peers, Flux's
+lowering; not a heuristic candidate) on every 8-GPU GEMM -> reduce-scatter layer of the library,
+on five GPU / topology pairs: blocks holding their SMs at a per-block rate (H100) or posting
+their stores (A100, A40, MI250X, MI300X), behind a switch, fully connected, on a ring and on
+MI250X's GCD graph; both engines run each point here.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ficco_sim.explore.estimate import estimate_many  # noqa: E402
 from ficco_sim.explore.heuristics import ORACLE_FILE, load_oracle, training_cases  # noqa: E402
+from ficco_sim.hardware import load_gpu  # noqa: E402
 
 
 def closed_form_rows(oracle: pd.DataFrame) -> pd.DataFrame:
@@ -46,10 +53,40 @@ def closed_form_rows(oracle: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+FUSED_ST_PAIRS = (("h100", "switch:8"), ("a100", "switch:8"), ("a40", "ring:8"), ("mi250x", "mi250x-8gcd"),
+                  ("mi300x", "fc:8"))
+
+
+def fused_st() -> None:
+    """``--fused-st``: the closed form against the DES on ``fused-st``, per GPU and topology."""
+    from ficco_sim.engine.closed_form import closed_form_timeline
+    from ficco_sim.engine.des import simulate_graph
+    from ficco_sim.explore.library import builtin_library
+    from ficco_sim.schedules import lower
+    scs = [sc for sc in builtin_library() if sc.kind == "gemm-rs" and sc.gpus == 8]
+    table = Table(title=f"closed form vs DES, fused-st on {len(scs)} library GEMM -> reduce-scatter layers (8 GPUs)")
+    for c in ("gpu", "topology", "stores", "median |err|", "worst |err|", "mean signed"):
+        table.add_column(c, justify="right")
+    for gpu, topo in FUSED_ST_PAIRS:
+        err = []
+        for sc in scs:
+            graph = lower(sc, "fused-st", gpu, topo)
+            err.append(closed_form_timeline(graph, gpu, topo).makespan / simulate_graph(graph, gpu, topo).makespan - 1)
+        a = np.abs(err)
+        held = np.isfinite(load_gpu(gpu).gemm.peer_rate)
+        table.add_row(gpu, topo, "held (per-block rate)" if held else "posted", f"{np.median(a):.1%}",
+                      f"{a.max():.1%}", f"{np.mean(err):+.1%}")
+    Console(width=120).print(table)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--oracle", default=str(ORACLE_FILE), help="DES table (default %(default)s)")
+    ap.add_argument("--fused-st", action="store_true", help="fused-st on the library's reduce-scatter layers instead")
     args = ap.parse_args()
+    if args.fused_st:
+        fused_st()
+        return
     df = closed_form_rows(load_oracle(args.oracle))
     df = df[df["schedule"] != "none"]
     df["err"] = df["cf_makespan_s"] / df["makespan_s"] - 1.0

@@ -96,7 +96,7 @@ class Template:
     const: np.ndarray          # CONST: launch; XFER: fixed + latency; MEM/FIXED: duration at ref; SIG: flag latency
     coef: np.ndarray           # XFER: s per byte; GEMM: epilogue stores, s per m*n; SIG: share of rows
     ref_bytes: np.ndarray      # XFER: bytes at ref; GEMM: fused stores' remote bytes per output element
-    tune: np.ndarray           # (nodes, 5) SMX: its call (bytes per byte, ranks, ring steps), channel cap B/s, channels
+    tune: np.ndarray           # (nodes, 5) SMX: call (bytes/byte, ranks, steps), channel cap, channels; GEMM: store_coef's last 2
     gemm_shape: np.ndarray     # GEMM node -> index into shapes
     shapes: list[GemmShape]    # at ref
     gpu_of: np.ndarray         # node -> GPU (kernels: their GPU; transfers: src)
@@ -199,8 +199,8 @@ def task_rows(t, gpu: GpuProfile, topo: Topology, cost: tuple | None, rows: list
     if isinstance(t, Kernel):
         begin = node(CONST, t.gpu, launch[t.id])
         if t.kind == "gemm" and t.gemm is not None:
-            coef, remote = store_coef(t, topo, gpu)     # fused epilogue stores: s and bytes per output element
-            return begin, begin, node(GEMM, t.gpu, coef=coef, nb=remote,
+            coef, remote, first, drain = store_coef(t, topo, gpu)     # fused epilogue stores, per output element
+            return begin, begin, node(GEMM, t.gpu, coef=coef, nb=remote, tune=(first, drain, 0.0, 0.0, 0.0),
                                       shape=shapes.setdefault(t.gemm, len(shapes))), None
         if t.kind == "host":      # a trace's launch pace: the discrete-event engine's alone
             raise InputError("engine", None, f"{t.id}: host time is run by the discrete-event engine only")

@@ -45,25 +45,39 @@ def _picked_tiles(gpu: GpuProfile, sh: GemmShape, size: tuple, best: np.ndarray)
         yield rows, tile, grid, occ, S, done
 
 
-def store_coef(k: Kernel, topo: Topology, gpu: GpuProfile) -> tuple[float, float]:
-    """A fused GEMM's epilogue stores per output element of its m x n: seconds and remote
-    bytes. A wave's blocks store the rows of one peer, so stores a block waits for (a finite
-    ``gemm.peer_rate``) cross one path after the other: each peer's share of rows over its
-    path's bandwidth, summed. Posted stores of later waves go out while earlier ones still
-    cross, so each link carries its share at once: the busiest link's bytes over its bandwidth."""
+def store_coef(k: Kernel, topo: Topology, gpu: GpuProfile) -> tuple[float, float, float, float]:
+    """A fused GEMM's epilogue stores per output element of its m x n: seconds, remote bytes,
+    and for posted stores where they crowd: the row share before the first row crossing their
+    busiest link, and that link's seconds. Every rank stores alike, its list turned by its
+    index (rank g's i-th peer is this one's, plus g), so a link carries every rank's stores
+    routed over it. A wave's blocks store the rows of one peer, so stores a block waits for
+    (a finite ``gemm.peer_rate``) go one peer after the other, each step as long as its
+    busiest link (the first number). Posted stores of later waves go out while earlier ones
+    still cross, so a link drains all its steps from its first stored row on."""
+    n, size = len(k.stores), DTYPE_BYTES[k.gemm.dtype]
+    turned = sorted(dst for _, dst in k.stores) == list(range(n))
+    bw = lambda e: topo.graph.edges[e]["bandwidth"]    # noqa: E731
     held, remote, lo = 0.0, 0.0, 0.0
-    load: dict[tuple[str, str], float] = {}
+    load: dict[tuple[str, str], list[float]] = {}     # link -> [bytes per element, share before its first row]
+    mine: set[tuple[str, str]] = set()                # the links this rank's own stores cross
     for share, dst in k.stores:
         if dst != k.gpu:
-            b = (share - lo) * DTYPE_BYTES[k.gemm.dtype]
-            held += b / topo.path_bandwidth(k.gpu, dst)
+            b = (share - lo) * size
+            step: dict[tuple[str, str], float] = {}
+            for g in range(n) if turned else (k.gpu,):
+                for e in topo.path_links(g, (dst - k.gpu + g) % n if turned else dst):
+                    step[e] = step.get(e, 0.0) + b
+            held += max(v / bw(e) for e, v in step.items())
             remote += b
-            for e in topo.path_links(k.gpu, dst):
-                load[e] = load.get(e, 0.0) + b
+            for e, v in step.items():
+                load.setdefault(e, [0.0, lo])[0] += v
+            mine.update(topo.path_links(k.gpu, dst))
         lo = share
     if np.isfinite(gpu.gemm.peer_rate) or not load:
-        return held, remote
-    return max(b / topo.graph.edges[e]["bandwidth"] for e, b in load.items()), remote
+        return held, remote, 0.0, 0.0
+    # the busiest of this rank's links (of those alike, the one whose rows come last)
+    (b, first), e = max(((load[e], e) for e in mine), key=lambda x: (round(x[0][0] / bw(x[1]), 15), x[0][1]))
+    return held, remote, first, b / bw(e)
 
 
 def with_stores(gpu: GpuProfile, tpl, stored: np.ndarray, sizes: list, picked: list,
@@ -74,11 +88,15 @@ def with_stores(gpu: GpuProfile, tpl, stored: np.ndarray, sizes: list, picked: l
     after the math: a wave's blocks store at most ``blocks x peer_rate`` (each has a few KiB
     in flight), so a full wave of ``SMs x occupancy`` blocks moves its tiles at the path's
     bandwidth or that, whichever is lower. Posted stores (no such rate) leave the SMs to the
-    next wave's math, which the peers' stores arriving before it ends slow by the contention rule
-    (:func:`~ficco_sim.contention.compute_slowdown`; the GEMM's own traffic slows the stores,
-    :func:`~ficco_sim.contention.comm_slowdown`): a two-stage pipeline of ``W`` waves, math
-    ``C`` and stores ``S`` in all, takes ``max(C + S / W, S + C / W)`` (exact for full waves
-    without contention; the discrete-event engine runs the last one as it is)."""
+    next wave's math, which the peers' stores arriving before it ends slow by the contention
+    rule (:func:`~ficco_sim.contention.compute_slowdown`; the GEMM's own traffic slows the
+    stores, :func:`~ficco_sim.contention.comm_slowdown`). Of ``W`` waves of math ``C`` in all,
+    the last one's stores cross after it (``S / W`` of the stores one peer after the other,
+    at most the busiest link's ``L`` when a wave covers several peers), and that link drains
+    from the end of the wave holding its first row, a share ``f`` of the rows in:
+    ``max(C + min(S / W, L), (floor(f W) + 1) / W C + L)`` (on a switch ``f = 0`` and ``L = S``:
+    a two-stage pipeline; exact for full waves without contention; the discrete-event engine
+    runs the last one as it is)."""
     shape = tpl.gemm_shape[stored]
     mn = np.stack([sizes[j][0] * sizes[j][1] for j in shape], axis=1).astype(float)
     coef = np.broadcast_to(tpl.coef[stored], mn.shape)
@@ -89,12 +107,15 @@ def with_stores(gpu: GpuProfile, tpl, stored: np.ndarray, sizes: list, picked: l
             waves[rows, c] = np.ceil(grid / (S * occ))
     if np.isfinite(gpu.gemm.peer_rate):
         return compute + np.maximum(coef, tpl.ref_bytes[stored] / (slots * gpu.gemm.peer_rate)) * mn
-    store = coef * mn * comm_slowdown(gpu, hbm / compute)
+    slow = comm_slowdown(gpu, hbm / compute)
+    store, drain = coef * mn * slow, tpl.tune[stored, 1] * mn * slow
+    first = np.minimum(1.0, (np.floor(tpl.tune[stored, 0] * waves) + 1.0) / waves)   # its first row's wave ends
     # the peers store as much here as this GPU sends them; what arrives before the last wave's
     # math ends (all but the last wave's, or the share of the stores the math outlasts) slows it
-    arriving = tpl.ref_bytes[stored] * mn * (1.0 - 1.0 / waves) * np.minimum(1.0, compute / np.maximum(store, 1e-300))
+    span = np.maximum((1.0 - first) * compute + drain, 1e-300)
+    arriving = tpl.ref_bytes[stored] * mn * (1.0 - 1.0 / waves) * np.minimum(1.0, (1.0 - first) * compute / span)
     math_ = compute * compute_slowdown(gpu, arriving / compute)
-    return np.maximum(math_ + store / waves, store + math_ / waves)
+    return np.maximum(math_ + np.minimum(store / waves, drain), first * math_ + drain)
 
 
 def sources(source: dict[int, int], n: int) -> np.ndarray | None:
