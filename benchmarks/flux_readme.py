@@ -30,13 +30,11 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from versus import arguments  # noqa: E402
+from versus import arguments, print_times  # noqa: E402
 
 from ficco_sim import Scenario, simulate  # noqa: E402
 from ficco_sim.files import write_stamped_csv  # noqa: E402
@@ -77,13 +75,8 @@ def rows() -> list[dict]:
 def main() -> None:
     args = arguments(__doc__)
     df = pd.DataFrame(rows())
-    t = Table(title=f"Flux's own timings on 8x A800 / H800 / A100, published vs ficco-sim (DES, {TOPO})")
-    for c in ("source", "gpu", "case", "what", "schedule", "published ms", "model ms", "err"):
-        t.add_column(c, justify="right")
-    for r in df.itertuples():
-        t.add_row(r.source, r.gpu, r.case, r.what, r.schedule, f"{r.published_ms:.3f}", f"{r.model_ms:.3f}",
-                  f"{r.err:+.1%}" + (" (chosen on)" if r.used_for_fit else ""))
-    Console(width=170).print(t)
+    print_times(df, f"Flux's own timings on 8x A800 / H800 / A100, published vs ficco-sim (DES, {TOPO})",
+                ("source", "gpu", "case", "what"))
     held = df[~df["used_for_fit"]]
     for (src, gpu), x in held.groupby(["source", "gpu"], sort=False):
         print(f"{src} {gpu}: median |err| {x['err'].abs().median():.1%} over {len(x)} held-out facts")

@@ -29,13 +29,11 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from versus import arguments  # noqa: E402
+from versus import arguments, print_times  # noqa: E402
 
 from ficco_sim import Scenario, simulate  # noqa: E402
 from ficco_sim.files import write_stamped_csv  # noqa: E402
@@ -83,12 +81,8 @@ def rows() -> list[dict]:
 def main() -> None:
     args = arguments(__doc__)
     df = pd.DataFrame(rows())
-    t = Table(title=f"GEMM + collective on 8x H100, published vs ficco-sim (DES, {GPU} {TOPO})")
-    for c in ("source", "case", "what", "schedule", "published ms", "model ms", "err"):
-        t.add_column(c, justify="right")
-    for r in df.itertuples():
-        t.add_row(r.source, r.case, r.what, r.schedule, f"{r.published_ms:.3f}", f"{r.model_ms:.3f}", f"{r.err:+.1%}")
-    Console(width=170).print(t)
+    print_times(df, f"GEMM + collective on 8x H100, published vs ficco-sim (DES, {GPU} {TOPO})",
+                ("source", "case", "what"))
     for (src, what), x in df.groupby(["source", "what"], sort=False):
         print(f"{src}, {what}: median |err| {x['err'].abs().median():.1%} (signed {x['err'].median():+.1%}, "
               f"{len(x)} facts)")

@@ -26,3 +26,17 @@ def arguments(doc: str) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", default=None, help="also write the rows here")
     return ap.parse_args()
+
+
+def print_times(df, title: str, labels: tuple[str, ...]) -> None:
+    """A rich table of published against modelled times (columns ``labels``, then
+    ``schedule``, ``published_ms``, ``model_ms``, ``err``; a row ``used_for_fit`` says so)."""
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=title)
+    for c in (*labels, "schedule", "published ms", "model ms", "err"):
+        t.add_column(c, justify="right")
+    for r in df.to_dict("records"):
+        t.add_row(*(str(r[c]) for c in labels), r["schedule"], f"{r['published_ms']:.3f}", f"{r['model_ms']:.3f}",
+                  f"{r['err']:+.1%}" + (" (fitted on)" if r.get("used_for_fit") else ""))
+    Console(width=170).print(t)
