@@ -301,6 +301,8 @@ def inherited(data: Any, where: str, chain: tuple[str, ...] = ()) -> Any:
         path = resolve_profile_path(target if target.suffix in (".yaml", ".yml") else ref)
     except InputError as exc:
         raise InputError(where, "extends", exc.message) from None
+    if path.is_dir():
+        raise InputError(where, "extends", f"{ref!r} is a folder, not a profile")
     chain = chain or (str(Path(where).resolve()),)
     key = str(path.resolve())
     if key in chain or len(chain) > MAX_EXTENDS:
@@ -310,7 +312,11 @@ def inherited(data: Any, where: str, chain: tuple[str, ...] = ()) -> Any:
     base = inherited(read_yaml(path), str(path), (*chain, key))
     if not isinstance(base, dict):
         raise InputError(str(path), None, "a profile must be a YAML mapping")
-    return overlay(base, {k: v for k, v in data.items() if k != "extends"})
+    try:
+        return overlay(base, {k: v for k, v in data.items() if k != "extends"})
+    except ValueError as exc:
+        raise InputError(where, str(exc), f"must be a mapping: {Path(path).name} gives this section entries, "
+                         "which a variant overrides one by one") from None
 
 
 def parse_profile(data: Any, where: str) -> GpuProfile:

@@ -37,10 +37,11 @@ def read_yaml(path: Path) -> Any:
         raise InputError(str(path), None, f"malformed YAML{where}") from None
 
 
-def overlay(base: Any, own: Any) -> Any:
+def overlay(base: Any, own: Any, path: str = "") -> Any:
     """``own`` laid over ``base`` (a profile that ``extends`` another): mappings merged key by
     key, anything else (a ``{value, kind, source}`` leaf, a list such as ``gemm.tiles``, a
-    choice) replaced whole.
+    choice) replaced whole. A section of ``base`` given as anything but a mapping is refused
+    (``ValueError`` naming its path): it would drop every entry of the section.
 
     >>> overlay({"link": {"ports": {"value": 18}, "latency_us": {"value": 0.3}}, "name": "h100"},
     ...         {"link": {"ports": {"value": 8}}, "name": "h800"})
@@ -48,11 +49,13 @@ def overlay(base: Any, own: Any) -> Any:
     """
     def leaf(node: Any) -> bool:
         return not isinstance(node, dict) or "value" in node
+    if isinstance(base, dict) and not leaf(base) and leaf(own):
+        raise ValueError(path)
     if leaf(base) or leaf(own):
         return own
     out = dict(base)
     for key, value in own.items():
-        out[key] = overlay(base[key], value) if key in base else value
+        out[key] = overlay(base[key], value, f"{path}.{key}" if path else str(key)) if key in base else value
     return out
 
 

@@ -88,6 +88,9 @@ def test_a_variant_of_a_variant_by_relative_path_read_from_its_own_folder(tmp_pa
     ({"extends": "h100"}, "name", "needs a name of its own"),
     ({"extends": "h100", "name": "x", "link": {"portz": {"value": 8, "kind": "datasheet", "source": "s"}}},
      "link.portz", "did you mean ports"),
+    ({"extends": "h100", "name": "x", "link": 8}, "link", "must be a mapping"),       # would drop the section
+    ({"extends": "h100", "name": "x", "link": {"ports": 8}}, "link.ports", "value, kind and source"),
+    ({"extends": ".", "name": "x"}, "extends", "is a folder"),
 ])
 def test_a_bad_variant_is_one_line_naming_its_file_and_field(tmp_path, body, field, words):
     path = _variant(tmp_path, body)
