@@ -11,10 +11,9 @@ bytedance/flux#36 (2024-08) gives the same four times for a GEMM + reduce-scatte
 1024 slice by 1024 x 8192 on 8 x A100, fp16 (rank 0's line; the other ranks' within 1%). Per
 row: torch's GEMM alone, its NCCL collective alone, the two one after the other, and Flux's
 fused run. The model's counterparts: the GEMM's isolated time and the collective's from the
-``none`` schedule's metrics, the ``nccl`` preset's makespan, and for Flux the ``flux`` preset
-on GEMM + reduce-scatter; Flux's all-gather GEMM waits on arriving chunks, which no lowering
-here does, so it is scored against the nearest, ``async-tp`` (one GEMM per arrived shard,
-shards moved by copy engines), as benchmarks/overlap_prs.py does the fused Triton one.
+``none`` schedule's metrics, the ``nccl`` preset's makespan, and for Flux the ``flux`` preset:
+on GEMM + reduce-scatter ``fused-st``, on all-gather -> GEMM ``fused-dma`` (one GEMM whose
+tiles wait for copy engines to bring their rows, as Flux's spins on a flag per chunk).
 
 The A800 GEMM + reduce-scatter row's Flux time (+32% before) is what the engines' posted
 epilogue stores were chosen on (a GPU without ``gemm.peer_gbps_per_block`` leaves a block's SM
@@ -59,7 +58,7 @@ def rows() -> list[dict]:
     for (source, kind, gpu, shape), published in PUBLISHED_MS.items():
         sc = Scenario(kind, 8, *shape, "float16")
         plain = simulate(sc, "nccl", gpu, TOPO)
-        flux = "flux" if kind == "gemm-rs" else "async-tp"
+        flux = "flux"
         model = ((float(plain.metrics["t_comp_iso"]), "none (its GEMM)"),
                  (float(plain.metrics["t_comm_iso"]), "none (its collective)"),
                  (plain.makespan, "nccl"), (simulate(sc, flux, gpu, TOPO).makespan, flux))

@@ -6,9 +6,8 @@
   tensor-parallel layers at M = 4096, 8192, 16384 gathered rows (each rank holds M / 8 x K
   and multiplies the gathered M x K by its own K x N). Three times per shape: cuBLAS alone
   (``gemm_time``), NCCL all-gather then cuBLAS (the ``nccl`` preset on ``ag-gemm``) and the
-  recipe's fused Triton kernel, whose GEMM waits on each arriving tile: no lowering here does
-  that, the nearest is the ``async-tp`` preset (one matmul per arrived shard, shards moved by
-  copy engine), which is what it is scored against. The GPUs are a 500 W HBM2e part; the
+  recipe's fused Triton kernel, whose GEMM waits on each arriving tile while copy engines bring
+  the shards: ``fused-dma`` (one GEMM whose tiles wait for their rows). The GPUs are a 500 W HBM2e part; the
   ``h100`` profile is the 700 W SXM5, so GEMMs read fast here by what the power cap takes.
 - pytorch/pytorch#172714 (2026-01; "On 8 x H100s"; fp16): a 8192^3 GEMM beside an
   independent all-gather of 64 MiB, one after the other (2.96 ms), side by side (2.02 ms) and
@@ -62,7 +61,7 @@ def rows() -> list[dict]:
         sc = Scenario("ag-gemm", 8, m, n, k, "bfloat16")
         model = {"cuBLAS alone": (gemm_time(gpu, m, n, k, "bfloat16"), "predict gemm"),
                  "NCCL all-gather, then cuBLAS": (simulate(sc, "nccl", GPU, TOPO).makespan, "nccl"),
-                 "fused all-gather matmul (Triton)": (simulate(sc, "async-tp", GPU, TOPO).makespan, "async-tp")}
+                 "fused all-gather matmul (Triton)": (simulate(sc, "fused-dma", GPU, TOPO).makespan, "fused-dma")}
         for (what, (t, schedule)), published_us in zip(model.items(), (alone, seq, fused)):
             out.append({"source": "symm-mem-recipes", "case": f"ag-gemm M={m} N={n} K={k} bf16", "what": what,
                         "schedule": schedule, "published_ms": published_us / 1e3, "model_ms": t * 1e3,

@@ -159,7 +159,7 @@ on fewer SMs alike); every other shape stays the model's. `ficco-sim predict gem
 time_us: isolated, launch included, on every SM, the GPU idle before (as benchmarks time it).
 """
 
-_PROFILE_CACHE: dict[tuple[str, float], GpuProfile] = {}
+_PROFILE_CACHE: dict[tuple[str, float], tuple[GpuProfile, list]] = {}
 
 
 def load_gpu(name_or_path: str | Path | GpuProfile) -> GpuProfile:
@@ -180,9 +180,12 @@ def load_gpu(name_or_path: str | Path | GpuProfile) -> GpuProfile:
         return dataclasses.replace(base, name=f"{base.name}:sustained", gemm=gemm)
     path = resolve_profile_path(name_or_path)
     key = (str(path.resolve()), path.stat().st_mtime)
-    if key not in _PROFILE_CACHE:
-        _PROFILE_CACHE[key] = parse_profile(read_yaml(path), str(path))
-    return _PROFILE_CACHE[key]
+    hit = _PROFILE_CACHE.get(key)
+    if hit is None or any(not f.exists() or f.stat().st_mtime != t for f, t in hit[1]):
+        data, read = read_yaml(path), []
+        inherited(data, str(path), read=read)        # the files it extends: the profile is stale if one changes
+        hit = _PROFILE_CACHE[key] = (parse_profile(data, str(path)), [(f, f.stat().st_mtime) for f in read])
+    return hit[0]
 
 
 def _roofline_exponent(r: Reader) -> float:
@@ -281,11 +284,12 @@ def _p2p(r: Reader) -> P2pRule | None:
 MAX_EXTENDS = 8     # profiles extending one another deeper than this are a mistake, not a family
 
 
-def inherited(data: Any, where: str, chain: tuple[str, ...] = ()) -> Any:
+def inherited(data: Any, where: str, chain: tuple[str, ...] = (), read: list | None = None) -> Any:
     """A profile that ``extends`` another (a built-in name, or a YAML path relative to the
     extending file's folder): the other's entries, themselves resolved, with this file's laid
     over them (:func:`overlay`). A variant must name itself; a loop or a chain deeper than
-    :data:`MAX_EXTENDS` is refused. Other data passes through."""
+    :data:`MAX_EXTENDS` is refused. Other data passes through. ``read``: gains every base file
+    read (what a cached profile depends on)."""
     if not isinstance(data, dict) or "extends" not in data:
         return data
     ref = data["extends"]
@@ -295,21 +299,26 @@ def inherited(data: Any, where: str, chain: tuple[str, ...] = ()) -> Any:
         raise InputError(where, "name", f"a profile that extends {ref!r} needs a name of its own (its results are "
                          "labelled by it)")
     target = Path(ref)
-    if target.suffix in (".yaml", ".yml") and not target.is_absolute() and where:
-        target = Path(where).parent / target
-    try:
-        path = resolve_profile_path(target if target.suffix in (".yaml", ".yml") else ref)
-    except InputError as exc:
-        raise InputError(where, "extends", exc.message) from None
-    if path.is_dir():
-        raise InputError(where, "extends", f"{ref!r} is a folder, not a profile")
+    if target.suffix in (".yaml", ".yml"):        # a file, from the extending file's folder
+        if not target.is_absolute() and where:
+            target = Path(where).parent / target
+        if not target.is_file():
+            raise InputError(where, "extends", f"no such profile file: {target}")
+        path = target
+    else:                                         # a built-in name (never a file of the working folder)
+        path = PROFILE_DIR / f"{ref.strip().lower()}.yaml"
+        if not path.is_file():
+            raise InputError(where, "extends", f"no built-in profile {ref!r} (built-in: "
+                             f"{', '.join(available_profiles())}; a file's name ends in .yaml)")
     chain = chain or (str(Path(where).resolve()),)
     key = str(path.resolve())
     if key in chain or len(chain) > MAX_EXTENDS:
         names = " -> ".join(Path(c).name for c in (*chain, key))
         raise InputError(where, "extends", f"profiles extend one another in a loop (or deeper than {MAX_EXTENDS}): "
                          f"{names}")
-    base = inherited(read_yaml(path), str(path), (*chain, key))
+    if read is not None:
+        read.append(path)
+    base = inherited(read_yaml(path), str(path), (*chain, key), read)
     if not isinstance(base, dict):
         raise InputError(str(path), None, "a profile must be a YAML mapping")
     try:
@@ -319,10 +328,36 @@ def inherited(data: Any, where: str, chain: tuple[str, ...] = ()) -> Any:
                          "which a variant overrides one by one") from None
 
 
+def _given(data: Any, field: str | None) -> bool:
+    """Whether the profile mapping ``data`` itself holds ``field`` (a dotted path) or below it."""
+    node = data
+    for part in (field or "").split(".") if field else ():
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
 def parse_profile(data: Any, where: str) -> GpuProfile:
     """Validate a parsed profile mapping and build a :class:`GpuProfile` (SI units); one that
-    ``extends`` another is laid over it first (:func:`inherited`)."""
-    data = inherited(data, where)
+    ``extends`` another is laid over it first (:func:`inherited`), and a bad entry it did not
+    give itself is said to be inherited."""
+    if isinstance(data, dict) and "extends" in data:
+        merged = inherited(data, where)
+        try:
+            return _parse(merged, where)
+        except InputError as exc:
+            if exc.field and exc.where == where and not _given(data, exc.field):
+                raise InputError(where, exc.field, f"{exc.message} (inherited through extends: "
+                                 f"{data['extends']})") from None
+            raise
+    return _parse(data, where)
+
+
+def _parse(data: Any, where: str) -> GpuProfile:
     r = Reader(data, where)
     name = data.get("name")
     if not isinstance(name, str) or not name:

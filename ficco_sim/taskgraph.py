@@ -47,6 +47,11 @@ Typed model inputs, set by the lowering and read by the engines:
   their epilogue before retiring (Flux's GEMM + reduce-scatter). ``(rows, dst)`` pairs,
   in tile order: the rows up to share ``rows`` go to GPU ``dst`` (the kernel's own GPU:
   stored locally, nothing crosses a link). A block holds its SM until its tile has landed.
+* ``Kernel.waits``: a fused GEMM whose tiles wait for their input rows to arrive (an
+  all-gather GEMM: Flux's, PyTorch symmetric memory's, spinning on per-chunk flags while
+  copies bring the chunks). ``(rows, task)`` pairs in tile order: the rows up to share
+  ``rows`` may start once ``task`` has ended (``""``: at once). The kernel starts as one; its
+  blocks past the arrived rows are not dispatched until theirs arrive.
 
 ``io`` on a task names the data it touches for the executor (buffer name and row range,
 see :class:`Slice`); no engine reads it. ``label`` is for people (traces, tables); no
@@ -114,6 +119,7 @@ class Kernel:
     signals: tuple[tuple[str, float], ...] = ()    # (GEMM kernel, rows share) tile signals it waits on
     stores: tuple[tuple[float, int], ...] = ()     # fused epilogue stores: (rows share up to, dst GPU)
     setup: float = 0.0           # comm kernels: s after the call floor before its transfers start
+    waits: tuple[tuple[float, str], ...] = ()      # (rows share up to, task they wait for; "": none)
 
 
 @dataclass(frozen=True)
@@ -250,6 +256,15 @@ class TaskGraph:
                     if t.gemm is None or shares != sorted(shares) or shares[-1] != 1.0 or shares[0] <= 0:
                         raise ValueError(f"kernel {t.id!r}: epilogue stores need a GEMM and row shares "
                                          "rising to 1")
+                if t.waits:
+                    shares = [r for r, _ in t.waits]
+                    if t.gemm is None or shares != sorted(shares) or shares[-1] != 1.0 or shares[0] <= 0:
+                        raise ValueError(f"kernel {t.id!r}: rows waiting to arrive need a GEMM and row shares "
+                                         "rising to 1")
+                    late = [w for _, w in t.waits if w and w not in index]
+                    if late:
+                        raise ValueError(f"kernel {t.id!r}: its rows wait for {late[0]!r}, which is unknown or "
+                                         "comes later")
             else:
                 if t.engine == "dma" and t.reduce:
                     raise ValueError(f"transfer {t.id!r}: copy engines cannot reduce")

@@ -82,7 +82,7 @@ def test_a_variant_of_a_variant_by_relative_path_read_from_its_own_folder(tmp_pa
 
 
 @pytest.mark.parametrize("body, field, words", [
-    ({"extends": "h900", "name": "x"}, "extends", "unknown GPU 'h900'"),
+    ({"extends": "h900", "name": "x"}, "extends", "no built-in profile 'h900'"),
     ({"extends": "nowhere.yaml", "name": "x"}, "extends", "no such profile file"),
     ({"extends": ["h100"], "name": "x"}, "extends", "must name a built-in profile"),
     ({"extends": "h100"}, "name", "needs a name of its own"),
@@ -90,13 +90,40 @@ def test_a_variant_of_a_variant_by_relative_path_read_from_its_own_folder(tmp_pa
      "link.portz", "did you mean ports"),
     ({"extends": "h100", "name": "x", "link": 8}, "link", "must be a mapping"),       # would drop the section
     ({"extends": "h100", "name": "x", "link": {"ports": 8}}, "link.ports", "value, kind and source"),
-    ({"extends": ".", "name": "x"}, "extends", "is a folder"),
+    ({"extends": ".", "name": "x"}, "extends", "no built-in profile '.'"),
 ])
 def test_a_bad_variant_is_one_line_naming_its_file_and_field(tmp_path, body, field, words):
     path = _variant(tmp_path, body)
     with pytest.raises(InputError) as err:
         load_gpu(str(path))
     assert (err.value.where, err.value.field) == (str(path), field) and words in err.value.message
+
+
+def test_a_built_in_name_is_never_a_file_of_the_working_folder(tmp_path, monkeypatch):
+    """h800.yaml extends h100: a folder or file named h100 where the user works is not it."""
+    (tmp_path / "h100").mkdir()
+    (tmp_path / "a100").write_text("- not a profile\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_gpu("h800").link.ports == 8 and load_gpu("a800").link.ports == 8
+
+
+def test_a_bad_entry_a_variant_inherits_is_said_to_be_inherited_and_an_edited_base_is_reread(tmp_path):
+    base = yaml.safe_load((Path(load_gpu("h100").path)).read_text())
+    base["name"] = "mybase"
+    base["num_sms"] = {"value": -5, "kind": "datasheet", "source": "typo"}
+    _variant(tmp_path, base, "mybase.yaml")
+    v = _variant(tmp_path, {"extends": "mybase.yaml", "name": "v"}, "v.yaml")
+    with pytest.raises(InputError) as err:
+        load_gpu(str(v))
+    assert (err.value.where, err.value.field) == (str(v), "num_sms") and "inherited through extends" in err.value.line()
+    base["num_sms"] = {"value": 100, "kind": "datasheet", "source": "fixed"}
+    _variant(tmp_path, base, "mybase.yaml")
+    assert load_gpu(str(v)).num_sms == 100
+    base["num_sms"] = {"value": 66, "kind": "datasheet", "source": "again"}
+    import os
+    _variant(tmp_path, base, "mybase.yaml")
+    os.utime(tmp_path / "mybase.yaml", (1e9, 1e9))               # a different time, whatever the clock
+    assert load_gpu(str(v)).num_sms == 66                         # the variant itself did not change
 
 
 def test_profiles_extending_one_another_in_a_loop_are_refused(tmp_path):

@@ -108,8 +108,9 @@ def test_pairs():
     assert rows[0].schedule == "none" and rows[0].speedup == 1.0
     assert all(r.makespan and r.makespan > 0 for r in rows)
     # presets, as wherever a schedule is named: mapped, or why one does not apply to the pair
-    rows = {r.schedule: r for r in pair_whatif(pairs[0], ["async-tp", "flux"], "h100")}
-    assert rows["async-tp = shard-p2p-dma"].makespan > 0 and "does not apply" in rows["flux"].note
+    rows = {r.schedule: r for r in pair_whatif(pairs[0], ["async-tp", "flux", "conccl"], "h100")}
+    assert rows["async-tp = shard-p2p-dma"].makespan > 0 and rows["flux = fused-dma"].makespan > 0
+    assert "does not apply" in rows["conccl"].note
     cpu_pairs = find_pairs(load_trace(CPU_AG))
     assert {p.scenario.m for p in cpu_pairs} == {512} and all(p.scenario.dtype == "float32" for p in cpu_pairs)
 

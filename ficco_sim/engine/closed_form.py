@@ -70,20 +70,11 @@ from .closed_form_overlap import (CommKernels, MemKernels, apply_comm_hold, appl
                                   gemm_waits, link_coefs, memory_hold)
 from .dag_levels import csr, levels_of, longest_path_levels, padded_levels
 from .launch import launch_delays, persistent
-from .closed_form_tiles import residency, signal_share, sources, store_coef, with_signals, with_stores
+from .closed_form_nodes import (CONST, FIXED, GATE, GEMM, MEM, SIG, SMX, XFER, ZERO,  # noqa: F401
+                                kernel_isolated_time, task_rows)
+from .closed_form_tiles import residency, signal_share, sources, with_signals, with_stores
 from .closed_form_tables import (NO_TUNE, Groups, graph_comm_kernels, groups, link_tables, memory_kernels,
                                  transfer_cost, tuned_terms)
-
-ZERO, CONST, GEMM, XFER, MEM, FIXED, SMX, SIG = range(8)   # SMX: an SM transfer (XFER + its wire protocol)
-
-
-def kernel_isolated_time(gpu: GpuProfile, k: Kernel, *, launch: bool = True) -> float:
-    """Closed-form time (s) of one compute/memory kernel alone on its GPU (waves of its blocks)."""
-    sms = k.sms[1] - k.sms[0] if k.sms else None
-    t = waves_time(gpu, k.grid, blocks_per_sm(gpu.sm, k.block), k.block_time, k.block_hbm_bytes, sms=sms,
-                   gemm=k.kind == "gemm", tail=k.gemm is not None and not persistent(k, gpu))   # trace: measured
-    return float(t) + (gpu.launch_overhead if launch else 0.0)
-
 
 @dataclass
 class Template:
@@ -96,7 +87,7 @@ class Template:
     const: np.ndarray          # CONST: launch; XFER: fixed + latency; MEM/FIXED: duration at ref; SIG: flag latency
     coef: np.ndarray           # XFER: s per byte; GEMM: epilogue stores, s per m*n; SIG: share of rows
     ref_bytes: np.ndarray      # XFER: bytes at ref; GEMM: fused stores' remote bytes per output element
-    tune: np.ndarray           # (nodes, 5) SMX: call (bytes/byte, ranks, steps), channel cap, channels; GEMM: store_coef's last 2
+    tune: np.ndarray           # (nodes, 5) SMX: call (bytes/byte, ranks, steps), channel cap, channels; GEMM: store_coef's last 3
     gemm_shape: np.ndarray     # GEMM node -> index into shapes
     shapes: list[GemmShape]    # at ref
     gpu_of: np.ndarray         # node -> GPU (kernels: their GPU; transfers: src)
@@ -184,39 +175,6 @@ def transfer_costs(graph: TaskGraph, gpu: GpuProfile, topo: Topology
     return out
 
 
-def task_rows(t, gpu: GpuProfile, topo: Topology, cost: tuple | None, rows: list, shapes: dict, alone: dict,
-              launch: dict) -> tuple[int, int, int, int | None]:
-    """Append task ``t``'s nodes (see module docstring) to ``rows`` as (kind, GPU, const, coef,
-    bytes, shape, dst); return its (ready, begin, end, armed) nodes (armed: a communication
-    kernel's, where its transfers start; else None). ``cost``: a transfer's
-    :func:`transfer_costs` entry; ``shapes``, ``alone``: GEMM shape indices and isolated
-    kernel times, shared by the whole template; ``launch``: :func:`.launch.launch_delays`."""
-    def node(kind: int, gpu_id: int, const: float = 0.0, coef: float = 0.0, nb: float = 0.0, shape: int = -1,
-             dst: int = -1, tune: tuple = NO_TUNE) -> int:
-        rows.append((kind, gpu_id, const, coef, nb, shape, dst, tune))
-        return len(rows) - 1
-
-    if isinstance(t, Kernel):
-        begin = node(CONST, t.gpu, launch[t.id])
-        if t.kind == "gemm" and t.gemm is not None:
-            coef, remote, first, drain = store_coef(t, topo, gpu)     # fused epilogue stores, per output element
-            return begin, begin, node(GEMM, t.gpu, coef=coef, nb=remote, tune=(first, drain, 0.0, 0.0, 0.0),
-                                      shape=shapes.setdefault(t.gemm, len(shapes))), None
-        if t.kind == "host":      # a trace's launch pace: the discrete-event engine's alone
-            raise InputError("engine", None, f"{t.id}: host time is run by the discrete-event engine only")
-        if t.kind == "comm":
-            armed = node(CONST, t.gpu, gpu.handshake_of("comm") + t.setup)   # transfers start here
-            return begin, begin, node(ZERO, t.gpu), armed
-        key = (t.grid, t.block, t.block_time, t.block_hbm_bytes)
-        if key not in alone:
-            alone[key] = kernel_isolated_time(gpu, t, launch=False)
-        return begin, begin, node(MEM if t.kind == "memory" else FIXED, t.gpu, alone[key]), None
-    ready = node(ZERO, t.src, dst=t.dst)
-    begin = node(ZERO, t.src, dst=t.dst) if t.engine == "sm" else ready
-    return ready, begin, node(SMX if t.engine == "sm" else XFER, t.src, cost[0], cost[1], t.nbytes, dst=t.dst,
-                              tune=cost[4]), None
-
-
 def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: Scenario | None = None) -> Template:
     """The template of ``graph`` (lowered from ``scenario``, if any: then it rescales)."""
     if gpu.host is not None:
@@ -238,6 +196,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
     signals: dict[str, tuple[int, ...]] = {}
     source: dict[int, int] = {}
     launch = launch_delays(graph.tasks, gpu)
+    storing = {k.gpu for k in graph.kernels if k.stores}
     for t in graph.tasks:
         key = graph.stream_of(t)
         prev[t.id] = last.get(key) if key else None
@@ -254,7 +213,7 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
                 sig.append(i)
             signals[t.id] = tuple(sig)
         ready[t.id], begin[t.id], end[t.id], arm = task_rows(t, gpu, topo, costs.get(t.id), rows, shapes, alone,
-                                                             launch)
+                                                             launch, storing)
         if arm is not None:
             armed[t.id] = arm
             driven[t.id] = []
@@ -270,6 +229,12 @@ def compile_graph(graph: TaskGraph, gpu: GpuProfile, topo: Topology, scenario: S
             if t.id in armed:
                 inputs[armed[t.id]] = (begin[t.id],)
             inputs[end[t.id]] = (begin[t.id],) + tuple(end[x] for x in driven.get(t.id, ()))
+            if t.waits:      # task_rows' layout: begin, its gates, the GEMM
+                gates = [(begin[t.id] + 1 + i, tid) for i, tid in enumerate(w for _, w in t.waits if w)]
+                for i, tid in gates:
+                    inputs[i] = (end[tid],)
+                    source[i] = end[t.id]
+                inputs[end[t.id]] += tuple(i for i, _ in gates)
         else:
             inputs[ready[t.id]] = pre
             if t.engine == "sm":
@@ -356,7 +321,7 @@ def durations(tpl: Template, gpu: GpuProfile, scenarios: Sequence[Scenario] | No
         gemm_hbm = traffic[:, tpl.gemm_shape[tpl.gemm_nodes]]
         if (tpl.mem is not None and len(tpl.mem.nodes)) or len(tpl.comm_nodes):
             resident = residency(gpu, tpl.shapes, sizes, picked, tpl.gemm_shape[tpl.gemm_nodes])
-        sig = np.flatnonzero(kind == SIG)
+        sig = np.flatnonzero((kind == SIG) | (kind == GATE))
         if len(sig):
             resident["signal"] = signal_share(gpu, tpl, sig, sizes, picked)
     a, b = tpl.comm_scale

@@ -45,17 +45,20 @@ def _picked_tiles(gpu: GpuProfile, sh: GemmShape, size: tuple, best: np.ndarray)
         yield rows, tile, grid, occ, S, done
 
 
-def store_coef(k: Kernel, topo: Topology, gpu: GpuProfile) -> tuple[float, float, float, float]:
+def store_coef(k: Kernel, topo: Topology, gpu: GpuProfile, storing=None) -> tuple[float, float, float, float, float]:
     """A fused GEMM's epilogue stores per output element of its m x n: seconds, remote bytes,
-    and for posted stores where they crowd: the row share before the first row crossing their
-    busiest link, and that link's seconds. Every rank stores alike, its list turned by its
-    index (rank g's i-th peer is this one's, plus g), so a link carries every rank's stores
-    routed over it. A wave's blocks store the rows of one peer, so stores a block waits for
-    (a finite ``gemm.peer_rate``) go one peer after the other, each step as long as its
-    busiest link (the first number). Posted stores of later waves go out while earlier ones
-    still cross, so a link drains all its steps from its first stored row on."""
+    for posted stores where they crowd: the row share before the first row crossing their
+    busiest link and that link's seconds, and 1 where every rank stores alike (else 0). Ranks
+    store alike when this one's peers are ranks 0 .. n-1 (itself among them) and each of them
+    has a storing GEMM too (``storing``: their GPUs; None: every GPU, a rotation-symmetric
+    graph): rank g's i-th peer is then this one's plus g, so a link carries every rank's
+    stores routed over it; else only this rank's. A wave's blocks store the rows of one peer,
+    so stores a block waits for (a finite ``gemm.peer_rate``) go one peer after the other,
+    each step as long as its busiest link (the first number). Posted stores of later waves go
+    out while earlier ones still cross, so a link drains all its steps from its first row on."""
     n, size = len(k.stores), DTYPE_BYTES[k.gemm.dtype]
-    turned = sorted(dst for _, dst in k.stores) == list(range(n))
+    ranks = sorted(dst for _, dst in k.stores)
+    turned = ranks == list(range(n)) and k.gpu < n and (storing is None or set(ranks) <= storing)
     bw = lambda e: topo.graph.edges[e]["bandwidth"]    # noqa: E731
     held, remote, lo = 0.0, 0.0, 0.0
     load: dict[tuple[str, str], list[float]] = {}     # link -> [bytes per element, share before its first row]
@@ -67,17 +70,17 @@ def store_coef(k: Kernel, topo: Topology, gpu: GpuProfile) -> tuple[float, float
             for g in range(n) if turned else (k.gpu,):
                 for e in topo.path_links(g, (dst - k.gpu + g) % n if turned else dst):
                     step[e] = step.get(e, 0.0) + b
-            held += max(v / bw(e) for e, v in step.items())
+            held += max((v / bw(e) for e, v in step.items()), default=0.0)
             remote += b
             for e, v in step.items():
                 load.setdefault(e, [0.0, lo])[0] += v
             mine.update(topo.path_links(k.gpu, dst))
         lo = share
-    if np.isfinite(gpu.gemm.peer_rate) or not load:
-        return held, remote, 0.0, 0.0
+    if np.isfinite(gpu.gemm.peer_rate) or not mine:
+        return held, remote, 0.0, 0.0, float(turned)
     # the busiest of this rank's links (of those alike, the one whose rows come last)
     (b, first), e = max(((load[e], e) for e in mine), key=lambda x: (round(x[0][0] / bw(x[1]), 15), x[0][1]))
-    return held, remote, first, b / bw(e)
+    return held, remote, first, b / bw(e), float(turned)
 
 
 def with_stores(gpu: GpuProfile, tpl, stored: np.ndarray, sizes: list, picked: list,
@@ -110,10 +113,11 @@ def with_stores(gpu: GpuProfile, tpl, stored: np.ndarray, sizes: list, picked: l
     slow = comm_slowdown(gpu, hbm / compute)
     store, drain = coef * mn * slow, tpl.tune[stored, 1] * mn * slow
     first = np.minimum(1.0, (np.floor(tpl.tune[stored, 0] * waves) + 1.0) / waves)   # its first row's wave ends
-    # the peers store as much here as this GPU sends them; what arrives before the last wave's
-    # math ends (all but the last wave's, or the share of the stores the math outlasts) slows it
+    # peers storing alike store as much here as this GPU sends them; what arrives before the last
+    # wave's math ends (all but the last wave's, or the share of the stores the math outlasts) slows it
     span = np.maximum((1.0 - first) * compute + drain, 1e-300)
-    arriving = tpl.ref_bytes[stored] * mn * (1.0 - 1.0 / waves) * np.minimum(1.0, (1.0 - first) * compute / span)
+    arriving = tpl.ref_bytes[stored] * tpl.tune[stored, 2] * mn * (1.0 - 1.0 / waves) * \
+        np.minimum(1.0, (1.0 - first) * compute / span)
     math_ = compute * compute_slowdown(gpu, arriving / compute)
     return np.maximum(math_ + np.minimum(store / waves, drain), first * math_ + drain)
 
@@ -128,13 +132,20 @@ def sources(source: dict[int, int], n: int) -> np.ndarray | None:
 
 def signal_share(gpu: GpuProfile, tpl: Template, sig: np.ndarray, sizes: list, picked: list) -> np.ndarray:
     """(P, signals): the share of its producer GEMM's time after which each tile signal fires,
-    its waves up to the last block covering the signalled rows, in time."""
+    its waves up to the last block covering the signalled rows, in time; for a GEMM's rows
+    waiting to arrive (``GATE`` nodes), minus the share of its time before the wave of their
+    first row (the GEMM runs the rest once they land)."""
+    from .closed_form_nodes import GATE
     out = np.zeros((len(picked[0]), len(sig)))
     for c, i in enumerate(sig):
         j = tpl.gemm_shape[i]
         m, n, _ = sizes[j]
         for rows, tile, grid, occ, S, done in _picked_tiles(gpu, tpl.shapes[j], sizes[j], picked[j]):
-            out[rows, c] = done(np.minimum(grid, tile_prefix_blocks(tile, m[rows], n[rows], tpl.coef[i])))
+            blocks = np.minimum(grid, tile_prefix_blocks(tile, m[rows], n[rows], tpl.coef[i]))
+            if tpl.kind[i] == GATE:      # the waves before the one holding the band's first block are done
+                out[rows, c] = -done(np.floor(blocks / (S * occ)) * S * occ)
+            else:
+                out[rows, c] = done(blocks)
     return out
 
 

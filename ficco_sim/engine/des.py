@@ -151,7 +151,7 @@ class Simulation(Wiring):
             per_stream.setdefault((t.gpu, t.stream), []).append(t)
         for tasks in per_stream.values():      # the SM transfers a stream task waits on get events too
             for t in tasks:
-                for d in t.deps:
+                for d in (*t.deps, *(w for _, w in getattr(t, "waits", ()) if w)):
                     if d not in done:
                         done[d] = env.event()
         self.threads: list | None = None     # a host device: each rank's issuing thread (HostSpec)
@@ -195,10 +195,12 @@ class Simulation(Wiring):
                         yield held
                 if self.launch[t.id]:
                     yield env.timeout(self.launch[t.id])
-                self.pools[t.gpu].arrive(Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms,
-                                                 free=t.kind == "comm" and self.gpu.host is not None,
-                                                 issued=t.id in self.issued, persistent=persistent(t, self.gpu),
-                                                 queued=queued))
+                w = Waiting(t.id, t.block, t.grid, priority, self.seq, t.sms,
+                            free=t.kind == "comm" and self.gpu.host is not None, issued=t.id in self.issued,
+                            persistent=persistent(t, self.gpu) and not t.waits, queued=queued)
+                if t.waits:
+                    self._gate(t, w)
+                self.pools[t.gpu].arrive(w)
                 self.seq += 1
                 self._dirty(t.gpu)
                 yield self.done[t.id]

@@ -6,15 +6,17 @@ the counter series of a recorded run.
 keeps the caches and counter series it writes, and reads the simulation's ``gpu``, ``topo``,
 ``fluid``, ``folded``, ``pairs``, ``env`` and ``record``, set up by ``Simulation.__init__``. It
 also retires a GEMM cohort's blocks (their SMs, then their tiles: signals, the kernel's end),
-through the simulation's ``pools``, ``tiled``, ``resident``, ``blocks_done``, ``records`` and ``done``.
+through the simulation's ``pools``, ``tiled``, ``resident``, ``blocks_done``, ``records`` and ``done``,
+and opens a GEMM's tiles as their input rows arrive.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..gemm_model import blocks_per_sm, under_occupied
+from ..gemm_model import blocks_per_sm, tile_prefix_blocks, under_occupied
 from ..taskgraph import Kernel, Transfer
+from .dispatcher import Waiting
 from .launch import persistent
 
 
@@ -148,3 +150,15 @@ class Wiring:
         if self.blocks_done[k.id] == k.grid:
             self.records[k.id].end = self.env.now
             self.done[k.id].succeed()
+
+    def _gate(self, k: Kernel, w: Waiting) -> None:
+        """``w.open``: the tiles of ``k`` whose rows have arrived (:attr:`~ficco_sim.taskgraph.Kernel.waits`,
+        in tile order); each arrival still awaited opens more and wakes the dispatcher."""
+        share = 0.0
+        for rows, tid in k.waits:
+            if tid and not self.done[tid].triggered:
+                self.done[tid].callbacks.append(lambda _e: (self._gate(k, w), self._dirty(k.gpu)))
+                break
+            share = rows
+        tile = self._tile_order(k).tile
+        w.open = k.grid if share >= 1.0 else min(k.grid, int(tile_prefix_blocks(tile, k.gemm.m, k.gemm.n, share)))

@@ -72,6 +72,7 @@ class Waiting:
     unplaced: int = field(init=False)
     launched: int = 0                     # a persistent kernel's blocks on SMs so far (its other tiles follow)
     grid: int = field(init=False)         # its blocks: as many as its SMs hold when empty (tiles: ``blocks``)
+    open: int | None = None               # its tiles whose input rows have arrived (None: all)
 
     def __post_init__(self) -> None:
         self.unplaced = self.grid = self.blocks
@@ -81,7 +82,13 @@ class Waiting:
         """Blocks still to reach an SM: a persistent kernel's tiles past its blocks' first ones
         go to the SMs its own blocks leave, so only its blocks not yet launched (while tiles are
         left for them) are pending."""
-        return min(self.unplaced, self.grid - self.launched) if self.persistent else self.unplaced
+        ready = min(self.unplaced, self.grid - self.launched) if self.persistent else self.unplaced
+        return min(ready, self.allowed)
+
+    @property
+    def allowed(self) -> int:
+        """Tiles it may still place: those whose rows have arrived, less those placed."""
+        return self.unplaced if self.open is None else max(0, self.open - (self.blocks - self.unplaced))
 
 
 class SmPool:
@@ -130,7 +137,7 @@ class SmPool:
         if only is not None:
             fit = np.where(only, fit, 0)
         total = int(fit.sum())
-        want = w.pending if w.persistent and not own else w.unplaced
+        want = min(w.pending if w.persistent and not own else w.unplaced, w.allowed)
         if total == 0 or want <= 0:
             return None
         if total <= want:

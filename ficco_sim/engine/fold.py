@@ -229,6 +229,8 @@ def folding(graph: TaskGraph, topology: Topology) -> Folded | str:
             loose[g].append(c)
             mark(c)
             continue
+        if t.__class__ is Kernel and t.waits:
+            return f"{t.id}'s rows wait to arrive: not folded"
         sig = ()
         if t.signals:
             if any(at[k][1] != g for k, _ in t.signals):      # a flag crossing GPUs: not folded here

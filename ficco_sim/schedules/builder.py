@@ -170,9 +170,13 @@ class GraphBuilder:
     # -- kernels -----------------------------------------------------------------------
     def gemm(self, id: str, gpu: int, m: int, n: int, k: int, dtype: str, *, deps: Sequence[str] = (),
              stream: str = COMPUTE, label: str = "", accumulate: bool = False, io: dict | None = None,
-             stores: tuple = ()) -> Kernel:
-        """A GEMM kernel (its tiles may signal or store as they finish: a fused kernel),
-        persistent where the profile's ``gemm.kernel`` says so."""
+             stores: tuple = (), waits: tuple = ()) -> Kernel:
+        """A GEMM kernel (its tiles may signal or store as they finish, or wait for their rows
+        to arrive: a fused kernel), persistent where the profile's ``gemm.kernel`` says so. A
+        graph with rows waiting to arrive is built whole, never folded (the folding does not
+        turn them)."""
+        if waits and self.fold:
+            self._mismatch = True
         plan = plan_gemm(self.gpu, m, n, k, dtype, extra_smem=self.extra_smem, accumulate=accumulate,
                          sms=self.gemm_sms)
         shape = GemmShape(m, n, k, dtype, accumulate, self.extra_smem, self.gemm_sms,
@@ -181,7 +185,7 @@ class GraphBuilder:
         return self._kernel(id, gpu, lambda: Kernel(
             id, gpu, stream, "gemm", plan.grid, plan.block, plan.block_time, plan.block_hbm_bytes, tuple(deps),
             "compute", label or f"gemm {m}x{n}x{k}", dict(io or {}, accumulate=accumulate), gemm=shape, sms=sms,
-            stores=tuple(stores)), "gemm", stream, plan.grid, plan.block, plan.block_time, plan.block_hbm_bytes, None,
+            stores=tuple(stores), waits=tuple(waits)), "gemm", stream, plan.grid, plan.block, plan.block_time, plan.block_hbm_bytes, None,
             shape, sms, tuple(stores), (), deps)
 
     def reduce(self, id: str, gpu: int, rows: int, cols: int, dtype: str, inputs: int, *,

@@ -153,6 +153,9 @@ def _ag_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
     if sc.shard_dim == "K":
         _ag_gemm_k(b, sc, sch, topo)
         return
+    if sch.granularity == "fused":
+        _ag_gemm_fused(b, sc, sch, topo)
+        return
     steps, sub_rows, arrived, piece = _gather_pieces(b, sch, topo, "A", S, sc.k * sc.element_bytes)
     nsteps = len(steps[0])
 
@@ -165,6 +168,23 @@ def _ag_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo:
             deps = [arrived[(g, o, j)] for o, j in pieces]
             b.gemm(f"gemm{g}.{i}", g, rows, sc.n, sc.k, dt, deps=deps, label=f"GEMM piece {i}",
                    io={"a": [piece("A", o, j) for o, j in pieces], "c": [piece("C", o, j) for o, j in pieces]})
+
+
+def _ag_gemm_fused(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology) -> None:
+    """One GEMM per GPU over every gathered row: its own shard's rows first, then each peer's
+    in the order they arrive (moved step by step, one peer a step, as ``shard-p2p`` moves
+    them), each band's tiles dispatched once its rows have landed: the GEMM spins on a flag per
+    chunk while the chunks cross (Flux's all-gather GEMM, PyTorch symmetric memory's fused
+    all-gather matmul). No piece GEMMs, so no decomposition loss."""
+    n, S, dt = sc.gpus, sc.shard_rows, sc.dtype
+    steps, _, arrived, _ = _gather_pieces(b, Schedule("shard", "p2p", engine=sch.engine), topo, "A", S,
+                                          sc.k * sc.element_bytes)
+    for g in range(n):
+        pieces = [pc for step in steps[g] for pc in step]
+        order = [g] + [o for o, _ in pieces]
+        waits = ((1 / n, ""),) + tuple((min(1.0, (i + 2) / n), arrived[(g, o, j)]) for i, (o, j) in enumerate(pieces))
+        b.gemm(f"gemm{g}", g, sc.m, sc.n, sc.k, dt, waits=waits, label="GEMM (fused, rows as they arrive)",
+               io={"a": [row_slice("A", o * S, S) for o in order], "c": [row_slice("C", o * S, S) for o in order]})
 
 
 def _ag_gemm_k(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology) -> None:

@@ -116,9 +116,10 @@ def _flux(sc: Scenario, gpu: GpuProfile, kn: dict) -> Schedule | str:
     reason = _dependent(sc, "Flux")
     if reason:
         return reason
+    if sc.kind == "ag-gemm":     # the GEMM spins on per-chunk flags while copy engines pull the chunks
+        return _copy_engines(gpu) or Schedule("fused", engine="dma")
     if sc.kind != "gemm-rs":
-        return (f"{sc.kind}: Flux's all-gather GEMM spins on per-chunk flags while copy engines pull the chunks; a "
-                "GEMM waiting on arriving tiles is not modelled (nearest: async-tp)")
+        return f"{sc.kind}: Flux fuses all-gather -> GEMM and GEMM -> reduce-scatter"
     return Schedule("fused", engine="st")
 
 
@@ -193,13 +194,15 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            (TE_URL + ": ring_exchange defaults num_sm 1, cga_size 1, set_sm_margin off, num_splits = tp size, "
             "use_ce on; used for qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad",), _te_ring),
     Preset("flux", "Flux (bytedance/flux)",
-           "one fused GEMM + reduce-scatter kernel: each tile leaves for its owner from the GEMM's own blocks",
+           "one fused kernel: GEMM + reduce-scatter, each tile leaving for its owner from the GEMM's own blocks, "
+           "or an all-gather GEMM whose tiles wait for copy engines to bring their rows",
            (), ("arXiv 2406.06858 and bytedance/flux: GEMM + reduce-scatter fused into the GEMM kernel, tiles "
                 "written to their owner from the epilogue as posted stores (Ampere: the SM takes its next tile "
                 "meanwhile; bytedance/flux#36, 8xA100), pulled by extra warps of the same kernel on "
                 "Hopper with one stage of loads in flight per block (gemm.peer_gbps_per_block, fitted on "
                 "bytedance/flux#100), then a separate reduction; measured on 8xH100 at 0.80-0.87x of "
-                "GEMM then NCCL for M >= 2048 (bytedance/flux#90)",), _flux),
+                "GEMM then NCCL for M >= 2048 (bytedance/flux#90); its all-gather GEMM spins on a flag per "
+                "chunk while copy engines pull the chunks (fused-dma)",), _flux),
     Preset("conccl", "ConCCL (DMA-offloaded collectives, arXiv 2412.14335)",
            "a collective on copy engines beside an independent GEMM", (),
            ("arXiv 2412.14335: DMA offload reaches ~72% of the ideal overlap gain on 8xMI300X, SM concurrency "

@@ -17,10 +17,14 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
     if scenario.spec.independent and schedule.granularity in ("shard", "ficco"):
         return (f"{scenario.kind}: the GEMM does not wait for the collective, so there is nothing to decompose; "
                 "run them side by side (par-sm, par-sm-hi, par-dma, ...) or one after the other (none)")
-    if schedule.granularity == "fused" and scenario.kind != "gemm-rs":
-        return (f"{scenario.kind}: a fused kernel is lowered for GEMM -> reduce-scatter only (tile signals "
-                "from the producing GEMM); a GEMM waiting on arriving tiles is not modelled, the nearest is "
-                "shard-p2p-dma")
+    if schedule.granularity == "fused" and scenario.kind not in ("gemm-rs", "ag-gemm"):
+        return (f"{scenario.kind}: a fused kernel is lowered for GEMM -> reduce-scatter (tile signals from the "
+                "producing GEMM) and all-gather -> GEMM (a GEMM whose tiles wait for their rows) only")
+    if schedule.granularity == "fused" and scenario.kind == "ag-gemm" and schedule.engine != "dma":
+        return ("a fused all-gather GEMM is lowered with copy engines bringing its rows (fused-dma), as Flux and "
+                "PyTorch symmetric memory do; not beside a communication kernel on the SMs, nor with epilogue stores")
+    if schedule.granularity == "fused" and scenario.kind == "ag-gemm" and scenario.shard_dim != "M":
+        return "a fused all-gather GEMM waits for gathered rows (A sharded along M)"
     if schedule.granularity == "fused" and (schedule.group > 1 or schedule.dim != "M"):
         return "fused runs one GEMM over every row: no pieces to group, decomposed along M"
     if not scenario.spec.independent and schedule.granularity == "par":

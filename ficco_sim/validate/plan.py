@@ -89,8 +89,9 @@ def check_io(graph: TaskGraph) -> None:
     """Every task the executor must run names its data; raise InputError otherwise."""
     where = graph.meta.get("name") or "task graph"
     for t in graph.tasks:
-        if t.signals or (isinstance(t, Kernel) and t.stores):
-            raise InputError(str(where), t.id, "a fused kernel (tile signals or epilogue stores) cannot be replayed: "
+        if t.signals or (isinstance(t, Kernel) and (t.stores or t.waits)):
+            raise InputError(str(where), t.id, "a fused kernel (tile signals, epilogue stores or rows waiting to "
+                             "arrive) cannot be replayed: "
                              "the torch executor runs whole kernels and has no per-tile flags; validate the "
                              "decomposed schedules (shard-*, ficco-*) instead")
         if isinstance(t, Transfer):
