@@ -213,8 +213,9 @@ def _candidates(scenario: Scenario, gpu: GpuProfile) -> list[Schedule]:
 def _heuristic_candidates(scenario: Scenario, gpu: GpuProfile) -> list[Schedule]:
     """What ``recommend`` chooses among: no overlap; shard-level p2p and a2a and FiCCO a2a, on
     SMs at normal and high priority and on copy engines, FiCCO at every compute grouping; all
-    decomposed along the scenario's shard dimension; and, for GEMM -> reduce-scatter, the
-    fused kernel sending each tile as it is done, by an SM kernel or a copy engine. A GEMM
+    decomposed along the scenario's shard dimension; for GEMM -> reduce-scatter, the fused
+    kernel sending each tile as it is done, by an SM kernel or a copy engine, and for
+    all-gather -> GEMM the fused one whose tiles wait for copy engines to bring their rows. A GEMM
     beside an independent collective: side by side on SMs (normal and high priority, alone,
     with the GEMM shaped by extra shared memory, or kept off the SMs the collective needs)
     or on copy engines. (Shaping, margins and channel counts are left out of the dependent
@@ -230,9 +231,11 @@ def _heuristic_candidates(scenario: Scenario, gpu: GpuProfile) -> list[Schedule]
         return out + [Schedule("par", engine="dma")]
     dim = scenario.shard_dim
     if scenario.kind == "gemm-rs":
-        # (not fused-st, the GEMM's own blocks storing: the closed form reads it up to 4x slow on MI300X,
-        # and it is the DES's best in 3 of the library's 312 cases, within 8% of the rest's best)
+        # (not fused-st, the GEMM's own blocks storing: it is the DES's best in 3 of the library's 312
+        # cases, within 8% of the rest's best)
         out += [parse_schedule(n) for n in ("fused-sm", "fused-dma")]
+    if scenario.kind == "ag-gemm" and dim == "M":      # one GEMM whose tiles wait for copy engines to bring their rows
+        out.append(parse_schedule("fused-dma"))
     for gran, pattern in (("shard", "p2p"), ("shard", "a2a"), ("ficco", "a2a")):
         groups = [1] if gran == "shard" else group_sizes(steps_of(scenario, Schedule(gran, pattern)))
         for group in groups:
