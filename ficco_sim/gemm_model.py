@@ -268,14 +268,16 @@ def _solve_factor(gpu: GpuProfile, m: int, n: int, k: int, dtype: str, target: f
     return math.sqrt(lo * hi)
 
 
-def tile_prefix_blocks(tile: GemmTile, m, n, share):
+def tile_prefix_blocks(tile: GemmTile, m, n, share, *, within: bool = False):
     """Blocks of a GEMM cut into ``tile`` that cover its first ``share`` (0-1] of output rows,
     its tiles running row band by row band (the ``tile.m`` rows of band 0 across every
     column, then band 1, ...; a split-K tile's blocks next to each other): the signalling
-    order of fused kernels (a tile signal fires when that many blocks are done). Works on
-    numbers and arrays alike."""
+    order of fused kernels (a tile signal fires when that many blocks are done). ``within``:
+    only the blocks whose rows all lie in that share (what can run once those rows are
+    there). Works on numbers and arrays alike."""
     m, n, share = (np.asarray(x, dtype=float) for x in (m, n, share))
-    bands = np.ceil(np.round(share * m, 9) / tile.m)
+    bands = (np.floor if within else np.ceil)(np.round(share * m, 9) / tile.m)
+    bands = np.where(share >= 1.0, np.ceil(m / tile.m), bands)
     return np.minimum(bands, np.ceil(m / tile.m)) * np.ceil(n / tile.n) * tile.split_k
 
 

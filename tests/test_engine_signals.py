@@ -84,13 +84,18 @@ def test_every_tile_signal_of_a_fused_schedule_fires_before_its_gemm_ends():
         assert sends[0] < sends[1] < sends[2] < tl[f"gemm{g}"].end      # chunk by chunk, in tile order
 
 
-def test_epilogue_stores_add_their_bytes_over_the_link_and_hold_the_sms():
-    gpu = ideal()
+@pytest.mark.parametrize("share", [0.5, 0.3])
+def test_epilogue_stores_add_their_bytes_over_the_link_and_hold_the_sms(share):
+    """The first ``share`` of the rows go to GPU 1: exactly those rows' bytes, a row band
+    that straddles the cut sending GPU 1 its rows only (0.3: 2457.6 rows, not whole bands).
+    (Blocks move their tiles at a rate each far above the link here: the link bounds every wave.)"""
+    gpu = ideal(gemm=dataclasses.replace(ideal().gemm, peer_rate=1e15))
     plan, plain = producer(gpu)
-    _, fused = producer(gpu, stores=((0.5, 1), (1.0, 0)))             # the first half of the rows to GPU 1
+    _, fused = producer(gpu, stores=((share, 1), (1.0, 0)))
     alone = isolated_time(gpu, plan, launch=False)
-    remote = tile_prefix_blocks(plan.tile, M, N, 0.5) * tile_bytes(plan.tile, "float16")
-    assert remote == pytest.approx(M * N * 2 / 2)
+    remote = share * M * N * 2
+    if share == 0.5:
+        assert remote == pytest.approx(tile_prefix_blocks(plan.tile, M, N, 0.5) * tile_bytes(plan.tile, "float16"))
     want = alone + remote / BW
     des = simulate_graph(graph(fused), gpu, TOPO).makespan
     cf = closed_form_timeline(graph(fused), gpu, TOPO).makespan

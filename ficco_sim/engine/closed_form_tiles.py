@@ -141,8 +141,9 @@ def signal_share(gpu: GpuProfile, tpl: Template, sig: np.ndarray, sizes: list, p
         j = tpl.gemm_shape[i]
         m, n, _ = sizes[j]
         for rows, tile, grid, occ, S, done in _picked_tiles(gpu, tpl.shapes[j], sizes[j], picked[j]):
-            blocks = np.minimum(grid, tile_prefix_blocks(tile, m[rows], n[rows], tpl.coef[i]))
-            if tpl.kind[i] == GATE:      # the waves before the one holding the band's first block are done
+            gate = tpl.kind[i] == GATE
+            blocks = np.minimum(grid, tile_prefix_blocks(tile, m[rows], n[rows], tpl.coef[i], within=gate))
+            if gate:      # the waves before the one holding the band's first block are done
                 out[rows, c] = -done(np.floor(blocks / (S * occ)) * S * occ)
             else:
                 out[rows, c] = done(blocks)

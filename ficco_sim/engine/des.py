@@ -311,7 +311,8 @@ class Simulation(Wiring):
             self._cohort_done(k, counts, first)
             return
         order = self.tiled[k.id]
-        sends = [(dst, blocks) for dst, blocks in order.stores_of(first, int(counts.sum())) if dst != k.gpu]
+        sends = [(dst, blocks, nbytes) for dst, blocks, nbytes in order.stores_of(first, int(counts.sum()))
+                 if dst != k.gpu and nbytes > 0]
         if not sends:
             self._cohort_done(k, counts, first)
             return
@@ -327,13 +328,13 @@ class Simulation(Wiring):
                     self._release(k, counts)
                 self._landed(k, counts, first)
 
-        for dst, blocks in sends:
+        for dst, blocks, nbytes in sends:
             usage = dict(self._path(k.gpu, dst)[0])
             at = self.rank(dst)       # (a folded rank receives its peer's stores)
             usage[f"hbm{at}"] = usage.get(f"hbm{at}", 0.0) + 1.0
             # each storing block has a few KiB in flight: the blocks move at most blocks x peer_rate
             cap = blocks * self.gpu.gemm.peer_rate
-            self._add_activity(Activity(f"{k.id}@{self.seq}->{dst}", blocks * order.block_bytes, usage, cap=cap, gpu=at,
+            self._add_activity(Activity(f"{k.id}@{self.seq}->{dst}", nbytes, usage, cap=cap, gpu=at,
                                         kind="transfer", ends=(k.gpu, at), on_done=landed))
             self.seq += 1
 

@@ -161,4 +161,4 @@ class Wiring:
                 break
             share = rows
         tile = self._tile_order(k).tile
-        w.open = k.grid if share >= 1.0 else min(k.grid, int(tile_prefix_blocks(tile, k.gemm.m, k.gemm.n, share)))
+        w.open = min(k.grid, int(tile_prefix_blocks(tile, k.gemm.m, k.gemm.n, share, within=True)))

@@ -4,7 +4,7 @@ the discrete-event engine dispatches its blocks in index order, row band by row 
 
 from __future__ import annotations
 
-from ..gemm_model import tile_bytes, tile_prefix_blocks
+from ..hardware import DTYPE_BYTES
 
 
 class TileOrder:
@@ -13,10 +13,11 @@ class TileOrder:
 
     def __init__(self, tile, shape, grid: int, stores=()):
         self.tile, self.shape, self.grid = tile, shape, grid
-        self.block_bytes = tile_bytes(tile, shape.dtype)
-        # the epilogue stores as block ranges: (first block past the range, dst), in order
-        self.stores = [(min(grid, int(tile_prefix_blocks(tile, shape.m, shape.n, share))), dst)
-                       for share, dst in stores]
+        # the epilogue stores as row ranges: (first row, row past the range, dst), in order
+        self.stores, lo = [], 0.0
+        for share, dst in stores:
+            self.stores.append((lo * shape.m, share * shape.m, dst))
+            lo = share
         self.placed = 0
         self.prefix = 0
         self.done: dict[int, int] = {}       # first block -> count, of cohorts done past the prefix
@@ -36,12 +37,30 @@ class TileOrder:
             self.waits = self.waits[len(fired):]
         return [(latency, ev) for _, latency, ev in fired]
 
-    def stores_of(self, first: int, n: int) -> list[tuple[int, int]]:
-        """(dst, blocks) of the blocks ``[first, first + n)``, per store range they fall in."""
-        out, lo = [], 0
-        for hi, dst in self.stores:
-            got = min(hi, first + n) - max(lo, first)
-            if got > 0:
-                out.append((dst, got))
-            lo = hi
-        return out
+    def stores_of(self, first: int, n: int) -> list[tuple[int, int, float]]:
+        """(dst, blocks, bytes) of the blocks ``[first, first + n)`` per peer they store to:
+        each block's output rows go to the owner of those rows (a row band whose rows two
+        owners share sends each its rows), its columns as wide as its tile (the last column's
+        narrower where N is not a multiple), a split-K block its share of its tile."""
+        sh, t = self.shape, self.tile
+        sk = t.split_k
+        cols = -(-sh.n // t.n)                 # tiles across a row band
+        band = cols * sk                       # blocks of a row band
+        narrow = sh.n - (cols - 1) * t.n       # the last column's width
+        per_col = DTYPE_BYTES[sh.dtype] / sk   # bytes per output element of a block
+        out: dict[int, list] = {}
+        b, end = first, first + n
+        while b < end:
+            r = b // band
+            i0, i1 = b - r * band, min(end, (r + 1) * band) - r * band
+            last = max(0, min(i1, band) - max(i0, band - sk))     # blocks of the last column
+            width = (i1 - i0 - last) * t.n + last * narrow
+            r0, r1 = r * t.m, min(sh.m, (r + 1) * t.m)
+            for lo, hi, dst in self.stores:
+                rows = min(r1, hi) - max(r0, lo)
+                if rows > 0:
+                    got = out.setdefault(dst, [0, 0.0])
+                    got[0] += i1 - i0
+                    got[1] += rows * width * per_col
+            b = r * band + i1
+        return [(dst, blocks, nbytes) for dst, (blocks, nbytes) in out.items()]
