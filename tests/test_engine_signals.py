@@ -163,6 +163,20 @@ def test_rows_waiting_to_arrive_hold_back_only_their_tiles(arrive):
     assert closed_form_timeline(gr, gpu, TOPO).makespan == pytest.approx(want, rel=1e-6)
 
 
+@pytest.mark.parametrize("gpu, topo, shape", [("a100", "switch:8", (1000, 1000, 1000)),   # 256 blocks, waves of 216
+                                              ("mi300x", "ring:5", (80, 7168, 8192)),      # bands under a wave
+                                              ("h100", "switch:8", (4096, 7168, 8192))])
+def test_a_fused_all_gather_gemm_agrees_between_the_engines(gpu, topo, shape):
+    """The closed form runs the blocks from a band's first on, once the band lands, as a grid
+    of their own (not whole waves: a last band of 48 blocks takes one block time, not the
+    GEMM's); the DES spreads each band's blocks over the emptiest SMs (the leftovers went to
+    the lowest-numbered SMs that fit one, stacking band on band while others idled)."""
+    sc = Scenario("ag-gemm", int(topo.split(":")[1]), *shape)
+    graph_ = lower(sc, "fused-dma", gpu, topo)
+    des = simulate_graph(graph_, gpu, topo).makespan
+    assert closed_form_timeline(graph_, gpu, topo).makespan == pytest.approx(des, rel=0.09)
+
+
 def test_rows_waiting_to_arrive_are_checked():
     gpu = ideal()
     plan = plan_gemm(gpu, M, N, K, "float16")

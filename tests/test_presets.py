@@ -149,6 +149,9 @@ def test_fluxs_all_gather_gemm_waits_on_its_rows_instead_of_cutting_pieces():
     nodma = dataclasses.replace(load_gpu("h100"), dma=dataclasses.replace(load_gpu("h100").dma, engines=0))
     with pytest.raises(InputError, match="no copy engines"):
         resolve(sc, "flux", nodma, "switch:8")
+    # a host device's ranks post copies from the thread their GEMM holds: it would never end
+    with pytest.raises(InputError, match="host device"):
+        simulate(Scenario("ag-gemm", 4, 256, 256, 256, "float32"), "fused-dma", "cpu", "switch:4")
 
 
 def test_cui_pericas_shapes_just_enough_for_a_retiring_gemm_block_to_hand_its_sm_to_the_collective():

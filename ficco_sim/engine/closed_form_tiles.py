@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 def _picked_tiles(gpu: GpuProfile, sh: GemmShape, size: tuple, best: np.ndarray):
     """Per tile the library picked for some scenarios of one GEMM shape: (those scenarios'
     rows, the tile, grid, occupancy (at least 1), SMs it runs on, and ``done(blocks)``: the
-    share of their time until the wave holding block ``blocks`` ends)."""
+    share of their time until the wave holding block ``blocks`` ends; ``done.rest(blocks)``:
+    the share the blocks from ``blocks`` on take, run as a grid of their own)."""
     m, n, k = size
     S = sh.sms or gpu.num_sms        # an SM margin leaves the last SMs empty
     for ti in np.unique(best):
@@ -42,6 +43,14 @@ def _picked_tiles(gpu: GpuProfile, sh: GemmShape, size: tuple, best: np.ndarray)
             whole = waves_time(gpu, grid, occ, bt, per_block, sms=S, gemm=True, tail=tail)
             return waves_time(gpu, upto, occ, bt, per_block, sms=S, gemm=True, tail=tail) / whole
 
+        def rest(blocks, grid=grid, occ=occ, bt=bt, per_block=per_block):
+            tail = not gpu.gemm.persistent_for(sh.dtype)
+            whole = waves_time(gpu, grid, occ, bt, per_block, sms=S, gemm=True, tail=tail)
+            left = np.maximum(grid - blocks, 0)
+            return np.where(left > 0, waves_time(gpu, np.maximum(left, 1), occ, bt, per_block, sms=S, gemm=True,
+                                                 tail=tail), 0.0) / whole
+
+        done.rest = rest
         yield rows, tile, grid, occ, S, done
 
 
@@ -133,8 +142,8 @@ def sources(source: dict[int, int], n: int) -> np.ndarray | None:
 def signal_share(gpu: GpuProfile, tpl: Template, sig: np.ndarray, sizes: list, picked: list) -> np.ndarray:
     """(P, signals): the share of its producer GEMM's time after which each tile signal fires,
     its waves up to the last block covering the signalled rows, in time; for a GEMM's rows
-    waiting to arrive (``GATE`` nodes), minus the share of its time before the wave of their
-    first row (the GEMM runs the rest once they land)."""
+    waiting to arrive (``GATE`` nodes), the share its blocks from the band's first on take
+    alone, less 1 (the GEMM, which adds its whole time, then runs them once the band lands)."""
     from .closed_form_nodes import GATE
     out = np.zeros((len(picked[0]), len(sig)))
     for c, i in enumerate(sig):
@@ -143,8 +152,8 @@ def signal_share(gpu: GpuProfile, tpl: Template, sig: np.ndarray, sizes: list, p
         for rows, tile, grid, occ, S, done in _picked_tiles(gpu, tpl.shapes[j], sizes[j], picked[j]):
             gate = tpl.kind[i] == GATE
             blocks = np.minimum(grid, tile_prefix_blocks(tile, m[rows], n[rows], tpl.coef[i], within=gate))
-            if gate:      # the waves before the one holding the band's first block are done
-                out[rows, c] = -done(np.floor(blocks / (S * occ)) * S * occ)
+            if gate:      # the blocks from the band's first on, as a grid of their own, after it lands
+                out[rows, c] = done.rest(blocks) - 1.0
             else:
                 out[rows, c] = done(blocks)
     return out

@@ -41,6 +41,8 @@ def compile_share(share: Share, gpu: GpuProfile, topo: Topology, scenario: Scena
         raise InputError(gpu.path or gpu.name, "host", "a host device (the CPU replay's ranks sharing cores) has "
                          "no closed form; use the discrete-event engine (--engine des)")
     n, tasks, where = share.ranks, share.tasks, share.where
+    if any(isinstance(t, Kernel) and t.waits for t in tasks):    # (the builder makes such graphs whole)
+        raise ValueError("a share with rows waiting to arrive: compile the whole graph")
     costs, routes = _costs_of(share, gpu, topo)
     rows: list[tuple] = []          # (kind, gpu, const, coef, bytes, shape, dst, tune) per node of GPU 0
     add = rows.append
@@ -174,6 +176,8 @@ def _costs(share: Share, gpu: GpuProfile, topo: Topology) -> tuple[dict[int, tup
     are counted from GPU 0's: GPU g's copy of a transfer driven by place i on GPU h is
     driven by place i on GPU h + g, so each (place, step) counts GPU 0's transfers once."""
     n, tasks, where = share.ranks, share.tasks, share.where
+    if any(isinstance(t, Kernel) and t.waits for t in tasks):    # (the builder makes such graphs whole)
+        raise ValueError("a share with rows waiting to arrive: compile the whole graph")
     routes: dict[tuple[int, int], tuple[list, float]] = {}
 
     def route(a: int, b: int) -> tuple[list, float]:

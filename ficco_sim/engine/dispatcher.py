@@ -153,8 +153,9 @@ class SmPool:
                     hi = mid - 1
             counts = np.minimum(fit, lo)
             extra = want - int(counts.sum())
-            if extra:
-                room = np.flatnonzero(fit > lo)[:extra]
+            if extra:      # one more on the SMs with the most room left (the emptiest), in SM order among equals
+                room = np.flatnonzero(fit > lo)
+                room = room[np.argsort(-fit[room], kind="stable")[:extra]]
                 counts = counts.copy()
                 counts[room] += 1
         self.free -= np.outer(counts, self.need(w.block))

@@ -23,6 +23,9 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
     if schedule.granularity == "fused" and scenario.kind == "ag-gemm" and schedule.engine != "dma":
         return ("a fused all-gather GEMM is lowered with copy engines bringing its rows (fused-dma), as Flux and "
                 "PyTorch symmetric memory do; not beside a communication kernel on the SMs, nor with epilogue stores")
+    if schedule.granularity == "fused" and scenario.kind == "ag-gemm" and gpu.host is not None:
+        return ("a host device's ranks post their copies from the thread that runs their GEMMs: a GEMM waiting on "
+                "its copies would hold that thread (use shard-p2p-dma)")
     if schedule.granularity == "fused" and scenario.kind == "ag-gemm" and scenario.shard_dim != "M":
         return "a fused all-gather GEMM waits for gathered rows (A sharded along M)"
     if schedule.granularity == "fused" and (schedule.group > 1 or schedule.dim != "M"):
