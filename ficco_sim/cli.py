@@ -314,7 +314,8 @@ def cmd_list(args) -> int:
     print("  (hi: high-priority communication; smem: shared-memory shaping; g: steps per GEMM piece; c: channels;"
           " m: an SM margin, GEMMs off the last N SMs)")
     print("  fused-{sm|dma|st}[-hi][-c<N>][-m<N>] (gemm-rs): one GEMM, each peer's rows leave on their tile signal; "
-          "st: from the GEMM's own epilogue")
+          "st: from the GEMM's own epilogue; fused-dma (ag-gemm): one GEMM, each peer's band of tiles run once copy "
+          "engines bring its rows")
     from .schedules.presets import PRESETS
     print("presets (usable wherever a schedule name is; knobs as name:knob=N,knob=N; --schedule presets runs "
           "every one that applies):")

@@ -48,7 +48,8 @@ predicts every candidate with contention weights and a margin fitted against the
 optimum. The candidates, decomposed along --shard-dim: no overlap; shard-level p2p and a2a and
 FiCCO a2a on SMs (normal and high priority) and on copy engines, FiCCO at every compute
 grouping; for GEMM -> reduce-scatter the fused kernel (each tile sent as it is done, by an SM
-kernel or a copy engine); a GEMM beside an independent collective: side by side on SMs (normal
+kernel or a copy engine), for all-gather -> GEMM the fused one (each band of tiles run as copy
+engines bring its rows, Flux's all-gather GEMM); a GEMM beside an independent collective: side by side on SMs (normal
 and high priority; alone, with the GEMM shaped by extra shared memory per block, or kept off the
 SMs the collective needs) or on copy engines. Channel counts and fused-st are not candidates, nor
 shaping and SM margins of the dependent schedules (with them the DES's best gains under 5% in
