@@ -182,9 +182,9 @@ def load_gpu(name_or_path: str | Path | GpuProfile) -> GpuProfile:
     key = (str(path.resolve()), path.stat().st_mtime)
     hit = _PROFILE_CACHE.get(key)
     if hit is None or any(not f.exists() or f.stat().st_mtime != t for f, t in hit[1]):
-        data, read = read_yaml(path), []
-        inherited(data, str(path), read=read)        # the files it extends: the profile is stale if one changes
-        hit = _PROFILE_CACHE[key] = (parse_profile(data, str(path)), [(f, f.stat().st_mtime) for f in read])
+        read: list = []                               # the files it extends: the profile is stale if one changes
+        gpu = parse_profile(read_yaml(path), str(path), read=read)
+        hit = _PROFILE_CACHE[key] = (gpu, [(f, f.stat().st_mtime) for f in read])
     return hit[0]
 
 
@@ -328,29 +328,16 @@ def inherited(data: Any, where: str, chain: tuple[str, ...] = (), read: list | N
                          "which a variant overrides one by one") from None
 
 
-def _given(data: Any, field: str | None) -> bool:
-    """Whether the profile mapping ``data`` itself holds ``field`` (a dotted path) or below it."""
-    node = data
-    for part in (field or "").split(".") if field else ():
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return False
-    return True
-
-
-def parse_profile(data: Any, where: str) -> GpuProfile:
+def parse_profile(data: Any, where: str, read: list | None = None) -> GpuProfile:
     """Validate a parsed profile mapping and build a :class:`GpuProfile` (SI units); one that
-    ``extends`` another is laid over it first (:func:`inherited`), and a bad entry it did not
-    give itself is said to be inherited."""
+    ``extends`` another is laid over it first (:func:`inherited`; ``read`` gains the files it
+    extends), and a bad entry it did not give itself is said to be inherited."""
     if isinstance(data, dict) and "extends" in data:
-        merged = inherited(data, where)
+        merged = inherited(data, where, read=read)
         try:
             return _parse(merged, where)
         except InputError as exc:
-            if exc.field and exc.where == where and not _given(data, exc.field):
+            if exc.field and exc.where == where and not Reader(data, where).has(exc.field):
                 raise InputError(where, exc.field, f"{exc.message} (inherited through extends: "
                                  f"{data['extends']})") from None
             raise

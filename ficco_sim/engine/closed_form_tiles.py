@@ -33,22 +33,23 @@ def _picked_tiles(gpu: GpuProfile, sh: GemmShape, size: tuple, best: np.ndarray)
                                               extra_smem=sh.extra_smem, sms=sh.sms or None)
         occ = max(1, occ)
 
-        def done(blocks, grid=grid, occ=occ, bt=bt, per_block=per_block):
-            """Share of the GEMM's time until its waves up to the one holding block
-            ``blocks`` (a count, per scenario) are done: waves differ (a partial last one moves
-            fewer bytes), so a share of waves is not a share of time."""
-            slots = S * occ
-            upto = np.minimum(grid, np.ceil(blocks / slots) * slots)
-            tail = not gpu.gemm.persistent_for(sh.dtype)
-            whole = waves_time(gpu, grid, occ, bt, per_block, sms=S, gemm=True, tail=tail)
-            return waves_time(gpu, upto, occ, bt, per_block, sms=S, gemm=True, tail=tail) / whole
+        tail = not gpu.gemm.persistent_for(sh.dtype)
+        whole = waves_time(gpu, grid, occ, bt, per_block, sms=S, gemm=True, tail=tail)
 
-        def rest(blocks, grid=grid, occ=occ, bt=bt, per_block=per_block):
-            tail = not gpu.gemm.persistent_for(sh.dtype)
-            whole = waves_time(gpu, grid, occ, bt, per_block, sms=S, gemm=True, tail=tail)
+        def share(blocks, occ=occ, bt=bt, per_block=per_block, tail=tail, whole=whole):
+            """Share of the GEMM's time ``blocks`` (a count, per scenario) take as a grid."""
+            return waves_time(gpu, blocks, occ, bt, per_block, sms=S, gemm=True, tail=tail) / whole
+
+        def done(blocks, grid=grid, occ=occ, share=share):
+            """Share of the GEMM's time until its waves up to the one holding block
+            ``blocks`` are done: waves differ (a partial last one moves fewer bytes), so a
+            share of waves is not a share of time."""
+            slots = S * occ
+            return share(np.minimum(grid, np.ceil(blocks / slots) * slots))
+
+        def rest(blocks, grid=grid, share=share):
             left = np.maximum(grid - blocks, 0)
-            return np.where(left > 0, waves_time(gpu, np.maximum(left, 1), occ, bt, per_block, sms=S, gemm=True,
-                                                 tail=tail), 0.0) / whole
+            return np.where(left > 0, share(np.maximum(left, 1)), 0.0)
 
         done.rest = rest
         yield rows, tile, grid, occ, S, done
