@@ -144,7 +144,8 @@ source says where it comes from (a URL, a measurement file, or a fit with its er
 Units are in the key names (_gbps, _us, _kib, _mhz). A variant of another GPU gives only
 what differs: `extends: h100` (a built-in name, or a profile file's path relative to this
 one) takes every entry of that profile and lays the file's own over it, leaf by leaf (a list
-such as gemm.tiles is replaced whole); it needs a name of its own. A number the base derived
+such as gemm.tiles is replaced whole, and `key: null` unsets an optional entry of the base);
+it needs a name of its own. A number the base derived
 from one the variant changes (a channel rate from the link count) is not derived again:
 give it too (hw_profiles/h800.yaml extends h100 so). The sections, with {example} values:
 """
@@ -328,6 +329,16 @@ def inherited(data: Any, where: str, chain: tuple[str, ...] = (), read: list | N
                          "which a variant overrides one by one") from None
 
 
+def _walk(data: Any, parts: list[str]) -> Any:
+    """The node at ``parts`` of a parsed mapping; ``...`` where the path is absent (``None``
+    where the file gives it as ``null``)."""
+    for part in parts:
+        if not isinstance(data, dict) or part not in data:
+            return ...
+        data = data[part]
+    return data
+
+
 def parse_profile(data: Any, where: str, read: list | None = None) -> GpuProfile:
     """Validate a parsed profile mapping and build a :class:`GpuProfile` (SI units); one that
     ``extends`` another is laid over it first (:func:`inherited`; ``read`` gains the files it
@@ -338,8 +349,11 @@ def parse_profile(data: Any, where: str, read: list | None = None) -> GpuProfile
             return _parse(merged, where)
         except InputError as exc:
             if exc.field and exc.where == where and not Reader(data, where).has(exc.field):
-                raise InputError(where, exc.field, f"{exc.message} (inherited through extends: "
-                                 f"{data['extends']})") from None
+                parts = exc.field.split(".")
+                unset = next((".".join(parts[:i]) for i in range(1, len(parts) + 1)
+                              if _walk(data, parts[:i]) is None), None)
+                why = f"unset by this file's `{unset}: null`" if unset else f"inherited through extends: {data['extends']}"
+                raise InputError(where, exc.field, f"{exc.message} ({why})") from None
             raise
     return _parse(data, where)
 

@@ -40,12 +40,17 @@ def read_yaml(path: Path) -> Any:
 def overlay(base: Any, own: Any, path: str = "") -> Any:
     """``own`` laid over ``base`` (a profile that ``extends`` another): mappings merged key by
     key, anything else (a ``{value, kind, source}`` leaf, a list such as ``gemm.tiles``, a
-    choice) replaced whole. A section of ``base`` given as anything but a mapping is refused
-    (``ValueError`` naming its path): it would drop every entry of the section.
+    choice) replaced whole, and an entry ``own`` gives as ``null`` removed (a variant unsets an
+    optional entry of its base so). A section of ``base`` given as anything but a mapping or
+    ``null`` is refused (``ValueError`` naming its path): it would drop every entry of the
+    section.
 
     >>> overlay({"link": {"ports": {"value": 18}, "latency_us": {"value": 0.3}}, "name": "h100"},
     ...         {"link": {"ports": {"value": 8}}, "name": "h800"})
     {'link': {'ports': {'value': 8}, 'latency_us': {'value': 0.3}}, 'name': 'h800'}
+    >>> overlay({"gemm": {"peer_gbps_per_block": {"value": 40}, "launch_us": {"value": 3}}},
+    ...         {"gemm": {"peer_gbps_per_block": None}})
+    {'gemm': {'launch_us': {'value': 3}}}
     """
     def leaf(node: Any) -> bool:
         return not isinstance(node, dict) or "value" in node
@@ -55,6 +60,9 @@ def overlay(base: Any, own: Any, path: str = "") -> Any:
         return own
     out = dict(base)
     for key, value in own.items():
+        if value is None:
+            out.pop(key, None)
+            continue
         out[key] = overlay(base[key], value, f"{path}.{key}" if path else str(key)) if key in base else value
     return out
 

@@ -158,3 +158,21 @@ def test_calibrate_writes_into_a_variant_adding_the_mappings_it_lacks(tmp_path):
     assert g.link.ports == 8 and g.name == "h800-mine"
     assert [dataclasses.replace(p, latency=0) for p in g.comm_kernel.protocols] == \
         [dataclasses.replace(p, latency=0) for p in h800.comm_kernel.protocols]
+
+
+def test_a_variant_unsets_an_optional_entry_with_null_and_calibrate_fills_it_again(tmp_path):
+    """``key: null`` drops an entry of the base: an H100 without Flux's per-block store rate
+    posts its stores as an Ampere does; a required entry unset is refused as the variant's."""
+    posted = _variant(tmp_path, {"extends": "h100", "name": "h100-posted", "gemm": {"peer_gbps_per_block": None}})
+    assert load_gpu("h100").gemm.peer_rate < float("inf") and load_gpu(str(posted)).gemm.peer_rate == float("inf")
+    sc = Scenario("gemm-rs", 8, 4096, 8192, 8192, "float16")
+    assert float(simulate(sc, "fused-st", str(posted), "switch:8").metrics["makespan"]) != \
+        pytest.approx(float(simulate(sc, "fused-st", "h100", "switch:8").metrics["makespan"]), rel=1e-6)
+    no_links = _variant(tmp_path, {"extends": "h100", "name": "x", "link": None}, "x.yaml")
+    with pytest.raises(InputError) as err:
+        load_gpu(str(no_links))
+    assert err.value.field.startswith("link.") and "unset by this file's `link: null`" in err.value.line()
+    out = tmp_path / "fitted.yaml"
+    update_profile(posted, out, {"gemm.peer_gbps_per_block": (30.0, "fitted", "my fit")})
+    assert load_gpu(str(out)).gemm.peer_rate == pytest.approx(30e9)
+    assert out.read_text().count("peer_gbps_per_block") == 1

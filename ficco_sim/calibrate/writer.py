@@ -27,7 +27,7 @@ from ..files import write_text_atomic
 from ..hardware import parse_profile
 
 _KEY = re.compile(r"^(?P<indent>\s*)(?:- )?(?P<key>[A-Za-z0-9_.\-]+):(?P<rest>.*)$")
-_LEAF = re.compile(r"^\s*\{.*\}\s*(?P<comment>#.*)?$")
+_LEAF = re.compile(r"^\s*(?:\{.*\}|null|~)\s*(?P<comment>#.*)?$")   # a leaf, or one a variant unset
 
 
 def fmt_value(v: Any) -> str:
@@ -66,6 +66,11 @@ def set_leaves(text: str, updates: dict[str, tuple[Any, str, str]]) -> str:
         if line.lstrip().startswith("- "):
             continue  # list items (tiles) are never updated here
         leaf = _LEAF.match(m.group("rest"))
+        if leaf and not m.group("rest").lstrip().startswith("{") and any(u.startswith(f"{path}.") for u in updates):
+            lines[i] = f"{m.group('indent')}{m.group('key')}:"    # a section a variant unset gets entries again
+            stack.append((indent, m.group("key")))
+            last_under[path] = i
+            continue
         if path in updates and leaf:
             comment = leaf.group("comment")
             lines[i] = f"{m.group('indent')}{m.group('key')}: {leaf_text(*updates[path])}" + \
