@@ -16,7 +16,8 @@ flux#100, the runs Flux's block rate is fitted on), PyTorch async-TP against GEM
 (cuBLAS alone, NCCL then cuBLAS, a fused Triton kernel), a GEMM beside an independent all-gather on
 8×H100 (pytorch/pytorch#172714: one after the other, side by side, NCCL on copy engines), Flux's
 own table on 8×A800 and 8×H800 (bytedance/flux's README: GEMM, NCCL, both, fused) and a user's
-8×A100 run (flux#36), and
+8×A100 run (flux#36), a collective beside a loop of eight GEMMs on 8×MI300X (Z-Y00/ROCM-sdma-rccl-test:
+its README's times and shares hidden, and the GEMMs' slowdown read from its traces), and
 the FiCCO paper's headline speedups (the best DES-confirmed speedup over the built-in library on
 8×MI300X: the paper's scenario list is not public). A row whose source a shipped number was fitted
 on says ``used_for_fit`` and is left out of the medians. ``error`` is relative, (predicted -
@@ -49,6 +50,7 @@ SOURCES = {      # file -> the command that regenerates it
     "kraken.csv": ["benchmarks/kraken_prs.py", "--csv", "validation/public/kraken.csv"],
     "overlap_prs.csv": ["benchmarks/overlap_prs.py", "--csv", "validation/public/overlap_prs.csv"],
     "flux_readme.csv": ["benchmarks/flux_readme.py", "--csv", "validation/public/flux_readme.csv"],
+    "sdma_loop.csv": ["benchmarks/sdma_loop.py", "--csv", "validation/public/sdma_loop.csv"],
 }
 VIDUR = "https://github.com/microsoft/vidur (data/profiling/compute/*/gemm_times.csv, MIT)"
 CONCCL = "https://arxiv.org/abs/2412.14335"
@@ -234,6 +236,22 @@ def flux_readme_rows() -> list[dict]:
             for r in _read("flux_readme.csv").itertuples()]
 
 
+def sdma_loop_rows() -> list[dict]:
+    """Z-Y00/ROCM-sdma-rccl-test on 8 x MI300X: a collective beside eight GEMMs (times, relative
+    error) and how much of it they hid and how much they slowed while it ran (shares, compared by
+    their difference)."""
+    cmd = "python benchmarks/sdma_loop.py"
+    out = []
+    for r in _read("sdma_loop.csv").itertuples():
+        if r.published_ms == r.published_ms:
+            out.append(_row("ROCM-sdma-rccl-test", f"8xMI300X {r.case}, {r.what} ({r.schedule}): time (ms)",
+                            r.published_ms, r.model_ms, r.source_url, cmd))
+        else:
+            out.append(_row("ROCM-sdma-rccl-test (overlap)", f"8xMI300X {r.case}, {r.what} ({r.schedule})",
+                            r.published, r.model, r.source_url, cmd, relative=False))
+    return out
+
+
 def ficco_rows() -> list[dict]:
     from ficco_sim.explore.study import default_scenarios, run_study
     scs = [s for s in default_scenarios() if s.gpus == 8]
@@ -315,7 +333,7 @@ def main() -> None:
             print(f"regenerating {name}: python {' '.join(argv)}", flush=True)
             subprocess.run([sys.executable, *argv], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     rows = (nccl_rows() + h200_rows() + issue_thread_rows() + dil_rows() + overlap_rows() + flux_rows()
-            + kraken_rows() + prs_rows() + flux_readme_rows() + ficco_rows())
+            + kraken_rows() + prs_rows() + flux_readme_rows() + sdma_loop_rows() + ficco_rows())
     table = pd.DataFrame(rows, columns=COLUMNS)
     summ = summary(table)
     stamp = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ} on {socket.gethostname()}"

@@ -310,9 +310,9 @@ def cmd_list(args) -> int:
     par = Scenario(ind[0], 2, 2, 2, 2)
     print("  for " + ", ".join(ind) + ": " + ", ".join(s.name for s in basic_schedules(par)))
     print("  name grammar: none[-dma] | {shard|ficco}-{p2p|a2a}-{sm|dma}[-hi][-smem<N>k][-g<N>][-dimK][-c<N>][-m<N>]"
-          " | par-{sm|dma}[-hi][-smem<N>k][-c<N>][-m<N>]")
-    print("  (hi: high-priority communication; smem: shared-memory shaping; g: steps per GEMM piece; c: channels;"
-          " m: an SM margin, GEMMs off the last N SMs)")
+          " | par-{sm|dma}[-hi][-smem<N>k][-c<N>][-m<N>][-gf|-mix]")
+    print("  (hi: high-priority communication; smem: shared-memory shaping; g: steps per GEMM piece; c: channels (dma: engines);"
+          " m: an SM margin, GEMMs off the last N SMs; gf: every GPU's GEMM issued first; mix: the odd GPUs')")
     print("  fused-{sm|dma|st}[-hi][-c<N>][-m<N>] (gemm-rs): one GEMM, each peer's rows leave on their tile signal; "
           "st: from the GEMM's own epilogue; fused-dma (ag-gemm): one GEMM, each peer's band of tiles run once copy "
           "engines bring its rows")

@@ -348,10 +348,10 @@ def parse_profile(data: Any, where: str, read: list | None = None) -> GpuProfile
         try:
             return _parse(merged, where)
         except InputError as exc:
-            if exc.field and exc.where == where and not Reader(data, where).has(exc.field):
-                parts = exc.field.split(".")
-                unset = next((".".join(parts[:i]) for i in range(1, len(parts) + 1)
-                              if _walk(data, parts[:i]) is None), None)
+            parts = (exc.field or "").split(".")
+            unset = next((".".join(parts[:i]) for i in range(1, len(parts) + 1)
+                          if exc.field and _walk(data, parts[:i]) is None), None)
+            if exc.field and exc.where == where and (unset or not Reader(data, where).has(exc.field)):
                 why = f"unset by this file's `{unset}: null`" if unset else f"inherited through extends: {data['extends']}"
                 raise InputError(where, exc.field, f"{exc.message} ({why})") from None
             raise

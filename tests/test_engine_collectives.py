@@ -219,3 +219,22 @@ def test_auto_collective_on_islands_does_not_depend_on_gpu_numbering(kind):
     assert interleaved == pytest.approx(contiguous, rel=1e-9)
     assert contiguous == pytest.approx(collective_time(gpu, _two_islands([0, 1, 2, 3, 4, 5]), kind, size,
                                                        algorithm="ring"), rel=1e-12)
+
+
+@pytest.mark.parametrize("sim", ["des", "analytical"])
+def test_a_copy_engine_schedule_queues_its_copies_on_c_engines(sim):
+    """``par-dma-c1``: one copy stream a GPU (RCCL's zero-CTA all-gather), so the seven peers'
+    shards go one after another, 7 s / b; ``c4``: two rounds; by default all eight engines, one."""
+    from ficco_sim import Scenario, simulate
+    from ficco_sim.errors import InputError
+    gpu = ideal()
+    gpu = ideal(dma=type(gpu.dma)(engines=8, bandwidth=gpu.dma.bandwidth, command_overhead=0.0))
+    bw, topo = 48e9, fully_connected(8, 48e9, 0.0)
+    sc = Scenario("ag-par-gemm", 8, 8192, 256, 4096, "bfloat16")       # X's shard: 1024 x 4096 bf16
+    shard = 1024 * 4096 * 2
+    for sched, rounds in (("par-dma", 1), ("par-dma-c4", 2), ("par-dma-c1", 7)):
+        tl = simulate(sc, sched, gpu, topo, engine=sim).timeline
+        comm = tl.of_role("comm", 0) if sim == "des" else [r for r in tl.records if r.role == "comm" and r.gpu == 0]
+        assert max(r.end for r in comm) - min(r.start for r in comm) == pytest.approx(rounds * shard / bw, rel=0.02)
+    with pytest.raises(InputError, match="has 8"):
+        simulate(sc, "par-dma-c9", gpu, topo)

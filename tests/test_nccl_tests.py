@@ -302,3 +302,14 @@ def test_the_runs_gpu_against_the_profile_and_a_fit_at_its_bounds_are_said(tmp_p
     assert "built-in profile a100" in device_mismatch(pd.Series(["NVIDIA A100-SXM4-40GB"]), load_gpu("h100"))
     assert device_mismatch(pd.Series(["NVIDIA GH200 120GB"]), load_gpu("h100")) == ""    # no built-in GH200
     assert fit_nccl.at_bounds({"simple_us": 60.0, "launch_us": 0.0}) == ["comm_kernel.protocols.Simple.latency_us"]
+
+
+@pytest.mark.parametrize("gpu", ["mi300x", "mi250x", "h100"])
+def test_one_thread_driving_eight_gpus_pays_the_issue_time_on_every_vendor(gpu):
+    """rccl-tests -g 8, like nccl-tests -g 8: the host issues eight kernels one after another,
+    so a small collective's floor grows by seven issue times (the AMD profiles carry NVIDIA's)."""
+    from ficco_sim.simulate import collective_time
+    g = load_gpu(gpu)
+    one, eight = (collective_time(g, "fc:8", "all-to-all", 1024, gpus_per_thread=t) for t in (1, 8))
+    assert g.comm_kernel.issue > 0
+    assert eight - one == pytest.approx(7 * g.comm_kernel.issue, rel=0.05)

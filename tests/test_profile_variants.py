@@ -176,3 +176,16 @@ def test_a_variant_unsets_an_optional_entry_with_null_and_calibrate_fills_it_aga
     update_profile(posted, out, {"gemm.peer_gbps_per_block": (30.0, "fitted", "my fit")})
     assert load_gpu(str(out)).gemm.peer_rate == pytest.approx(30e9)
     assert out.read_text().count("peer_gbps_per_block") == 1
+
+
+def test_every_yaml_spelling_of_null_unsets_and_calibrate_writes_the_key_once(tmp_path):
+    from ficco_sim.calibrate.writer import set_leaves
+    for spelling in ("", " null", " Null", " NULL", " ~"):
+        text = f"extends: h100\nname: v\ngemm:\n  peer_gbps_per_block:{spelling}  # posted\n"
+        out = set_leaves(text, {"gemm.peer_gbps_per_block": (30.0, "fitted", "f")})
+        assert out.count("peer_gbps_per_block") == 1 and "# posted" in out and "value: 30" in out, spelling
+    leaf = tmp_path / "leaf.yaml"
+    leaf.write_text("extends: h100\nname: v\nlink:\n  ports: null\n")
+    with pytest.raises(InputError) as err:
+        load_gpu(str(leaf))
+    assert err.value.field == "link.ports" and "unset by this file's `link.ports: null`" in err.value.line()

@@ -27,7 +27,7 @@ from ..files import write_text_atomic
 from ..hardware import parse_profile
 
 _KEY = re.compile(r"^(?P<indent>\s*)(?:- )?(?P<key>[A-Za-z0-9_.\-]+):(?P<rest>.*)$")
-_LEAF = re.compile(r"^\s*(?:\{.*\}|null|~)\s*(?P<comment>#.*)?$")   # a leaf, or one a variant unset
+_LEAF = re.compile(r"^\s*(?:\{.*\}|null|Null|NULL|~)?\s*(?P<comment>#.*)?$")   # a leaf, or one a variant unset
 
 
 def fmt_value(v: Any) -> str:
@@ -66,8 +66,10 @@ def set_leaves(text: str, updates: dict[str, tuple[Any, str, str]]) -> str:
         if line.lstrip().startswith("- "):
             continue  # list items (tiles) are never updated here
         leaf = _LEAF.match(m.group("rest"))
-        if leaf and not m.group("rest").lstrip().startswith("{") and any(u.startswith(f"{path}.") for u in updates):
-            lines[i] = f"{m.group('indent')}{m.group('key')}:"    # a section a variant unset gets entries again
+        unset = leaf is not None and not m.group("rest").lstrip().startswith("{")     # null, ~ or nothing
+        if unset and any(u.startswith(f"{path}.") for u in updates):
+            comment = leaf.group("comment")         # a section a variant unset gets entries again
+            lines[i] = f"{m.group('indent')}{m.group('key')}:" + (f"  {comment}" if comment else "")
             stack.append((indent, m.group("key")))
             last_under[path] = i
             continue

@@ -122,6 +122,27 @@ def _one_per_class(kernels, rep: np.ndarray, orbit: np.ndarray, nodes: tuple[str
                                            for v in [getattr(kernels, f.name)]})
 
 
+def _issued_before(tpl: Template) -> np.ndarray:
+    """Per node: for a communication kernel's end, how many GEMMs of its GPU the host issued
+    before it; for a GEMM's, how many communication kernels (0 elsewhere). Two GPUs issuing
+    alike in another order (``par-*-mix``) are then not alike."""
+    out = np.zeros(tpl.num_nodes, dtype=np.int64)
+    ck = tpl.comm_kernels
+    if ck is None or not len(tpl.gemm_nodes) or not len(tpl.comm_nodes):
+        return out
+    nodes = np.concatenate([tpl.comm_nodes, tpl.gemm_nodes])
+    is_gemm = np.arange(len(nodes)) >= len(tpl.comm_nodes)
+    g = tpl.gpu_of[nodes]
+    idx = np.lexsort((np.concatenate([ck.order, ck.gemm_order]), g))     # by GPU, then issue order
+    gs, gemm_sorted = g[idx], is_gemm[idx]
+    start = np.searchsorted(gs, gs, "left")                                 # each one's GPU's first place
+    gemms_before = np.cumsum(gemm_sorted) - gemm_sorted
+    comms_before = np.cumsum(~gemm_sorted) - ~gemm_sorted
+    before = np.where(gemm_sorted, comms_before - comms_before[start], gemms_before - gemms_before[start])
+    out[nodes[idx]] = before
+    return out
+
+
 def _classes(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = None) -> np.ndarray:
     """Each node's class (see :func:`quotient`), level by level: its block, kind, durations,
     relative destination and the multiset of (input class, input GPU relative to its own).
@@ -134,7 +155,8 @@ def _classes(tpl: Template, stride: int, gpus: int, known: np.ndarray | None = N
     grid[tpl.comm_nodes] = tpl.comm_grid
     bits = lambda x: np.ascontiguousarray(x, dtype=float).view(np.int64)  # noqa: E731  (exact equality)
     attrs = np.stack([gpu // stride, tpl.kind, bits(tpl.const), bits(tpl.coef), bits(tpl.ref_bytes),
-                      tpl.gemm_shape, bits(grid), np.where(tpl.dst_of >= 0, (tpl.dst_of - gpu) % gpus, -1)], axis=1)
+                      tpl.gemm_shape, bits(grid), np.where(tpl.dst_of >= 0, (tpl.dst_of - gpu) % gpus, -1),
+                      _issued_before(tpl)], axis=1)
     cls = np.full(N + 1, -1, dtype=np.int64)       # the sentinel input N has class -1
     gpu_ext = np.append(gpu, 0)
     count = 0

@@ -41,7 +41,7 @@ class GraphBuilder:
     check is as strict as :func:`~ficco_sim.engine.fold.folding`'s, task by task."""
 
     def __init__(self, gpu: GpuProfile, num_gpus: int, *, comm_priority: int = 0, extra_smem: int = 0,
-                 channels: int | None = None, sm_margin: int = 0, fold: bool = False):
+                 channels: int | None = None, sm_margin: int = 0, fold: bool = False, copy_engines: int | None = None):
         self.gpu = gpu
         # an SM margin: GEMMs on the first SMs, communication kernels on the last ``sm_margin``
         self.gemm_sms = gpu.num_sms - sm_margin if sm_margin else 0
@@ -50,6 +50,7 @@ class GraphBuilder:
         self.comm_priority = comm_priority
         self.extra_smem = extra_smem
         self.channels = channels or gpu.comm_kernel.channels
+        self.copy_engines = copy_engines or gpu.dma.engines    # the engines copy commands are queued on
         self.streams: dict[tuple[int, str], Stream] = {}
         self.tasks: list = []
         self.buffers: dict[str, Buffer] = {}
@@ -249,10 +250,12 @@ class GraphBuilder:
                      io: dict | None = None, signals: Sequence = ()) -> Transfer:
         """A copy command on copy engine ``engine`` of GPU ``issuer``, queued on that engine's
         own stream. By default peers at ring offset 1, 2, 3, ... go to engines 0, 1, 2, ...
-        round robin, so concurrent commands spread over engines and over peers."""
+        round robin, so concurrent commands spread over engines and over peers; on at most
+        ``copy_engines`` of them (a library with one copy stream a rank: one, its peers' copies
+        one after the other)."""
         peer = dst if issuer == src else src
         offset = (peer - issuer - 1) % self.num_gpus
-        e = (offset if engine is None else engine) % self.gpu.dma.engines
+        e = (offset if engine is None else engine) % self.copy_engines
         if self.fold and issuer != 0:
             n = self.num_gpus
             return self._folding(id, issuer, ("T", "dma", (src - issuer) % n, (dst - issuer) % n, float(nbytes),

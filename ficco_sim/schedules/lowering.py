@@ -61,7 +61,9 @@ def _lowered(scenario: Scenario, schedule: Schedule | str, gpu: GpuProfile | str
     if reason:
         raise InputError("schedule", schedule.name, reason)
     b = GraphBuilder(gpu, scenario.gpus, comm_priority=1 if schedule.priority == "high" else 0,
-                     extra_smem=schedule.smem, channels=schedule.channels, sm_margin=schedule.margin, fold=fold)
+                     extra_smem=schedule.smem, channels=schedule.channels if schedule.engine != "dma" else None,
+                     copy_engines=schedule.channels if schedule.engine == "dma" else None, sm_margin=schedule.margin,
+                     fold=fold)
     algo = collectives.pick_algorithm(algorithm, scenario.spec.collective, topology.kind, schedule.engine,
                                       gpus=scenario.gpus, spec=gpu.comm_kernel, nbytes=scenario.comm_bytes_per_rank)
     b.rings = collectives.ring_orders(topology)
@@ -454,7 +456,7 @@ def _a2a_gemm(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo
 def _par(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str) -> None:
     """Every GPU: C = A @ B, and the kind's collective on X (m x k; see
     :mod:`ficco_sim.workload`). ``none``: the GEMM after the collective; ``par``: both at
-    once, the collective issued first (``gf``: the GEMM first). A kernel reaches the SMs
+    once, the collective issued first (``gf``: the GEMM first; ``mix``: on the odd GPUs). A kernel reaches the SMs
     after its launch delay and kernels are dispatched in arrival order, so the one issued
     first takes the SMs it needs and the other gets what is left, then SMs as they free:
     a GEMM issued first keeps the SMs wave after wave and the collective waits for its
@@ -462,9 +464,9 @@ def _par(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str
     n, dt, S = sc.gpus, sc.dtype, sc.shard_rows
     gemm = lambda g, deps: b.gemm(f"gemm{g}", g, sc.m, sc.n, sc.k, dt, deps=deps, label="GEMM",  # noqa: E731
                                   io={"a": [Slice("A", 0, sc.m)], "c": [Slice("C", 0, sc.m)]})
-    if sch.gemm_first:
-        for g in range(n):
-            gemm(g, ())
+    first = [g for g in range(n) if sch.gemm_first or (sch.mixed and g % 2)]     # GPUs whose GEMM goes first
+    for g in first:
+        gemm(g, ())
     coll = sc.spec.collective
     for name, rows, cols in (("A", sc.m, sc.k), ("B", sc.k, sc.n), ("C", sc.m, sc.n), ("X", sc.m, sc.k)):
         b.buffer(name, rows, cols, dt)
@@ -481,8 +483,8 @@ def _par(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str
         done = collectives.all_reduce(b, "ar", S, sc.k, dt, buffer="X", staging="R", engine=sch.engine,
                                       algorithm=algo)
     b.meta["reference"] = ref
-    if not sch.gemm_first:
-        for g in range(n):
+    for g in range(n):
+        if g not in first:
             gemm(g, () if sch.overlapped else done[g])
 
 

@@ -4,12 +4,18 @@ A name is dash-separated tokens: granularity (``none`` | ``shard`` | ``ficco`` |
 ``fused``), then for decomposed schedules the pattern (``p2p`` | ``a2a``), then the engine
 (``sm`` | ``dma``, and for ``fused`` also ``st``), then optional modifiers: ``hi`` (communication stream at high priority), ``smem48k``
 (48 KiB of extra shared memory per compute block), ``g2`` (2 communication steps per
-GEMM piece), ``dimK`` (decompose along K), ``c8`` (8 channels for SM communication),
+GEMM piece), ``dimK`` (decompose along K), ``c8`` (8 channels for SM communication; on copy
+engines, the engines its copies are queued on: ``par-dma-c1``, one copy at a time a GPU),
 ``m16`` (an SM margin: GEMMs launched on all SMs but 16, which stay free for communication,
 as TransformerEngine's ``set_sm_margin`` or a green context / CU mask would), and for ``par``
 ``gf`` (launch order: the GEMM is issued before the collective, so its blocks reach the SMs
 first and, kernels being dispatched in arrival order, keep them wave after wave; by default
-the collective is issued first).
+the collective is issued first) or ``mix`` (the order differs across ranks: the odd ranks'
+GEMM reaches the GPU first, the even ranks' collective, as two streams issued at once with
+nothing deciding which kernel gets there first; the collective then waits on the odd ranks
+while its kernels on the even ranks hold their SMs; on a ring topology the closed form reads
+it up to a third slower than the discrete-event engine, which moves the even ranks' routed
+transfers meanwhile).
 
 >>> parse_schedule("ficco-a2a-dma").pattern
 'a2a'
@@ -21,6 +27,8 @@ the collective is issued first).
 'par-sm-hi'
 >>> parse_schedule("par-sm-gf").gemm_first
 True
+>>> parse_schedule("par-sm-hi-mix").name
+'par-sm-hi-mix'
 
 ``fused`` keeps one GEMM kernel and signals per tile: each peer's rows leave as soon as the
 tiles covering them are done, with no decomposition loss. ``fused-sm`` / ``fused-dma``: a
@@ -63,6 +71,7 @@ class Schedule:
     channels: int | None = None
     margin: int = 0
     gemm_first: bool = False
+    mixed: bool = False     # par: the launch order differs across ranks (odd ranks: the GEMM first)
 
     def __post_init__(self) -> None:
         where = "schedule"
@@ -98,6 +107,12 @@ class Schedule:
         if self.gemm_first and self.granularity != "par":
             raise InputError(where, "gemm_first", "gf (the GEMM issued before the collective) is a launch order of "
                              "independent pairs: par schedules only (e.g. par-sm-gf)")
+        if self.mixed and self.granularity != "par":
+            raise InputError(where, "mixed", "mix (a launch order that differs across ranks) is a launch order of "
+                             "independent pairs: par schedules only (e.g. par-sm-mix)")
+        if self.mixed and self.gemm_first:
+            raise InputError(where, "mixed", "gf and mix are two launch orders: give one (gf: every rank's GEMM "
+                             "first; mix: the odd ranks' only)")
 
     @property
     def overlapped(self) -> bool:
@@ -124,13 +139,15 @@ class Schedule:
             parts.append(f"m{self.margin}")
         if self.gemm_first:
             parts.append("gf")
+        if self.mixed:
+            parts.append("mix")
         return "-".join(parts)
 
     def __str__(self) -> str:
         return self.name
 
 
-_MOD = re.compile(r"^(hi|gf|smem(\d+)(k|b)|g(\d+)|dim([MKN])|c(\d+)|m(\d+))$")
+_MOD = re.compile(r"^(hi|gf|mix|smem(\d+)(k|b)|g(\d+)|dim([MKN])|c(\d+)|m(\d+))$")
 
 
 def parse_schedule(name: str | Schedule) -> Schedule:
@@ -152,8 +169,8 @@ def parse_schedule(name: str | Schedule) -> Schedule:
         m = _MOD.match(tok)
         if not m:
             raise InputError("--schedule", None, f"{name!r}: unknown part {tok!r} "
-                             "(modifiers: hi, smem<N>k, g<N>, dimK, c<N>, m<N>, gf)")
-        what = tok if tok in ("hi", "gf") else next(i for i in (2, 4, 5, 6, 7) if m.group(i))
+                             "(modifiers: hi, smem<N>k, g<N>, dimK, c<N>, m<N>, gf, mix)")
+        what = tok if tok in ("hi", "gf", "mix") else next(i for i in (2, 4, 5, 6, 7) if m.group(i))
         if what in seen:
             raise InputError("--schedule", None, f"{name!r}: {tok!r} repeats {seen[what]!r} (each modifier once)")
         seen[what] = tok
@@ -161,6 +178,8 @@ def parse_schedule(name: str | Schedule) -> Schedule:
             kw["priority"] = "high"
         elif tok == "gf":
             kw["gemm_first"] = True
+        elif tok == "mix":
+            kw["mixed"] = True
         elif m.group(2):
             kw["smem"] = int(m.group(2)) * (1024 if m.group(3) == "k" else 1)
         elif m.group(4):

@@ -53,9 +53,16 @@ def invalid_reason(scenario: Scenario, schedule: Schedule, gpu: GpuProfile, topo
         return "shared-memory shaping only matters when compute overlaps communication"
     if schedule.priority == "high" and schedule.engine == "dma":
         return "copy engines ignore stream priority"
-    if schedule.channels is not None and schedule.engine != "sm":
-        return "channels apply to SM communication only"
-    if schedule.channels is not None:
+    if schedule.channels is not None and schedule.engine == "dma":
+        if schedule.granularity == "fused" or schedule.pattern == "p2p":
+            return (f"c{schedule.channels} on copy engines sets the engines a collective's copies queue on; "
+                    f"{schedule.name.split('-c')[0]} already moves one peer's rows at a time on one engine")
+        if schedule.channels > gpu.dma.engines:
+            return (f"c{schedule.channels} on copy engines queues the copies on {schedule.channels} engines, and "
+                    f"{gpu.name} has {gpu.dma.engines} (dma.engines)")
+    elif schedule.channels is not None and schedule.engine != "sm":
+        return "a fused-st GEMM stores from its own blocks: it has no channels or copy engines to set"
+    elif schedule.channels is not None:
         room = gpu.num_sms * max(1, blocks_per_sm(gpu.sm, gpu.comm_kernel.block))
         if schedule.channels > room:
             return (f"{schedule.channels} channels: a collective's channel blocks run all at once, and {gpu.name} "

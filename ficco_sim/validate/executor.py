@@ -183,7 +183,8 @@ def _schedule_knobs(graph: TaskGraph) -> dict:
         s = parse_schedule(str(name))
     except Exception:  # noqa: BLE001 - a hand-built graph may carry any label
         return {}
-    return {"smem": s.smem, "channels": s.channels, "margin": s.margin}
+    # a copy-engine schedule's c<N> is the engines its copies queue on: the graph's copy streams hold it
+    return {"smem": s.smem, "channels": s.channels if s.engine == "sm" else None, "margin": s.margin}
 
 
 def audit(graph: TaskGraph, opts: ReplayOptions, features: dict | None = None) -> list[str]:
