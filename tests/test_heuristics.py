@@ -107,3 +107,16 @@ def test_with_the_gemm_issued_first_recommend_weighs_what_lets_the_collective_in
     assert all(a["schedule"].endswith("-gf") for a in rec["presets"] if "schedule" in a and a["preset"] != "nccl")
     with pytest.raises(InputError, match="--gemm-first"):
         candidate_schedules(Scenario("ag-gemm", 8, 4096, 4096, 4096), "a40", "ring:8", gemm_first=True)
+
+
+def test_a_side_by_side_sm_pick_says_what_a_launch_order_differing_across_ranks_leaves():
+    """par-sm's gain rests on every rank's collective reaching its GPU first; recommend says
+    what remains when the order differs across ranks (par-sm-mix), from the same closed form."""
+    sc = Scenario("ar-par-gemm", 8, 8192, 8192, 8192)
+    rec = recommend(sc, "h100", "switch:8")
+    assert rec["schedule"] == "par-sm"
+    line = next(r for r in rec["reasons"] if "par-sm-mix" in r)
+    mixed = simulate(sc, "par-sm-mix", "h100", "switch:8", engine="analytical").makespan
+    assert f"{rec['t_none'] / mixed:.2f}x" in line and rec["t_none"] / mixed < rec["t_none"] / rec["predicted"]["par-sm"]
+    dma = recommend(Scenario("ag-par-gemm", 8, 16384, 2048, 8192, "bfloat16"), "mi300x", "fc:8")
+    assert dma["schedule"] == "par-dma" and not any("-mix" in r for r in dma["reasons"])   # copy engines: no SMs to wait for

@@ -141,6 +141,13 @@ def recommend(scenario: Scenario, gpu: GpuProfile | str, topology: Topology | st
                 if pick["of_ideal"] > 1 else "")
         why.append(f"predicted {t['none'] / t[name]:.2f}x over no overlap ({pick['of_ideal']:.0%} of the ideal "
                    f"{pick['ideal_speedup']:.2f}x{past}); " + losses)
+    chosen = parse_schedule(name)
+    if chosen.granularity == "par" and chosen.engine == "sm" and not chosen.gemm_first:
+        mixed = replace(chosen, mixed=True)
+        tm = estimate_many([scenario], [mixed], gpu, topo)[0]["makespan"]
+        why.append(f"that assumes each rank's collective reaches its GPU before the GEMM; where the order differs "
+                   f"across ranks ({mixed.name}: nothing orders two streams issued at once) it reads "
+                   f"{t['none'] / tm:.2f}x, the collective waiting for the GEMMs that got there first")
     runner = sorted((c for c in t if c != name), key=t.get)[:2]
     why.append("next best: " + ", ".join(f"{c} ({t['none'] / t[c]:.2f}x)" for c in runner))
     if runner and t[runner[0]] < t[name]:
