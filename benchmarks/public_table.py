@@ -245,7 +245,7 @@ def sdma_loop_rows() -> list[dict]:
     for r in _read("sdma_loop.csv").itertuples():
         if r.published_ms == r.published_ms:
             out.append(_row("ROCM-sdma-rccl-test", f"8xMI300X {r.case}, {r.what} ({r.schedule}): time (ms)",
-                            r.published_ms, r.model_ms, r.source_url, cmd))
+                            r.published_ms, r.model_ms, r.source_url, cmd, used_for_fit=bool(r.used_for_fit)))
         else:
             out.append(_row("ROCM-sdma-rccl-test (overlap)", f"8xMI300X {r.case}, {r.what} ({r.schedule})",
                             r.published, r.model, r.source_url, cmd, relative=False))

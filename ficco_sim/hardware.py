@@ -413,6 +413,8 @@ def _parse(data: Any, where: str) -> GpuProfile:
             engines=r.number("dma.engines", integer=True),
             bandwidth=r.number("dma.bandwidth_gbps", scale=GB),
             command_overhead=r.number("dma.command_overhead_us", scale=1e-6, positive=False),
+            collective_engines=r.number("dma.collective_engines", integer=True, at_most=r.number("dma.engines"))
+            if r.has("dma.collective_engines") else 0,
         ),
         launch_overhead=r.number("launch_overhead_us", scale=1e-6, positive=False),
         dispatch=r.choice("dispatch", POLICIES) if r.has("dispatch") else "backfill",

@@ -110,11 +110,14 @@ class GemmModel:
 
 @dataclass(frozen=True)
 class DmaSpec:
-    """Copy (DMA) engines: count, bandwidth per engine (B/s), fixed cost per command (s)."""
+    """Copy (DMA) engines: count, bandwidth per engine (B/s), fixed cost per command (s), and
+    how many of them the communication library's copy-engine collectives (NCCL / RCCL with
+    zero CTAs) queue a rank's copies on (0: all of them)."""
 
     engines: int
     bandwidth: float
     command_overhead: float
+    collective_engines: int = 0
 
     def cap(self, src: int, dst: int) -> float:
         """Rate limit (B/s) of one engine's copy from GPU ``src`` to ``dst``: ``bandwidth``

@@ -184,3 +184,22 @@ def test_a_collective_block_only_a_shaping_too_large_for_every_tile_lets_in_is_r
     from ficco_sim.explore.space import handoff_shaping
     assert handoff_shaping(sc, big) == 17 * 1024
     assert "17 KiB extra leaves no room for the 256x128 GEMM block" in applicable(sc, big, "fc:8")["cui-pericas"]
+
+
+def test_the_librarys_copy_engine_collectives_queue_on_the_profiles_collective_engines(tmp_path):
+    """nccl:ce=1 is NCCL / RCCL's zero-CTA path: RCCL on MI300X queues a rank's copies on one
+    engine (dma.collective_engines: 1), so its all-gather takes seven shards' time; a profile
+    without the entry spreads them over every engine."""
+    sc = Scenario("ag-gemm", 8, 8192, 4096, 4096, "bfloat16")
+    assert resolve(sc, "nccl:ce=1", load_gpu("mi300x"), "fc:8").name == "none-dma-c1"
+    assert resolve(sc, "nccl:ce=1", load_gpu("h100"), "switch:8").name == "none-dma"
+    one = simulate(sc, "nccl:ce=1", "mi300x", "fc:8").metrics
+    every = simulate(sc, "none-dma", "mi300x", "fc:8").metrics
+    shard = 1024 * 4096 * 2
+    comm_one = float(one["makespan"] - one["t_comp_iso"])
+    assert comm_one == pytest.approx(7 * shard / load_gpu("mi300x").dma.bandwidth, rel=0.1)
+    assert comm_one > 4 * float(every["makespan"] - every["t_comp_iso"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: mi300x\nname: bad\ndma:\n  collective_engines: {value: 9, kind: assumption, source: s}\n")
+    with pytest.raises(InputError, match="collective_engines.*at most 8"):
+        load_gpu(str(bad))

@@ -64,7 +64,8 @@ def _nccl(sc: Scenario, gpu: GpuProfile, kn: dict) -> Schedule | str:
     if kn["ce"]:
         if sc.spec.collective not in ("all-gather", "all-to-all"):
             return f"NCCL's copy-engine collectives cover all-gather and all-to-all, not {sc.spec.collective}"
-        return _copy_engines(gpu) or Schedule("none", engine="dma")
+        # the library's zero-CTA path queues a rank's copies on dma.collective_engines (RCCL on MI300X: one)
+        return _copy_engines(gpu) or Schedule("none", engine="dma", channels=gpu.dma.collective_engines or None)
     return Schedule("none", channels=kn["ctas"] or None)
 
 
@@ -163,9 +164,11 @@ def _cui(sc: Scenario, gpu: GpuProfile, kn: dict) -> Schedule | str:
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("nccl", "NCCL / RCCL", "no overlap: the GEMM, then the library's collective on SM kernels",
            (Knob("ctas", 0, "channels (NCCL_MIN_CTAS = NCCL_MAX_CTAS); 0: the profile's own choice"),
-            Knob("ce", 0, "1: copy-engine collective (NCCL_CTA_POLICY_ZERO, NCCL 2.28; all-gather, all-to-all)")),
+            Knob("ce", 0, "1: copy-engine collective (NCCL_CTA_POLICY_ZERO, NCCL 2.28; all-gather, all-to-all), "
+                 "a rank's copies queued on the profile's dma.collective_engines")),
            ("NCCL 2.28 release notes: CE collectives for AllGather/AlltoAll with NCCL_CTA_POLICY_ZERO, symmetric "
-            "buffers, NVLink", "NCCL env docs: NCCL_MIN_CTAS / NCCL_MAX_CTAS bound the channel count"), _nccl),
+            "buffers, NVLink", "NCCL env docs: NCCL_MIN_CTAS / NCCL_MAX_CTAS bound the channel count",
+            "Z-Y00/ROCM-sdma-rccl-test: RCCL's zero-CTA path on MI300X, one copy stream a rank (~47 GB/s)"), _nccl),
     Preset("async-tp", "PyTorch async-TP (torch.distributed._symmetric_memory)",
            "one matmul per rank shard; the shards move by copy engine (symmetric memory) in ring order",
            (), ("torch/distributed/_symmetric_memory/__init__.py: fused_all_gather_matmul and "
