@@ -85,7 +85,9 @@ def g_flags(r: random.Random, tmp: Path) -> list[str]:
             argv += ["--schedule", r.choice(["none", "all", "ficco-a2a-dma", "shard-p2p-sm-hi", "ficco-a2a-sm-g3-c4",
                                              "ficco-x", "ficco-a2a-dma-smem9999k", "shard-p2p-sm-dimK", ",,",
                                              "par-sm", "par-dma-hi", "par-sm-m16", "par-sm-m0", "par-sm-m99999",
-                                             "par-p2p-sm", "ficco-a2a-sm-m20", "par-sm-hi-smem64k-c4-m8"])]
+                                             "par-p2p-sm", "ficco-a2a-sm-m20", "par-sm-hi-smem64k-c4-m8",
+                                             "par-sm-mix", "par-dma-c1-mix", "par-sm-gf-mix", "par-dma-c0",
+                                             "ficco-a2a-dma-c3", "shard-p2p-dma-c2", "none-dma-c1", "nccl:ce=1"])]
         if r.random() < 0.3:
             argv += ["--dtype", r.choice(["float16", "bfloat16", "float32", "float8", "int4", ""])]
         return argv

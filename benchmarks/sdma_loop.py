@@ -1,6 +1,6 @@
 """A collective hidden in a loop of GEMMs on 8 x MI300X: Z-Y00/ROCM-sdma-rccl-test's published
-timings and profiler traces beside ficco-sim (DES, ``mi300x-8``). Quoted; no parameter fitted on
-them.
+timings and profiler traces beside ficco-sim (DES, ``mi300x-8``). Quoted; one profile number
+(``dma.collective_engines``) was read from the same source (below), nothing else fitted on it.
 
 The repository (at d4046f53, 2026-07) times, per rank of 8 MI300X, bf16, one block of eight
 back-to-back GEMMs (Llama-70B's FFN up, 8192 x 28672 x 8192, and down, 8192 x 8192 x 28672) on
@@ -277,7 +277,8 @@ def main() -> None:
                   f"{hidden(loop, comm, uniform):.0%} (published {hidden(*published):.0%})")
     if args.csv:
         write_stamped_csv(args.csv, rows, f"published timings quoted from {URL}; trace slowdowns from "
-                          f"{DERIVED.name}; model by the DES with the shipped profiles; fitted on nothing",
+                          f"{DERIVED.name}; model by the DES with the shipped profiles; the copy-engine times alone "
+                          "are what mi300x's dma.collective_engines was read on (used_for_fit), nothing else fitted",
                           "benchmarks/sdma_loop.py")
 
 

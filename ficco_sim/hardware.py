@@ -158,6 +158,9 @@ on fewer SMs alike); every other shape stays the model's. `ficco-sim predict gem
       - {m: 4096, n: 8192, k: 8192, dtype: bfloat16, time_us: {value: 781.0, kind: measured,
          source: "torch.mm + CUDA events, median of 50 after 10 warm-ups, my-node 2026-11-28"}}
 time_us: isolated, launch included, on every SM, the GPU idle before (as benchmarks time it).
+Optional, dma.collective_engines: how many copy engines the communication library's own copy-
+engine collectives (NCCL / RCCL with zero CTAs: `nccl:ce=1`) queue a rank's copies on (absent:
+all of dma.engines; RCCL on MI300X: 1, its peers' shards one after another).
 """
 
 _PROFILE_CACHE: dict[tuple[str, float], tuple[GpuProfile, list]] = {}
@@ -413,7 +416,8 @@ def _parse(data: Any, where: str) -> GpuProfile:
             engines=r.number("dma.engines", integer=True),
             bandwidth=r.number("dma.bandwidth_gbps", scale=GB),
             command_overhead=r.number("dma.command_overhead_us", scale=1e-6, positive=False),
-            collective_engines=r.number("dma.collective_engines", integer=True, at_most=r.number("dma.engines"))
+            collective_engines=r.number("dma.collective_engines", integer=True,
+                                        at_most=r.number("dma.engines", integer=True))
             if r.has("dma.collective_engines") else 0,
         ),
         launch_overhead=r.number("launch_overhead_us", scale=1e-6, positive=False),

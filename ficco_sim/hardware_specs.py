@@ -112,7 +112,7 @@ class GemmModel:
 class DmaSpec:
     """Copy (DMA) engines: count, bandwidth per engine (B/s), fixed cost per command (s), and
     how many of them the communication library's copy-engine collectives (NCCL / RCCL with
-    zero CTAs) queue a rank's copies on (0: all of them)."""
+    zero CTAs) queue a rank's copies on (0, the profile giving none: all of them)."""
 
     engines: int
     bandwidth: float

@@ -118,5 +118,10 @@ def test_a_side_by_side_sm_pick_says_what_a_launch_order_differing_across_ranks_
     line = next(r for r in rec["reasons"] if "par-sm-mix" in r)
     mixed = simulate(sc, "par-sm-mix", "h100", "switch:8", engine="analytical").makespan
     assert f"{rec['t_none'] / mixed:.2f}x" in line and rec["t_none"] / mixed < rec["t_none"] / rec["predicted"]["par-sm"]
+    assert "either way" in line         # another candidate (copy engines) keeps more whatever the order
+    # where priority lets the collective in anyway, the order changes nothing and recommend says so
+    a100 = recommend(sc, "a100", "switch:8")
+    assert a100["schedule"] == "par-sm-hi"
+    assert any("changes nothing here" in r for r in a100["reasons"])
     dma = recommend(Scenario("ag-par-gemm", 8, 16384, 2048, 8192, "bfloat16"), "mi300x", "fc:8")
     assert dma["schedule"] == "par-dma" and not any("-mix" in r for r in dma["reasons"])   # copy engines: no SMs to wait for
