@@ -17,7 +17,8 @@ flux#100, the runs Flux's block rate is fitted on), PyTorch async-TP against GEM
 8×H100 (pytorch/pytorch#172714: one after the other, side by side, NCCL on copy engines), Flux's
 own table on 8×A800 and 8×H800 (bytedance/flux's README: GEMM, NCCL, both, fused) and a user's
 8×A100 run (flux#36), a collective beside a loop of eight GEMMs on 8×MI300X (Z-Y00/ROCM-sdma-rccl-test:
-its README's times and shares hidden, and the GEMMs' slowdown read from its traces), and
+its README's times and shares hidden, and the GEMMs' slowdown read from its traces), NCCL 2.21's
+collectives through PyTorch on 8×H100 (microsoft/tokenweave's figure 5), and
 the FiCCO paper's headline speedups (the best DES-confirmed speedup over the built-in library on
 8×MI300X: the paper's scenario list is not public). A row whose source a shipped number was fitted
 on says ``used_for_fit`` and is left out of the medians. ``error`` is relative, (predicted -
@@ -51,6 +52,7 @@ SOURCES = {      # file -> the command that regenerates it
     "overlap_prs.csv": ["benchmarks/overlap_prs.py", "--csv", "validation/public/overlap_prs.csv"],
     "flux_readme.csv": ["benchmarks/flux_readme.py", "--csv", "validation/public/flux_readme.csv"],
     "sdma_loop.csv": ["benchmarks/sdma_loop.py", "--csv", "validation/public/sdma_loop.csv"],
+    "tokenweave.csv": ["benchmarks/tokenweave_collectives.py", "--csv", "validation/public/tokenweave.csv"],
 }
 VIDUR = "https://github.com/microsoft/vidur (data/profiling/compute/*/gemm_times.csv, MIT)"
 CONCCL = "https://arxiv.org/abs/2412.14335"
@@ -252,6 +254,14 @@ def sdma_loop_rows() -> list[dict]:
     return out
 
 
+def tokenweave_rows() -> list[dict]:
+    """NCCL 2.21 through PyTorch on 8 x H100 (microsoft/tokenweave's figure 5): all-reduce,
+    reduce-scatter and all-gather of 1-512 MiB, the model asked as that NCCL runs them."""
+    return [_row("TokenWeave (torch.distributed)", f"8xH100 {r.collective} of a {r.buffer_mib:g} MiB buffer, NCCL 2.21 "
+                 "through PyTorch: time (s)", r.measured_s, r.predicted_s, r.source_url, r.command)
+            for r in _read("tokenweave.csv").itertuples()]
+
+
 def ficco_rows() -> list[dict]:
     from ficco_sim.explore.study import default_scenarios, run_study
     scs = [s for s in default_scenarios() if s.gpus == 8]
@@ -333,7 +343,7 @@ def main() -> None:
             print(f"regenerating {name}: python {' '.join(argv)}", flush=True)
             subprocess.run([sys.executable, *argv], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     rows = (nccl_rows() + h200_rows() + issue_thread_rows() + dil_rows() + overlap_rows() + flux_rows()
-            + kraken_rows() + prs_rows() + flux_readme_rows() + sdma_loop_rows() + ficco_rows())
+            + kraken_rows() + prs_rows() + flux_readme_rows() + sdma_loop_rows() + tokenweave_rows() + ficco_rows())
     table = pd.DataFrame(rows, columns=COLUMNS)
     summ = summary(table)
     stamp = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ} on {socket.gethostname()}"

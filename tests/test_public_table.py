@@ -79,3 +79,17 @@ def test_the_mi300x_loop_facts_compare_times_relatively_and_shares_by_their_diff
     # a GEMM of 6 alone, covered wholly by something that slows it 25%: 7.5; partly covered, not counted
     assert sl.slowdowns([(0, 6), (6, 13.5), (13.5, 19.6)], [(6.0, 14.0)]) == pytest.approx([0.25])
     assert sl.hidden(50.0, 2.0, 50.5) == 0.75 and sl.hidden(50.0, 1.0, 51.5) == 0.0
+
+
+def test_nccl_2_21_through_pytorch_on_8_h100_reads_right_only_with_its_own_tuner():
+    """microsoft/tokenweave's figure 5 (8 x H100, PyTorch 2.6 = NCCL 2.21, NVLS off by vLLM):
+    reduce-scatter and all-gather of 1-64 MiB read within 15% when the model sizes them by
+    one rank's share as NCCL before 2.22 did, and over 20% fast with the 2.22+ tuner."""
+    tw = benchmark("tokenweave_collectives")
+    df = pd.DataFrame(tw.rows())
+    df["default_error"] = df["default_s"] / df["measured_s"] - 1.0
+    band = df[(df["collective"] != "all-reduce") & (df["buffer_mib"] <= 64)]
+    assert len(df) == 30 and band["error"].abs().median() < 0.15
+    assert band["default_error"].median() < -0.2
+    assert df["command"].str.contains("--tuner rank").sum() == 20
+    assert df.loc[df["collective"] == "all-reduce", "command"].str.contains("--algorithm ring").all()
