@@ -435,8 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "another: each more GPU adds comm_kernel.issue_us to a call")
     c.add_argument("--tuner", choices=["call", "rank"],
                    help="the size NCCL's tuner picks an all-gather's or reduce-scatter's protocol and channels on: "
-                   "call (NCCL 2.22 and later) or rank (one rank's share: earlier NCCL); default: the profile's "
-                   "comm_kernel.tuner")
+                   "call (NCCL 2.22 and later) or rank (one rank's share: earlier NCCL, e.g. PyTorch 2.6's pinned "
+                   "2.21.5); default: the profile's comm_kernel.tuner")
     for q in (g, c):
         output_args(q)
     pr.set_defaults(func=cmd_predict)
