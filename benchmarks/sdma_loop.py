@@ -57,7 +57,8 @@ from versus import print_times  # noqa: E402
 from ficco_sim.engine.des import simulate_graph  # noqa: E402
 from ficco_sim.files import write_stamped_csv  # noqa: E402
 from ficco_sim.hardware import load_gpu  # noqa: E402
-from ficco_sim.schedules import collectives  # noqa: E402
+from ficco_sim.hardware import DTYPE_BYTES  # noqa: E402
+from ficco_sim.schedules import collectives, parse_schedule  # noqa: E402
 from ficco_sim.schedules.builder import GraphBuilder  # noqa: E402
 from ficco_sim.topology import load_topology  # noqa: E402
 
@@ -90,7 +91,7 @@ def comm_shape(kind: str, shape: str) -> tuple[int, int]:
     m, n, k = SHAPES[shape]
     if kind == "all-gather":
         return m, k
-    elems = min(m * n, (256 << 20) // 2)
+    elems = min(m * n, (256 << 20) // DTYPE_BYTES[DTYPE])
     return m, elems // m
 
 
@@ -99,17 +100,19 @@ SCHEDULE = {"sm": "par-sm-mix", "dma": f"par-dma-c{CE_ENGINES}"}    # the schedu
 
 def first(engine: str, order: str = "read") -> tuple[int, ...]:
     """The GPUs whose GEMMs reach the GPU before the collective. ``read``: as the traces show
-    it, for a collective on CUs the odd GPUs (``par-sm-mix``: rank 0's all-gather, issued
+    it, :data:`SCHEDULE`'s (for a collective on CUs ``par-sm-mix``: rank 0's all-gather, issued
     first, stays resident a whole GEMM and more, so some peer's GEMM held its CUs first; with
     copy engines the order changes nothing); ``comm``: the collective first everywhere."""
-    return tuple(range(1, GPUS, 2)) if order == "read" and engine == "sm" else ()
+    sch = parse_schedule(SCHEDULE[engine])
+    return tuple(g for g in range(GPUS) if order == "read" and sch.gemm_goes_first(g))
 
 
 def loop_graph(kind: str | None, engine: str, shape: str, gemms: int = GEMMS, gemm_first: tuple[int, ...] = ()):
     """Every GPU: the collective (``kind``; None: none) and ``gemms`` GEMMs chained on the
     compute stream, issued at once: the collective first (as the repository's program issues
     them) except on the GPUs ``gemm_first``, where the GEMMs reach the GPU first."""
-    gpu, topo = load_gpu(GPU), load_topology(TOPO, load_gpu(GPU))
+    gpu = load_gpu(GPU)
+    topo = load_topology(TOPO, gpu)
     b = GraphBuilder(gpu, GPUS, copy_engines=CE_ENGINES if engine == "dma" else None)
     b.rings = collectives.ring_orders(topo)
     rows, cols = comm_shape(kind or "all-gather", shape)
@@ -133,7 +136,7 @@ def loop_graph(kind: str | None, engine: str, shape: str, gemms: int = GEMMS, ge
     elif kind == "all-reduce":
         b.buffer("R", rows, cols, DTYPE)
         algo = collectives.pick_algorithm("auto", kind, topo.kind, engine, gpus=GPUS, spec=gpu.comm_kernel,
-                                          nbytes=rows * cols * 2)
+                                          nbytes=rows * cols * DTYPE_BYTES[DTYPE])
         collectives.all_reduce(b, "ar", rows // GPUS, cols, DTYPE, buffer="X", staging="R", engine=engine,
                                algorithm=algo)
     for g in range(GPUS):
@@ -148,19 +151,23 @@ def run(kind: str | None, engine: str, shape: str, gemms: int = GEMMS, order: st
     return simulate_graph(*loop_graph(kind, engine, shape, gemms, first(engine, order)), fold_ranks=False)
 
 
-def slowdowns(gemms: list[tuple[float, float]], comm: list[tuple[float, float]]) -> list[float]:
+def _cover(a: float, b: float, comm: list[tuple[float, float]]) -> float:
+    """How long the spans ``comm`` cover the run (a, b)."""
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in comm)
+
+
+def slowdowns(gemms: list[tuple[float, float]], comm: list[tuple[float, float]],
+              covered: float = COVERED) -> list[float]:
     """Each GEMM's slowdown while covered (``s``; module docstring), of those covered at least
-    :data:`COVERED`, against the median uncovered GEMM. ``gemms``, ``comm``: (start, end)."""
-    def cover(a, b):
-        return sum(max(0.0, min(b, y) - max(a, x)) for x, y in comm)
-    alone = [b - a for a, b in gemms if cover(a, b) == 0.0]
+    ``covered`` of their run, against the median uncovered GEMM. ``gemms``, ``comm``: (start, end)."""
+    alone = [b - a for a, b in gemms if _cover(a, b, comm) == 0.0]
     if not alone:
         return []
     t0 = statistics.median(alone)
     out = []
     for a, b in gemms:
-        c = cover(a, b)
-        if c >= COVERED * (b - a):
+        c = _cover(a, b, comm)
+        if c >= covered * (b - a):
             extra = (b - a) - t0
             out.append(extra / (c - extra) if c > extra else float("inf"))
     return out
@@ -225,7 +232,10 @@ def trace_rows() -> list[dict]:
         tl = run("all-gather", r.engine, r.shape)
         gemm = [(x.start, x.end) for x in tl.of_role("compute", 0)]
         comm = [(x.start, x.end) for x in tl.of_role("comm", 0)]
-        modelled = [s for s in slowdowns(gemm, comm) if s < float("inf")] or [_partial(gemm, comm)]
+        modelled = [s for s in slowdowns(gemm, comm) if s < float("inf")]
+        if not modelled:      # the model's collective covers no GEMM wholly: the one it covers most
+            most = max(_cover(a, b, comm) / (b - a) for a, b in gemm)
+            modelled = [s for s in slowdowns(gemm, comm, covered=most) if s < float("inf")] or [float("nan")]
         m, n, k = SHAPES[r.shape]
         out.append({"source": "ROCM-sdma-rccl-test", "gpu": GPU,
                     "case": f"all-gather ({'copy engines' if r.engine == 'dma' else 'CUs'}) || GEMM {m}x{n}x{k} bf16",
@@ -234,19 +244,6 @@ def trace_rows() -> list[dict]:
                     "published": r.slowdown_median,
                     "model": statistics.median(modelled), "source_url": TRACE_URL, "used_for_fit": False})
     return out
-
-
-def _partial(gemm, comm) -> float:
-    """The model's slowdown of the GEMM its collective covers most (none covers one wholly)."""
-    def cover(a, b):
-        return sum(max(0.0, min(b, y) - max(a, x)) for x, y in comm)
-    free = [b - a for a, b in gemm if cover(a, b) == 0.0]
-    if not free:
-        return float("nan")
-    alone = statistics.median(free)
-    a, b = max(gemm, key=lambda s: cover(*s))
-    extra, c = (b - a) - alone, cover(a, b)
-    return extra / (c - extra) if c > extra else float("inf")
 
 
 def main() -> None:

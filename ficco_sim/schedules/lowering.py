@@ -464,7 +464,7 @@ def _par(b: GraphBuilder, sc: Scenario, sch: Schedule, topo: Topology, algo: str
     n, dt, S = sc.gpus, sc.dtype, sc.shard_rows
     gemm = lambda g, deps: b.gemm(f"gemm{g}", g, sc.m, sc.n, sc.k, dt, deps=deps, label="GEMM",  # noqa: E731
                                   io={"a": [Slice("A", 0, sc.m)], "c": [Slice("C", 0, sc.m)]})
-    first = [g for g in range(n) if sch.gemm_first or (sch.mixed and g % 2)]     # GPUs whose GEMM goes first
+    first = [g for g in range(n) if sch.gemm_goes_first(g)]
     for g in first:
         gemm(g, ())
     coll = sc.spec.collective

@@ -114,6 +114,11 @@ class Schedule:
             raise InputError(where, "mixed", "gf and mix are two launch orders: give one (gf: every rank's GEMM "
                              "first; mix: the odd ranks' only)")
 
+    def gemm_goes_first(self, gpu: int) -> bool:
+        """Whether ``gpu``'s GEMM reaches it before the collective (``par``): everywhere with
+        ``gf``, on the odd GPUs with ``mix``."""
+        return self.gemm_first or (self.mixed and gpu % 2 == 1)
+
     @property
     def overlapped(self) -> bool:
         return self.granularity != "none"
